@@ -1,0 +1,57 @@
+"""Shared input checks: errors name the argument, what was expected and what came."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def check_tensor(
+    name: str,
+    t: object,
+    *,
+    dtype: torch.dtype | Sequence[torch.dtype] | None = None,
+    shape: Sequence[int | None] | None = None,
+    ndim: int | None = None,
+    device: torch.device | None = None,
+    contiguous_last: bool = False,
+) -> torch.Tensor:
+    """Raise TypeError/ValueError unless ``t`` is a tensor of the given dtype(s) and shape
+    (``None`` entries in ``shape`` match any size). Returns ``t``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if dtype is not None:
+        allowed = (dtype,) if isinstance(dtype, torch.dtype) else tuple(dtype)
+        if t.dtype not in allowed:
+            want = " or ".join(str(d).replace("torch.", "") for d in allowed)
+            raise TypeError(f"{name}: expected dtype {want}, got {str(t.dtype).replace('torch.', '')}")
+    if shape is not None:
+        ok = t.dim() == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape))
+        if not ok:
+            want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+            raise ValueError(f"{name}: expected shape {want}, got {list(t.shape)}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {list(t.shape)}")
+    if device is not None and t.device != torch.device(device):
+        raise ValueError(f"{name}: expected device {device}, got {t.device}")
+    if contiguous_last and t.dim() and t.stride(-1) != 1:
+        raise ValueError(f"{name}: expected a contiguous last dimension, got strides {t.stride()}")
+    return t
+
+
+def check_int(name: str, value: object, *, lo: int | None = None, hi: int | None = None) -> int:
+    """An int within [lo, hi], or a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+        raise ValueError(f"{name}: expected an int in {rng}, got {value}")
+    return value
+
+
+def check_page_size(page_size: object) -> int:
+    check_int("page_size", page_size, lo=1, hi=256)
+    if page_size & (page_size - 1):
+        raise ValueError(f"page_size: expected a power of two in [1, 256], got {page_size}")
+    return page_size

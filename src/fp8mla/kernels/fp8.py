@@ -1,0 +1,88 @@
+"""FP8 e4m3 encode/decode helpers shared by the kernels (device functions only).
+
+Decoding works on 32-bit words holding four e4m3 bytes (byte j of a word is "lane" j): loading
+words instead of bytes keeps address arithmetic at one op per four values (DESIGN.md §10).
+
+- `e4m3x4_to_f16_hw`: two packed ``cvt.rn.f16x2.e4m3x2`` per word (SM89+; inline PTX).
+- `e4m3x4_to_f16_sw`: integer bit placement, for SM80, which has no e4m3 hardware, and for the
+  interpreter. Placing the e4m3 sign/exponent/mantissa bits into an fp16 gives value · 2⁻⁸
+  exactly, subnormals included; callers fold 2⁸ into their scale (`SW_DEQUANT_SCALE`).
+Both return the four lanes as fp16 tensors shaped like the input.
+"""
+
+import triton
+import triton.language as tl
+
+# fp16 bits (sign << 15 | e4m3 magnitude << 7) hold value · 2^-8: the software path's factor.
+SW_DEQUANT_SCALE = 256.0
+
+
+@triton.jit
+def e4m3x4_to_f16_hw(words):
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .b16 lo, hi;
+        .reg .b32 a, b;
+        mov.b32 {lo, hi}, $4;
+        cvt.rn.f16x2.e4m3x2 a, lo;
+        cvt.rn.f16x2.e4m3x2 b, hi;
+        mov.b32 {$0, $1}, a;
+        mov.b32 {$2, $3}, b;
+        }
+        """,
+        "=h,=h,=h,=h,r",
+        [words],
+        dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _lane_sw(words, SHIFT: tl.constexpr):
+    b = (words >> SHIFT) & 0xFF
+    h = ((b & 0x7F) << 7) | ((b & 0x80) << 8)
+    return h.to(tl.int16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def e4m3x4_to_f16_sw(words):
+    return _lane_sw(words, 0), _lane_sw(words, 8), _lane_sw(words, 16), _lane_sw(words, 24)
+
+
+@triton.jit
+def e4m3x4_to_f16(words, HW_FP8: tl.constexpr):
+    """Four fp16 lanes of e4m3 words: exact values (HW_FP8) or values · 2⁻⁸ (software)."""
+    if HW_FP8:
+        return e4m3x4_to_f16_hw(words)
+    else:
+        return e4m3x4_to_f16_sw(words)
+
+
+@triton.jit
+def e4m3_encode(x):
+    """float32 → e4m3fn bits (int32 in [0, 255]); round to nearest even, saturating at ±448.
+
+    Pure integer/float ops, so every target (SM80 included) and the interpreter agree bit for
+    bit with ``torch.Tensor.to(torch.float8_e4m3fn)`` on clamped input.
+    """
+    x = tl.minimum(tl.maximum(x, -448.0), 448.0)
+    bits = x.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    a = tl.abs(x)
+    abits = a.to(tl.int32, bitcast=True)
+    # normal range (a >= 2^-6): round the fp32 mantissa to 3 bits, rebias the exponent 127 → 7
+    rounded = (abits + 0x7FFFF + ((abits >> 20) & 1)) >> 20
+    normal = rounded - (120 << 3)
+    # subnormal range: multiples of 2^-9, rounded half-to-even by the 2^23 trick
+    sub = ((a * 512.0 + 8388608.0) - 8388608.0).to(tl.int32)
+    code = tl.where(a < 0.015625, sub, normal)
+    return sign | code
+
+
+@triton.jit
+def pow2_ceil(x):
+    """Smallest power of two >= x, for positive normal float32 x (bit exact)."""
+    bits = x.to(tl.int32, bitcast=True)
+    return ((bits + 0x7FFFFF) & 0x7F800000).to(tl.float32, bitcast=True)
