@@ -120,7 +120,7 @@ def test_violations(name, role, changes, expected):
     rec = record_for(name, role)
     got = rec.violations(_problem(role, **changes))
     assert len(got) == len(expected), got
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert g.startswith(e), (g, e)
 
 
