@@ -1,0 +1,48 @@
+"""Builders shared by the kernel tests: random paged caches with poisoned free pages."""
+
+from __future__ import annotations
+
+import torch
+
+from fp8mla.cache import PagedKVCache, build_block_table
+
+POISON_PAD = 1 << 30  # block-table padding: a page id far past any pool
+
+
+def poison(cache: PagedKVCache) -> None:
+    """Fill every byte of the pool so that a stray read shows: NaN in bf16 halves and in
+    fp8_ds_mla scales / rope, and the largest e4m3 value (0x7E = 448) in fp8 bytes."""
+    if cache.fmt.name == "fp8":
+        cache.pool.fill_(0x7E)
+    else:
+        cache.pool.view(torch.int16).fill_(0x7FC0)  # bf16 NaN in every 16-bit half
+
+
+def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None = None,
+                extra_pages: int = 3, device: str = "cpu", fp8_scale: float = 0.03,
+                seed: int = 0):
+    """A poisoned cache holding random tokens for requests of ``lens``, pages shuffled.
+
+    Returns (cache, block_table int32 [batch, max_pages] padded with POISON_PAD,
+    cache_seqlens int32 [batch])."""
+    g = torch.Generator().manual_seed(seed)
+    need = [-(-n // page_size) for n in lens]
+    num_pages = sum(need) + extra_pages
+    cache = PagedKVCache(num_pages, page_size, fmt, scale_policy=policy, fp8_scale=fp8_scale,
+                         device=device)
+    poison(cache)
+    perm = torch.randperm(num_pages, generator=g).tolist()
+    tables, k = [], 0
+    for n in need:
+        tables.append(perm[k:k + n])
+        k += n
+    table = build_block_table(tables, max_pages=max(need + [1]) + 1, pad=POISON_PAD,
+                              device=device)
+    for b, n in enumerate(lens):
+        pos = torch.arange(n, device=device)
+        slots = table[b, pos // page_size].long() * page_size + pos % page_size
+        lat = torch.randn(n, 512, generator=g).to(device)
+        rope = torch.randn(n, 64, generator=g).to(device)
+        cache.store(0, lat.bfloat16(), rope.bfloat16(), slots)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+    return cache, table, seqlens
