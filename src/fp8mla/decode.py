@@ -1,0 +1,262 @@
+"""Dense MLA decode over a paged cache: plan once, run many (CUDA-graph safe).
+
+    plan = DecodePlan(batch=64, num_heads=16, kv_format="fp8_ds_mla", page_size=64,
+                      cache_seqlens=seqlens, device="cuda")
+    out, lse = plan.run(q, kv_cache, block_table, seqlens)
+
+`DecodePlan` fixes the problem (batch, s_q, heads, format, page size) and the split-KV schedule,
+and allocates the workspace and outputs. `DecodePlan.run` checks inputs against the plan,
+allocates nothing and — with ``check=False`` — never synchronises with the host, so it can be
+captured in a CUDA graph and replayed after the buffers' contents (lengths included) change.
+Each split's token range is derived on the device from ``cache_seqlens``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from fp8mla._checks import check_int, check_page_size, check_tensor
+from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat, kv_format
+from fp8mla.kernels.decode import (
+    FMT_BF16, FMT_DS_MLA, FMT_FP8, _combine_splits_kernel, _mla_decode_kernel,
+)
+from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
+from fp8mla.runtime import DecodeConfig, Target, decode_config, target_for
+
+__all__ = ["DecodePlan", "dense_decode", "choose_num_splits", "check_paged_inputs"]
+
+_FORMAT_IDS = {"bf16": FMT_BF16, "fp8": FMT_FP8, "fp8_ds_mla": FMT_DS_MLA}
+MIN_SPLIT_TOKENS = 256
+MAX_SPLITS = 64
+
+
+def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, num_sms: int) -> int:
+    """Splits per request so that about 2 programs per SM run in total, each split keeping at
+    least MIN_SPLIT_TOKENS tokens (smaller splits drown in partial-result traffic)."""
+    want = max(1, math.ceil(2 * num_sms / max(1, batch * head_blocks)))
+    cap = max(1, math.ceil(max_seqlen / MIN_SPLIT_TOKENS))
+    return int(min(want, cap, MAX_SPLITS))
+
+
+def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None = None) -> torch.Tensor:
+    """The cache as uint8 ``[num_pages, page_size, row_bytes]``. Accepts that shape, a
+    ``[num_pages, page_size, 1, row_bytes]`` uint8 view (FlashMLA's), or a bf16
+    ``[num_pages, page_size(, 1), 576]`` cache for the bf16 format."""
+    check_tensor("kv_cache", kv_cache)
+    rows = kv_cache
+    if rows.dim() == 4 and rows.shape[2] == 1:
+        rows = rows.squeeze(2)
+    if rows.dtype == torch.bfloat16 and fmt.name == "bf16" and rows.dim() == 3:
+        if rows.shape[-1] != KV_DIM:
+            raise ValueError(f"kv_cache: expected bf16 [num_pages, page_size, {KV_DIM}], got "
+                             f"{list(kv_cache.shape)}")
+        rows = rows.view(torch.uint8)
+    if rows.dtype in (torch.float8_e4m3fn, torch.int8):
+        rows = rows.view(torch.uint8)
+    want = f"uint8 [num_pages, page_size, {fmt.row_bytes}] for kv_format {fmt.name}"
+    if rows.dtype != torch.uint8 or rows.dim() != 3 or rows.shape[2] != fmt.row_bytes:
+        raise ValueError(f"kv_cache: expected {want}, got {kv_cache.dtype} {list(kv_cache.shape)}")
+    if page_size is not None and rows.shape[1] != page_size:
+        raise ValueError(f"kv_cache: plan has page_size {page_size}, cache pages hold {rows.shape[1]}")
+    if rows.stride(2) != 1 or rows.stride(1) != fmt.row_bytes or rows.stride(0) != rows.shape[1] * fmt.row_bytes:
+        raise ValueError("kv_cache: expected contiguous pages (one layer's pool, e.g. "
+                         "PagedKVCache.layer(i))")
+    return rows
+
+
+def check_paged_inputs(block_table: torch.Tensor, cache_seqlens: torch.Tensor, batch: int,
+                       page_size: int, num_pages: int, device: torch.device, *,
+                       validate: bool) -> None:
+    """Dtype/shape checks always; with ``validate`` (a host sync) also: lengths in
+    [0, max_pages · page_size], and every block-table entry a length uses inside the pool."""
+    check_tensor("block_table", block_table, dtype=torch.int32, ndim=2, device=device)
+    if block_table.shape[0] != batch:
+        raise ValueError(f"block_table: expected {batch} rows (batch), got {block_table.shape[0]}")
+    if block_table.stride(1) != 1:
+        raise ValueError("block_table: expected a contiguous last dimension")
+    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(batch,), device=device)
+    if not validate or batch == 0:
+        return
+    lens = cache_seqlens.cpu()
+    cover = block_table.shape[1] * page_size
+    if int(lens.min()) < 0 or int(lens.max()) > cover:
+        bad = int(lens.min()) if int(lens.min()) < 0 else int(lens.max())
+        raise ValueError(
+            f"cache_seqlens: expected lengths in [0, {cover}] (block_table has "
+            f"{block_table.shape[1]} pages of {page_size}), got {bad}"
+        )
+    used = (torch.arange(block_table.shape[1])[None, :] * page_size) < lens[:, None]
+    entries = block_table.cpu()[used]
+    if entries.numel() and (int(entries.min()) < 0 or int(entries.max()) >= num_pages):
+        bad = int(entries.min()) if int(entries.min()) < 0 else int(entries.max())
+        raise ValueError(
+            f"block_table: a page within cache_seqlens points outside the pool [0, {num_pages}): "
+            f"{bad}"
+        )
+
+
+class DecodePlan:
+    """A dense-decode problem and its split-KV schedule.
+
+    Args:
+        batch, num_heads, s_q: problem shape (q is [batch, s_q, num_heads, 576]); s_q 1–4.
+        kv_format: ``bf16`` / ``fp8`` / ``fp8_ds_mla`` (or a `KVFormat`).
+        page_size: power of two, 1–256.
+        cache_seqlens: int [batch] lengths the schedule is sized for (read once, on the host),
+            or ``max_seqlen``: an int bound instead.
+        softmax_scale: defaults to 576^-0.5; pass `MLAConfig.softmax_scale` for a model.
+        num_splits / config: overrides of the scheduler and tile configuration (benchmarks).
+    """
+
+    def __init__(
+        self, *, batch: int, num_heads: int, kv_format: str | KVFormat, page_size: int,
+        cache_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None, s_q: int = 1,
+        softmax_scale: float | None = None, device: str | torch.device = "cuda",
+        num_splits: int | None = None, config: DecodeConfig | None = None,
+    ) -> None:
+        self.batch = check_int("batch", batch, lo=1)
+        self.num_heads = check_int("num_heads", num_heads, lo=1, hi=128)
+        self.s_q = check_int("s_q", s_q, lo=1, hi=4)
+        self.fmt = kv_format if isinstance(kv_format, KVFormat) else kv_format_of(kv_format)
+        self.page_size = check_page_size(page_size)
+        self.device = torch.device(device)
+        self.softmax_scale = KV_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
+        if not (math.isfinite(self.softmax_scale) and self.softmax_scale > 0):
+            raise ValueError(f"softmax_scale: expected a finite float > 0, got {softmax_scale!r}")
+        if cache_seqlens is not None:
+            check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(batch,))
+            max_seqlen = int(cache_seqlens.max()) if batch else 0
+        if max_seqlen is None:
+            raise ValueError("cache_seqlens / max_seqlen: expected one of them, got neither")
+        check_int("max_seqlen", max_seqlen, lo=0)
+        self.target: Target = target_for(self.device)
+        self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q)
+        self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
+        self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
+                           else choose_num_splits(batch, self.head_blocks, max_seqlen,
+                                                  self.target.num_sms))
+        self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
+                               device=self.device)
+        self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
+        if self.num_splits > 1:
+            self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
+                                        dtype=torch.float32, device=self.device)
+            self.part_lse = torch.empty(batch, self.num_splits, s_q, num_heads,
+                                        dtype=torch.float32, device=self.device)
+        else:
+            self.part_out = self.part_lse = self.lse  # unused placeholders
+        self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of split partials (independent of the pool and of the lengths)."""
+        if self.num_splits == 1:
+            return 0
+        return self.part_out.numel() * 4 + self.part_lse.numel() * 4
+
+    def run(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+        cache_seqlens: torch.Tensor, *, fp8_scale: torch.Tensor | None = None,
+        check: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attend. Graph-safe with ``check=False``.
+
+        q: [batch, s_q, num_heads, 576] bfloat16 (last dim contiguous).
+        kv_cache: one layer's pool, uint8 [num_pages, page_size, row_bytes] (see
+            `as_cache_rows` for accepted views).
+        block_table: int32 [batch, max_pages]; cache_seqlens: int32 [batch].
+        fp8_scale: float32 [1], the ``fp8`` format's per-tensor scale (default 1; other formats
+            ignore it).
+        check: validate lengths and block-table entries on the host first (syncs).
+        Returns (out bfloat16 [batch, s_q, num_heads, 512], lse float32 [batch, s_q, num_heads]),
+        the plan's own buffers (overwritten by the next run). A request of length 0 gives out 0
+        and lse −inf.
+        """
+        check_tensor("q", q, dtype=torch.bfloat16, device=self.device, contiguous_last=True)
+        want = (self.batch, self.s_q, self.num_heads, KV_DIM)
+        if tuple(q.shape) != want:
+            raise ValueError(
+                f"q: plan was built for [batch, s_q, num_heads, 576] = {list(want)}, got "
+                f"{list(q.shape)}"
+            )
+        rows = as_cache_rows(kv_cache, self.fmt, self.page_size)
+        if rows.device != self.device:
+            raise ValueError(f"kv_cache: expected device {self.device}, got {rows.device}")
+        check_paged_inputs(block_table, cache_seqlens, self.batch, self.page_size, rows.shape[0],
+                           self.device, validate=check)
+        if fp8_scale is not None:
+            check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
+                         device=self.device)
+        scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
+        return self._launch(q, rows, block_table, cache_seqlens, scale)
+
+    def _launch(self, q, rows, block_table, cache_seqlens, kv_scale):
+        """Launch without checks. kv_scale: float32 [1] multiplying every cache value (bf16 and
+        fp8 formats; the fp8 format's scale, or the scale of an fp8 pool cast to bf16)."""
+        cfg, t = self.config, self.target
+        flat = rows.view(-1, self.fmt.row_bytes)
+        u32 = flat.view(torch.int32) if self.fmt.is_fp8 else flat
+        f32 = flat.view(torch.float32) if self.fmt.name == "fp8_ds_mla" else u32
+        bf16 = flat.view(torch.bfloat16) if self.fmt.name != "fp8" else u32
+        direct = self.num_splits == 1
+        out, lse = self.out, self.lse
+        grid = (self.batch, self.num_splits, self.head_blocks)
+        _mla_decode_kernel[grid](
+            q, u32, bf16, f32, kv_scale, block_table, cache_seqlens,
+            out, lse, self.part_out, self.part_lse,
+            q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
+            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+            self.softmax_scale, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+            FORMAT=_FORMAT_IDS[self.fmt.name], HW_FP8=t.hw_fp8, DOT_F32=t.interpreted,
+            S_Q=self.s_q, S_Q_P2=1 << (self.s_q - 1).bit_length(),
+            HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
+            ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        if not direct:
+            _combine_splits_kernel[(self.batch, self.s_q, self.num_heads)](
+                self.part_out, self.part_lse, out, lse,
+                out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+                self.num_splits, self.num_heads,
+                S_Q=self.s_q, SPLITS_P2=triton.next_power_of_2(self.num_splits), DIM=LATENT_DIM,
+                num_warps=4,
+            )
+        return out, lse
+
+
+def kv_format_of(name: str) -> KVFormat:
+    """`kv_format` with fp8_ds_mla's scale policy left at its default (decoding does not
+    depend on it)."""
+    return kv_format(name)
+
+
+def dense_decode(
+    q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+    cache_seqlens: torch.Tensor, *, kv_format: str | KVFormat, softmax_scale: float | None = None,
+    fp8_scale: torch.Tensor | None = None, backend: str = "fp8mla", check: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One-shot dense MLA decode (plans, then runs; not for CUDA graphs — use `DecodePlan`).
+
+    q: [batch, s_q, heads, 576] bfloat16; kv_cache: uint8 [num_pages, page_size, row_bytes];
+    block_table: int32 [batch, max_pages]; cache_seqlens: int32 [batch]; fp8_scale: float32 [1]
+    for the ``fp8`` format. backend: ``fp8mla`` (native), or the baselines ``full_cast``,
+    ``gather_cast``, ``reference`` (fp8mla.baselines). Returns (out bfloat16
+    [batch, s_q, heads, 512], lse float32 [batch, s_q, heads]).
+    """
+    from fp8mla import baselines
+
+    check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
+    fmt = kv_format if isinstance(kv_format, KVFormat) else kv_format_of(kv_format)
+    rows = as_cache_rows(kv_cache, fmt)
+    if backend != "fp8mla":
+        return baselines.dense_decode(backend, q, rows, block_table, cache_seqlens, fmt=fmt,
+                                      softmax_scale=softmax_scale, fp8_scale=fp8_scale,
+                                      check=check)
+    b, s_q, h, _ = q.shape
+    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(b,), device=q.device)
+    plan = DecodePlan(batch=b, num_heads=h, s_q=s_q, kv_format=fmt, page_size=rows.shape[1],
+                      cache_seqlens=cache_seqlens, softmax_scale=softmax_scale, device=q.device)
+    return plan.run(q, rows, block_table, cache_seqlens, fp8_scale=fp8_scale, check=check)

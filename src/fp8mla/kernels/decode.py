@@ -1,0 +1,256 @@
+"""Paged absorbed-MLA decode with split-KV (DESIGN.md §2), reading bf16 / fp8 / fp8_ds_mla rows.
+
+Math, per query row (one (query i, head h) pair) and token s of its request:
+    score = softmax_scale · (q · kv[s]) over 576 dims;  out = Σ softmax(score) · kv[s][:512]
+    lse = ln Σ exp(score).  Query i of S_Q sees s < seqlen − S_Q + 1 + i.
+
+Grid: (batch, num_splits, head_blocks). Program (b, split, hb) takes the token chunk
+``[split · chunk, (split + 1) · chunk)`` of request b (chunk from the *device* seqlen, so a CUDA
+graph replays correctly when lengths change) for BLOCK_M rows = S_Q_P2 queries × HEADS heads.
+
+The 512 latent dims are handled as four "lanes" of 128 (each a [BLOCK_N, 128] tile, one
+accumulator each). For FP8 formats lane j holds dims 4c + j — byte j of the c-th 32-bit word —
+so rows load as int32 words and convert with packed instructions (DESIGN.md §10); for bf16 lane
+j holds dims 128 j + c. q is gathered and out scattered with the same map, so no re-interleave
+is needed. FP8 values enter fp16 MMAs (e4m3 → fp16 is exact); bf16 rows enter bf16 MMAs.
+
+Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
+[latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
+"""
+
+import triton
+import triton.language as tl
+
+from fp8mla.kernels.fp8 import e4m3x4_to_f16
+
+FMT_BF16: tl.constexpr = 0
+FMT_FP8: tl.constexpr = 1
+FMT_DS_MLA: tl.constexpr = 2
+LOG2E: tl.constexpr = 1.4426950408889634
+
+
+@triton.jit
+def _lane_dim(c, j: tl.constexpr, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr):
+    # dimension of lane j's c-th element: interleaved bytes of words (fp8) or contiguous blocks
+    if FP8_LAYOUT:
+        return 4 * c + j
+    else:
+        return WIDTH * j + c
+
+
+@triton.jit
+def _mma(a, b, acc, DOT_F32: tl.constexpr):
+    # The interpreter multiplies raw bf16 bits in tl.dot (triton#11584): upcast there.
+    if DOT_F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _load_latent(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, j: tl.constexpr,
+                 FORMAT: tl.constexpr, HW_FP8: tl.constexpr, ROW_WORDS: tl.constexpr,
+                 SW_SCALE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Latent lanes 0..3 of BLOCK_N rows, each [BLOCK_N, 128] (fp16 for fp8 formats, bf16)."""
+    if FORMAT == FMT_BF16:
+        offs = tl.arange(0, 128)
+        base = bf16_ptr + slot[:, None] * 576 + offs[None, :]
+        m = mask_n[:, None]
+        return (tl.load(base, mask=m, other=0.0), tl.load(base + 128, mask=m, other=0.0),
+                tl.load(base + 256, mask=m, other=0.0), tl.load(base + 384, mask=m, other=0.0))
+    else:
+        offs_t = tl.arange(0, 4)
+        offs_c = tl.arange(0, 32)
+        ptr = (u32_ptr + slot[:, None, None] * ROW_WORDS + offs_t[None, :, None] * 32
+               + offs_c[None, None, :])
+        words = tl.load(ptr, mask=mask_n[:, None, None], other=0)  # [BLOCK_N, 4 tiles, 32]
+        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+        if FORMAT == FMT_DS_MLA:
+            s = tl.load(f32_ptr + slot[:, None] * ROW_WORDS + 128 + offs_t[None, :],
+                        mask=mask_n[:, None], other=0.0)
+            if not HW_FP8:
+                s = s * SW_SCALE
+            s = s.to(tl.float16)[:, :, None]
+            k0, k1, k2, k3 = k0 * s, k1 * s, k2 * s, k3 * s
+        return (tl.reshape(k0, (BLOCK_N, 128)), tl.reshape(k1, (BLOCK_N, 128)),
+                tl.reshape(k2, (BLOCK_N, 128)), tl.reshape(k3, (BLOCK_N, 128)))
+
+
+@triton.jit
+def _mla_decode_kernel(
+    q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr,
+    block_table_ptr, seqlens_ptr,
+    out_ptr, lse_ptr, part_out_ptr, part_lse_ptr,
+    stride_qb, stride_qs, stride_qh,
+    stride_bt,
+    stride_ob, stride_os, stride_oh,
+    stride_lb, stride_ls,
+    softmax_scale, num_heads, num_splits, page_shift,
+    FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
+    S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
+    BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
+    SW_SCALE: tl.constexpr,
+):
+    BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
+    FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    hb = tl.program_id(2)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    qi = offs_m // HEADS
+    head = hb * HEADS + offs_m % HEADS
+    row_ok = (qi < S_Q) & (head < num_heads)
+    q_row = q_ptr + b.to(tl.int64) * stride_qb + qi * stride_qs + head * stride_qh
+
+    # --- q lanes (latent) and rope -------------------------------------------------------
+    c128 = tl.arange(0, 128)
+    if FORMAT == FMT_BF16:
+        mma_t = tl.bfloat16
+    else:
+        mma_t = tl.float16
+    q0 = tl.load(q_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
+                 mask=row_ok[:, None], other=0.0).to(mma_t)
+    q1 = tl.load(q_row[:, None] + _lane_dim(c128, 1, FP8_LAYOUT, 128)[None, :],
+                 mask=row_ok[:, None], other=0.0).to(mma_t)
+    q2 = tl.load(q_row[:, None] + _lane_dim(c128, 2, FP8_LAYOUT, 128)[None, :],
+                 mask=row_ok[:, None], other=0.0).to(mma_t)
+    q3 = tl.load(q_row[:, None] + _lane_dim(c128, 3, FP8_LAYOUT, 128)[None, :],
+                 mask=row_ok[:, None], other=0.0).to(mma_t)
+    c16 = tl.arange(0, 16)
+    c64 = tl.arange(0, 64)
+    if FORMAT == FMT_FP8:
+        qr0 = tl.load(q_row[:, None] + 512 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
+        qr1 = tl.load(q_row[:, None] + 513 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
+        qr2 = tl.load(q_row[:, None] + 514 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
+        qr3 = tl.load(q_row[:, None] + 515 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
+        qr0, qr1, qr2, qr3 = qr0.to(mma_t), qr1.to(mma_t), qr2.to(mma_t), qr3.to(mma_t)
+        kv_mult = tl.load(fp8_scale_ptr) * SW_SCALE
+    else:
+        qr = tl.load(q_row[:, None] + 512 + c64[None, :], mask=row_ok[:, None], other=0.0)
+        qr = qr.to(tl.bfloat16)
+        if FORMAT == FMT_BF16:
+            kv_mult = tl.load(fp8_scale_ptr)  # 1, or the scale of an fp8 pool cast to bf16
+        else:
+            kv_mult = 1.0
+    qk_scale = softmax_scale * kv_mult * LOG2E
+
+    # --- this program's token chunk (from the device-side length) --------------------------
+    seqlen = tl.load(seqlens_ptr + b)
+    chunk = tl.cdiv(tl.cdiv(seqlen, num_splits), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(seqlen, start + chunk)
+    visible = seqlen - S_Q + 1 + qi  # causal limit per row
+    page_mask = (1 << page_shift) - 1
+    bt_row = block_table_ptr + b.to(tl.int64) * stride_bt
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc0 = tl.zeros((BLOCK_M, 128), tl.float32)
+    acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
+    acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
+    acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        page = tl.load(bt_row + (offs_n >> page_shift), mask=mask_n, other=0)
+        slot = (page.to(tl.int64) << page_shift) + (offs_n & page_mask)
+        k0, k1, k2, k3 = _load_latent(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, 0, FORMAT,
+                                      HW_FP8, ROW_WORDS, SW_SCALE, BLOCK_N)
+        qk = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        qk = _mma(q0, tl.trans(k0), qk, DOT_F32)
+        qk = _mma(q1, tl.trans(k1), qk, DOT_F32)
+        qk = _mma(q2, tl.trans(k2), qk, DOT_F32)
+        qk = _mma(q3, tl.trans(k3), qk, DOT_F32)
+        if FORMAT == FMT_FP8:
+            w = tl.load(u32_ptr + slot[:, None] * ROW_WORDS + 128 + c16[None, :],
+                        mask=mask_n[:, None], other=0)
+            r0, r1, r2, r3 = e4m3x4_to_f16(w, HW_FP8)
+            qk = _mma(qr0, tl.trans(r0), qk, DOT_F32)
+            qk = _mma(qr1, tl.trans(r1), qk, DOT_F32)
+            qk = _mma(qr2, tl.trans(r2), qk, DOT_F32)
+            qk = _mma(qr3, tl.trans(r3), qk, DOT_F32)
+        elif FORMAT == FMT_DS_MLA:
+            kr = tl.load(bf16_ptr + slot[:, None] * (2 * ROW_WORDS) + 264 + c64[None, :],
+                         mask=mask_n[:, None], other=0.0)
+            qk = _mma(qr, tl.trans(kr), qk, DOT_F32)
+        else:
+            kr = tl.load(bf16_ptr + slot[:, None] * 576 + 512 + c64[None, :],
+                         mask=mask_n[:, None], other=0.0)
+            qk = _mma(qr, tl.trans(kr), qk, DOT_F32)
+
+        ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
+        qk = tl.where(ok, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+        pm = p.to(mma_t)
+        acc0 = _mma(pm, k0, acc0 * alpha[:, None], DOT_F32)
+        acc1 = _mma(pm, k1, acc1 * alpha[:, None], DOT_F32)
+        acc2 = _mma(pm, k2, acc2 * alpha[:, None], DOT_F32)
+        acc3 = _mma(pm, k3, acc3 * alpha[:, None], DOT_F32)
+
+    # --- normalize; write the final output (one split) or this split's partial -------------
+    has = l_i > 0.0
+    inv = tl.where(has, kv_mult / tl.where(has, l_i, 1.0), 0.0)
+    lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
+    if DIRECT:
+        o_row = out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh
+        l_row = lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head
+        tl.store(l_row, lse, mask=row_ok)
+        om = row_ok[:, None]
+        tl.store(o_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
+                 (acc0 * inv[:, None]).to(tl.bfloat16), mask=om)
+        tl.store(o_row[:, None] + _lane_dim(c128, 1, FP8_LAYOUT, 128)[None, :],
+                 (acc1 * inv[:, None]).to(tl.bfloat16), mask=om)
+        tl.store(o_row[:, None] + _lane_dim(c128, 2, FP8_LAYOUT, 128)[None, :],
+                 (acc2 * inv[:, None]).to(tl.bfloat16), mask=om)
+        tl.store(o_row[:, None] + _lane_dim(c128, 3, FP8_LAYOUT, 128)[None, :],
+                 (acc3 * inv[:, None]).to(tl.bfloat16), mask=om)
+    else:
+        # workspace: part_out [batch, num_splits, S_Q, num_heads, 512] fp32, part_lse likewise
+        rows = ((b * num_splits + split) * S_Q + qi).to(tl.int64) * num_heads + head
+        tl.store(part_lse_ptr + rows, lse, mask=row_ok)
+        o_row = part_out_ptr + rows * 512
+        om = row_ok[:, None]
+        tl.store(o_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
+                 acc0 * inv[:, None], mask=om)
+        tl.store(o_row[:, None] + _lane_dim(c128, 1, FP8_LAYOUT, 128)[None, :],
+                 acc1 * inv[:, None], mask=om)
+        tl.store(o_row[:, None] + _lane_dim(c128, 2, FP8_LAYOUT, 128)[None, :],
+                 acc2 * inv[:, None], mask=om)
+        tl.store(o_row[:, None] + _lane_dim(c128, 3, FP8_LAYOUT, 128)[None, :],
+                 acc3 * inv[:, None], mask=om)
+
+
+@triton.jit
+def _combine_splits_kernel(
+    part_out_ptr, part_lse_ptr, out_ptr, lse_ptr,
+    stride_ob, stride_os, stride_oh, stride_lb, stride_ls,
+    num_splits, num_heads,
+    S_Q: tl.constexpr, SPLITS_P2: tl.constexpr, DIM: tl.constexpr,
+):
+    """LSE-weighted merge of one (request, query, head) row's split partials:
+    out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf."""
+    b = tl.program_id(0)
+    qi = tl.program_id(1)
+    head = tl.program_id(2)
+    offs_s = tl.arange(0, SPLITS_P2)
+    rows = ((b * num_splits + offs_s) * S_Q + qi).to(tl.int64) * num_heads + head
+    lse_s = tl.load(part_lse_ptr + rows, mask=offs_s < num_splits, other=float("-inf"))
+    mx = tl.max(lse_s, axis=0)
+    mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
+    w = tl.exp(lse_s - mx_safe)
+    total = tl.sum(w, axis=0)
+    offs_d = tl.arange(0, DIM)
+    parts = tl.load(part_out_ptr + rows[:, None] * DIM + offs_d[None, :],
+                    mask=(w > 0.0)[:, None], other=0.0)
+    o = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
+    lse = tl.where(total > 0.0, mx_safe + tl.log(tl.where(total > 0.0, total, 1.0)),
+                   float("-inf"))
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh + offs_d,
+             o.to(tl.bfloat16))
+    tl.store(lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head, lse)

@@ -1,0 +1,77 @@
+"""Where kernels run: CUDA device facts, the Triton interpreter, launch configurations."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["interpreting", "Target", "target_for", "DecodeConfig", "decode_config"]
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a launcher needs to know about the device: compute capability (major·10 + minor),
+    SM count, and whether kernels run interpreted."""
+
+    cc: int
+    num_sms: int
+    interpreted: bool = False
+
+    @property
+    def hw_fp8(self) -> bool:
+        """Hardware e4m3 conversion (``cvt.rn.f16x2.e4m3x2``) exists from SM89 on."""
+        return not self.interpreted and self.cc >= 89
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_target(index: int) -> Target:
+    props = torch.cuda.get_device_properties(index)
+    return Target(cc=props.major * 10 + props.minor, num_sms=props.multi_processor_count)
+
+
+def target_for(device: torch.device) -> Target:
+    """The `Target` for tensors on ``device``; CPU tensors need the interpreter."""
+    if device.type == "cuda":
+        return _cuda_target(device.index if device.index is not None else torch.cuda.current_device())
+    if interpreting():
+        return Target(cc=90, num_sms=4, interpreted=True)
+    raise RuntimeError(
+        f"fp8mla kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors); got device "
+        f"{device}"
+    )
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Tile sizes and launch parameters of the dense decode kernel."""
+
+    block_n: int
+    heads_per_block: int
+    num_warps: int
+    num_stages: int
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeConfig:
+    """The configuration the launcher picks for a target (also what the portability test
+    compiles). BLOCK_M = pow2(s_q) · heads_per_block rows is kept in [16, 64]: 16 is the
+    smallest MMA tile, 64 keeps four [64, 128] fp32 accumulators in registers with 8 warps."""
+    s_q_p2 = _pow2(s_q)
+    heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, 64 // s_q_p2))
+    block_m = s_q_p2 * heads
+    num_warps = 8 if block_m >= 64 else 4
+    block_n = 32 if kv_format == "bf16" else 64 if block_m <= 16 else 32
+    num_stages = 1 if cc < 80 else 2
+    return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
+                        num_stages=num_stages)

@@ -1,0 +1,158 @@
+"""Dense decode against the float32 reference: odd shapes, every format, poisoned pools."""
+
+import pytest
+import torch
+
+from fp8mla import reference
+from fp8mla.decode import DecodePlan, choose_num_splits, dense_decode
+from fp8mla.testing import assert_close
+
+from helpers import paged_cache
+
+FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
+
+# (heads, s_q, lens, page_size, num_splits); num_splits None = the scheduler's choice
+CPU_CASES = [
+    (1, 1, [63], 16, None),
+    (3, 1, [65, 1, 0], 16, None),
+    (8, 2, [100, 7], 1, 3),
+    (16, 4, [200], 64, 2),
+    (5, 3, [64, 2, 130], 64, 5),
+    (64, 1, [33, 0], 16, 2),
+    (128, 1, [40], 64, None),
+]
+
+
+def _q(batch, s_q, heads, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, s_q, heads, 576, generator=g).bfloat16().to(device)
+
+
+def _check(cache, table, seqlens, q, out, lse, scale):
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, scale)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS)
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", CPU_CASES)
+def test_decode_matches_reference(device, fmt, policy, heads, s_q, lens, page_size, splits):
+    seed = hash((fmt, policy, heads, s_q, tuple(lens), page_size)) % 2**31
+    cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
+                                        seed=seed)
+    q = _q(len(lens), s_q, heads, device, seed + 1)
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                      page_size=page_size, cache_seqlens=seqlens, softmax_scale=0.06,
+                      device=device, num_splits=splits)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 0.06)
+
+
+def test_zero_length_gives_zeros_and_minus_inf(device):
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [0, 5], 16, device=device)
+    q = _q(2, 1, 4, device, 0)
+    out, lse = dense_decode(q, cache.layer(0), table, seqlens, kv_format="fp8_ds_mla")
+    assert torch.all(out[0] == 0)
+    assert torch.all(lse[0] == float("-inf"))
+    assert torch.all(lse[1].isfinite())
+
+
+@pytest.mark.parametrize("backend", ["full_cast", "gather_cast", "reference"])
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
+def test_baselines_match_reference(device, backend, fmt):
+    cache, table, seqlens = paged_cache(fmt, [70, 3], 16, device=device, seed=7)
+    q = _q(2, 2, 3, device, 8)
+    out, lse = dense_decode(q, cache.layer(0), table, seqlens, kv_format=fmt,
+                            fp8_scale=cache.scale(0), backend=backend)
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
+
+
+def test_scheduler_fills_the_gpu_without_tiny_splits():
+    assert choose_num_splits(1, 1, 131072, 132) == 64  # B=1 at 128K: capped at MAX_SPLITS
+    assert choose_num_splits(64, 1, 8192, 132) == 5  # 320 programs ≈ 2.4 per SM
+    assert choose_num_splits(64, 2, 8192, 132) == 3
+    assert choose_num_splits(1, 1, 300, 132) == 2  # never below 256 tokens per split
+    assert choose_num_splits(256, 1, 100, 132) == 1
+
+
+def test_plan_workspace_independent_of_pool_and_lengths(device):
+    kw = dict(batch=2, num_heads=8, kv_format="fp8", page_size=16, device=device, num_splits=4)
+    a = DecodePlan(max_seqlen=100, **kw)
+    b = DecodePlan(max_seqlen=100_000, **kw)
+    assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 + 1) * 4
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+@pytest.fixture
+def small(device):
+    cache, table, seqlens = paged_cache("fp8", [20, 9], 16, device=device)
+    plan = DecodePlan(batch=2, num_heads=4, kv_format="fp8", page_size=16,
+                      cache_seqlens=seqlens, device=device)
+    return cache, table, seqlens, plan, _q(2, 1, 4, device, 1)
+
+
+def test_rejects_wrong_q_dtype(small):
+    cache, table, seqlens, plan, q = small
+    with pytest.raises(TypeError, match=r"q: expected dtype bfloat16, got float32"):
+        plan.run(q.float(), cache.layer(0), table, seqlens)
+
+
+def test_rejects_wrong_head_dim(small):
+    cache, table, seqlens, plan, q = small
+    with pytest.raises(ValueError, match=r"q: plan was built for .*576.*got \[2, 1, 4, 512\]"):
+        plan.run(q[..., :512].contiguous(), cache.layer(0), table, seqlens)
+
+
+def test_rejects_plan_reuse_with_other_batch_or_heads(small, device):
+    cache, table, seqlens, plan, _ = small
+    with pytest.raises(ValueError, match=r"q: plan was built for"):
+        plan.run(_q(2, 1, 8, device, 2), cache.layer(0), table, seqlens)
+    with pytest.raises(ValueError, match=r"block_table: expected 2 rows"):
+        plan.run(_q(2, 1, 4, device, 2), cache.layer(0), table[:1], seqlens)
+
+
+def test_rejects_other_page_size_or_format(small, device):
+    cache, table, seqlens, plan, q = small
+    other, _, _ = paged_cache("fp8", [20], 32, device=device)
+    with pytest.raises(ValueError, match=r"kv_cache: plan has page_size 16, cache pages hold 32"):
+        plan.run(q, other.layer(0), table, seqlens)
+    ds, _, _ = paged_cache("fp8_ds_mla", [20], 16, device=device)
+    with pytest.raises(ValueError, match=r"kv_cache: expected uint8 \[num_pages, page_size, 576\]"):
+        plan.run(q, ds.layer(0), table, seqlens)
+
+
+def test_rejects_lengths_beyond_block_table(small):
+    cache, table, seqlens, plan, q = small
+    too_long = torch.tensor([20, table.shape[1] * 16 + 1], dtype=torch.int32, device=q.device)
+    with pytest.raises(ValueError, match=r"cache_seqlens: expected lengths in \[0, 48\]"):
+        plan.run(q, cache.layer(0), table, too_long)
+
+
+def test_rejects_block_table_entry_outside_pool(small):
+    cache, table, seqlens, plan, q = small
+    bad = table.clone()
+    bad[1, 0] = cache.num_pages
+    with pytest.raises(ValueError, match=r"block_table: a page within cache_seqlens points outside"):
+        plan.run(q, cache.layer(0), bad, seqlens)
+
+
+def test_rejects_bad_plan_arguments(device):
+    with pytest.raises(ValueError, match=r"num_heads: expected an int in \[1, 128\], got 129"):
+        DecodePlan(batch=1, num_heads=129, kv_format="fp8", page_size=16, max_seqlen=1,
+                   device=device)
+    with pytest.raises(ValueError, match=r"page_size: expected a power of two"):
+        DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=48, max_seqlen=1,
+                   device=device)
+    with pytest.raises(ValueError, match=r"kv_format: expected one of bf16, fp8, fp8_ds_mla"):
+        DecodePlan(batch=1, num_heads=8, kv_format="int4", page_size=16, max_seqlen=1,
+                   device=device)
+    with pytest.raises(ValueError, match=r"s_q: expected an int in \[1, 4\], got 5"):
+        DecodePlan(batch=1, num_heads=8, s_q=5, kv_format="fp8", page_size=16, max_seqlen=1,
+                   device=device)
+
+
+def test_unknown_backend_lists_valid_ones(small):
+    cache, table, seqlens, _, q = small
+    with pytest.raises(ValueError, match=r"backend: expected fp8mla or one of full_cast"):
+        dense_decode(q, cache.layer(0), table, seqlens, kv_format="fp8", backend="flashinfer")

@@ -1,0 +1,64 @@
+"""Dense decode at full size and under CUDA-graph capture (GPU only)."""
+
+import pytest
+import torch
+
+from fp8mla import reference
+from fp8mla.decode import DecodePlan
+from fp8mla.testing import assert_close
+
+from helpers import paged_cache
+
+pytestmark = pytest.mark.gpu
+
+FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS)
+@pytest.mark.parametrize("heads,s_q,lens,page_size", [
+    (8, 1, [8192, 1, 4097, 0], 64),
+    (16, 2, [3000, 8191], 16),
+    (128, 1, [2048, 65], 64),
+    (64, 4, [1000, 1], 1),
+    (3, 3, [20000], 256),
+])
+def test_full_size_matches_reference(fmt, policy, heads, s_q, lens, page_size):
+    cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device="cuda",
+                                        seed=len(lens) * heads)
+    g = torch.Generator().manual_seed(heads)
+    q = torch.randn(len(lens), s_q, heads, 576, generator=g).bfloat16().cuda()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                      page_size=page_size, cache_seqlens=seqlens, device="cuda")
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
+def test_cuda_graph_replays_with_new_lengths_and_contents(fmt):
+    lens = [3000, 700, 64]
+    cache, table, seqlens = paged_cache(fmt, [4096] * 3, 64, device="cuda", seed=3)
+    seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
+    q = torch.randn(3, 1, 16, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=3, num_heads=16, kv_format=cache.fmt, page_size=64,
+                      max_seqlen=4096, device="cuda")
+    plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), check=False)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0),
+                            check=False)
+    for step, new_lens in enumerate(([3001, 701, 65], [4096, 1, 0], [17, 2500, 4000])):
+        seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        q.copy_(torch.randn_like(q.float()).bfloat16())
+        # rewrite every request's rows: contents change under the graph
+        pos = torch.arange(4096, device="cuda")
+        for b in range(3):
+            slots = table[b, pos // 64].long() * 64 + pos % 64
+            cache.store(0, torch.randn(4096, 512, device="cuda").bfloat16(),
+                        torch.randn(4096, 64, device="cuda").bfloat16(), slots)
+        graph.replay()
+        ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+        assert_close(out, ro, name=f"replay {step} out")
+        assert_close(lse, rl, atol=1e-3, rtol=1e-3, name=f"replay {step} lse")
