@@ -1,0 +1,1 @@
+"""Benchmark harness: read ceiling, timed cases, JSON records (DESIGN.md §9)."""

@@ -1,0 +1,78 @@
+"""Timing, the read ceiling, and result records shared by every benchmark.
+
+Times are medians of ``triton.testing.do_bench`` (events; L2 flushed before each call) after
+warm-up. Every run measures the read ceiling itself and reports each case's ratio to it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+
+from fp8mla.kernels.stream import _stream_read_kernel
+
+__all__ = ["Record", "time_us", "read_ceiling_tbps", "env_info", "write_records"]
+
+
+@dataclass
+class Record:
+    """One benchmark row, DESIGN.md §9's schema."""
+
+    case: str
+    backend: str
+    us: float
+    TBps: float | None
+    TFLOPS: float | None
+    ceiling_TBps: float
+    gpu: str
+    torch: str
+    triton: str
+    date: str
+    commit: str
+    note: str | None = None
+
+
+def time_us(fn, *, warmup_ms: int = 50, rep_ms: int = 300) -> float:
+    """Median time of ``fn()`` in microseconds."""
+    return 1000.0 * triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
+                                            return_mode="median")
+
+
+def read_ceiling_tbps(gib: float = 4.0) -> float:
+    """Streaming-read bandwidth of a Triton kernel over a ``gib`` GiB buffer, TB/s."""
+    n_words = int(gib * 2**30) // 4
+    x = torch.ones(n_words, dtype=torch.int32, device="cuda")
+    block, iters = 4096, 16
+    grid = (triton.cdiv(n_words, block * iters),)
+    out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
+    fn = lambda: _stream_read_kernel[grid](x, out, n_words, BLOCK=block, ITERS=iters,
+                                           num_warps=8)
+    us = time_us(fn)
+    return n_words * 4 / (us * 1e-6) / 1e12
+
+
+def env_info() -> dict[str, str]:
+    """GPU name, versions, date and commit for every record."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=False).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    return {
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "torch": torch.__version__, "triton": triton.__version__,
+        "date": datetime.date.today().isoformat(), "commit": os.environ.get("FP8MLA_COMMIT", commit),
+    }
+
+
+def write_records(records: list[Record], path: str) -> None:
+    """Write records as a JSON list (DESIGN.md §9)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump([asdict(r) for r in records], f, indent=1)
