@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 
 from fp8mla import doctor
+from fp8mla.bench import cli as bench
 
-_SUBCOMMANDS = (doctor,)
+_SUBCOMMANDS = (doctor, bench)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ per query. Each case is checked against the float32 reference before it is timed
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -49,8 +50,10 @@ DECODE_CASES = [DecodeCase(64, 8192, 16), DecodeCase(1, 131072, 8), DecodeCase(6
 POOL_CASE = DecodeCase(1, 4096, 8, pool_tokens=495_000)
 
 
+@functools.lru_cache(maxsize=4)
 def make_problem(case: DecodeCase, fmt_name: str, device: str = "cuda", seed: int = 0):
-    """Random pool (pages shuffled), block table, lengths and q for ``case``."""
+    """Random pool (pages shuffled), block table, lengths and q for ``case`` (cached: a sweep
+    reuses one problem)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     fmt = kv_format(fmt_name)
     ps = case.page_size

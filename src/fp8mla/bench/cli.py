@@ -1,0 +1,104 @@
+"""``fp8mla bench decode``: time dense decode on this GPU against its read ceiling.
+
+Writes DESIGN.md §9 records (JSON) and prints µs, TB/s, TFLOPS and the ratio to the ceiling per
+case. ``--sweep`` also times alternative tile/split configurations and prints the best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="benchmark kernels on this GPU (JSON results)")
+    p.add_argument("what", choices=["decode"], help="which benchmark")
+    p.add_argument("--out", default=None,
+                   help="JSON path (default benchmarks/results/<gpu>-<yyyymmdd>.json)")
+    p.add_argument("--formats", default="fp8,fp8_ds_mla,bf16",
+                   help="comma-separated KV formats (default: fp8,fp8_ds_mla,bf16)")
+    p.add_argument("--sweep", action="store_true", help="also time other configurations")
+    p.add_argument("--sweep-out", default=None, help="JSON path for the sweep's rows")
+    p.set_defaults(func=run)
+
+
+def _progress(items, desc):
+    try:
+        from tqdm import tqdm
+        return tqdm(items, desc=desc, file=sys.stderr)
+    except ImportError:
+        return items
+
+
+def _print(rec) -> None:
+    ratio = f"{rec.TBps / rec.ceiling_TBps:6.1%}" if rec.TBps else "   -  "
+    print(f"{rec.case:48s} {rec.backend:12s} {rec.us:9.1f} us {rec.TBps or 0:6.2f} TB/s "
+          f"{rec.TFLOPS or 0:7.1f} TFLOPS  {ratio} of ceiling", flush=True)
+
+
+def _sweep(case, fmt, env, ceiling):
+    from fp8mla.bench.decode import run_case
+    from fp8mla.runtime import DecodeConfig, decode_config
+
+    base = decode_config(90, fmt, case.heads, case.s_q)
+    rows = []
+    for bn, warps, stages in itertools.product((16, 32, 64), (4, 8), (1, 2, 3)):
+        cfg = DecodeConfig(block_n=bn, heads_per_block=base.heads_per_block, num_warps=warps,
+                           num_stages=stages)
+        for splits in (None, 2 * base.heads_per_block):
+            try:
+                rec = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)[0]
+            except Exception as e:  # a configuration that does not compile or fit: record it
+                rows.append({"case": case.name("dense_decode/" + fmt, fmt), "config": str(cfg),
+                             "splits": splits, "error": f"{type(e).__name__}: {e}"[:200]})
+                continue
+            rows.append({"case": rec.case, "us": rec.us, "TBps": rec.TBps, "TFLOPS": rec.TFLOPS,
+                         "note": rec.note})
+    ok = [r for r in rows if "us" in r]
+    if ok:
+        best = min(ok, key=lambda r: r["us"])
+        print(f"  best: {best['us']} us {best['TBps']} TB/s  {best['note']}", flush=True)
+    return rows
+
+
+def run(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("fp8mla bench: needs a CUDA GPU (none found)", file=sys.stderr)
+        return 2
+    from fp8mla.bench.decode import DECODE_CASES, POOL_CASE, run_case
+    from fp8mla.bench.harness import env_info, read_ceiling_tbps, write_records
+
+    env = env_info()
+    ceiling = read_ceiling_tbps()
+    print(f"{env['gpu']}  torch {env['torch']}  triton {env['triton']}  read ceiling "
+          f"{ceiling:.2f} TB/s", flush=True)
+    records, sweep_rows = [], []
+    formats = [f for f in args.formats.split(",") if f]
+    jobs = [(c, f) for f in formats for c in DECODE_CASES]
+    for case, fmt in _progress(jobs, "decode"):
+        for rec in run_case(case, fmt, env, ceiling):
+            records.append(rec)
+            _print(rec)
+        if args.sweep:
+            sweep_rows += _sweep(case, fmt, env, ceiling)
+    for rec in run_case(POOL_CASE, "fp8", env, ceiling,
+                        backends=("fp8mla", "gather_cast", "full_cast"),
+                        kind="pool_cast/one_layer"):
+        records.append(rec)
+        _print(rec)
+    gpu = env["gpu"].lower().replace("nvidia ", "").replace(" ", "-")
+    path = args.out or os.path.join("benchmarks", "results",
+                                    f"{gpu}-{env['date'].replace('-', '')}.json")
+    write_records(records, path)
+    print(f"wrote {path}")
+    if args.sweep and args.sweep_out:
+        with open(args.sweep_out, "w") as f:
+            json.dump(sweep_rows, f, indent=1)
+    return 0
