@@ -33,11 +33,21 @@ def check_tensor(
             raise ValueError(f"{name}: expected shape {want}, got {list(t.shape)}")
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {list(t.shape)}")
-    if device is not None and t.device != torch.device(device):
+    if device is not None and not same_device(t.device, torch.device(device)):
         raise ValueError(f"{name}: expected device {device}, got {t.device}")
     if contiguous_last and t.dim() and t.stride(-1) != 1:
         raise ValueError(f"{name}: expected a contiguous last dimension, got strides {t.stride()}")
     return t
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Equal devices, with an index-less ``cuda`` meaning the current CUDA device."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    cur = torch.cuda.current_device
+    return (a.index if a.index is not None else cur()) == (b.index if b.index is not None else cur())
 
 
 def check_int(name: str, value: object, *, lo: int | None = None, hi: int | None = None) -> int:

@@ -18,7 +18,7 @@ import math
 import torch
 import triton
 
-from fp8mla._checks import check_int, check_page_size, check_tensor
+from fp8mla._checks import check_int, check_page_size, check_tensor, same_device
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat, kv_format
 from fp8mla.kernels.decode import (
     FMT_BF16, FMT_DS_MLA, FMT_FP8, _combine_splits_kernel, _mla_decode_kernel,
@@ -183,7 +183,7 @@ class DecodePlan:
                 f"{list(q.shape)}"
             )
         rows = as_cache_rows(kv_cache, self.fmt, self.page_size)
-        if rows.device != self.device:
+        if not same_device(rows.device, self.device):
             raise ValueError(f"kv_cache: expected device {self.device}, got {rows.device}")
         check_paged_inputs(block_table, cache_seqlens, self.batch, self.page_size, rows.shape[0],
                            self.device, validate=check)

@@ -63,15 +63,23 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _max_block_m(cc: int) -> int:
+    # 99 KB shared-memory parts (SM86/87/89/120/121): four bf16 [64, 128] q lanes plus the KV
+    # tiles exceed it. SM100+: four [64, 128] fp32 accumulators plus the score tile overflow the
+    # 512 tensor-memory columns (Triton 3.9 then compiles the kernel to a bare `trap`). Both
+    # found by tests/test_portability.py.
+    return 64 if cc in (80, 90) else 32
+
+
 def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeConfig:
     """The configuration the launcher picks for a target (also what the portability test
-    compiles). BLOCK_M = pow2(s_q) · heads_per_block rows is kept in [16, 64]: 16 is the
-    smallest MMA tile, 64 keeps four [64, 128] fp32 accumulators in registers with 8 warps."""
+    compiles). BLOCK_M = pow2(s_q) · heads_per_block rows is kept in [16, max]: 16 is the
+    smallest MMA tile; at 64 four [64, 128] fp32 accumulators need 8 warps."""
     s_q_p2 = _pow2(s_q)
-    heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, 64 // s_q_p2))
+    max_m = _max_block_m(cc)
+    heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, max_m // s_q_p2))
     block_m = s_q_p2 * heads
     num_warps = 8 if block_m >= 64 else 4
     block_n = 32 if kv_format == "bf16" else 64 if block_m <= 16 else 32
-    num_stages = 1 if cc < 80 else 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
-                        num_stages=num_stages)
+                        num_stages=2)

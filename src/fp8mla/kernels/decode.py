@@ -23,10 +23,10 @@ import triton.language as tl
 
 from fp8mla.kernels.fp8 import e4m3x4_to_f16
 
-FMT_BF16: tl.constexpr = 0
-FMT_FP8: tl.constexpr = 1
-FMT_DS_MLA: tl.constexpr = 2
-LOG2E: tl.constexpr = 1.4426950408889634
+FMT_BF16 = tl.constexpr(0)
+FMT_FP8 = tl.constexpr(1)
+FMT_DS_MLA = tl.constexpr(2)
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit

@@ -8,9 +8,9 @@ import triton.language as tl
 
 from fp8mla.kernels.fp8 import e4m3_encode, pow2_ceil
 
-FMT_BF16: tl.constexpr = 0
-FMT_FP8: tl.constexpr = 1
-FMT_DS_MLA: tl.constexpr = 2
+FMT_BF16 = tl.constexpr(0)
+FMT_FP8 = tl.constexpr(1)
+FMT_DS_MLA = tl.constexpr(2)
 
 
 @triton.jit

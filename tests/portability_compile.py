@@ -1,0 +1,97 @@
+"""Compile every kernel for SM80/89/90/100/120 with the configuration its launcher picks there
+and print one JSON line per compile: {"what", "cc", "shared", "cubin", "hw_cvt", "trap"}.
+
+Run as a script without TRITON_INTERPRET (the interpreter replaces @triton.jit functions);
+tests/test_portability.py does that in a subprocess.
+"""
+
+import json
+from concurrent.futures import ProcessPoolExecutor
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
+from fp8mla.kernels.store import _store_index_keys_kernel, _store_kv_kernel
+from fp8mla.runtime import decode_config
+
+TARGETS = (80, 89, 90, 100, 120)
+FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
+ROW_BYTES = {"bf16": 1152, "fp8": 576, "fp8_ds_mla": 656}
+DECODE_SHAPES = ((8, 1), (128, 1))  # (heads, s_q): the smallest and largest BLOCK_M
+
+DECODE_SIG = {
+    "q_ptr": "*bf16", "u32_ptr": "*i32", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
+    "fp8_scale_ptr": "*fp32", "block_table_ptr": "*i32", "seqlens_ptr": "*i32",
+    "out_ptr": "*bf16", "lse_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
+    "stride_qb": "i32", "stride_qs": "i32", "stride_qh": "i32", "stride_bt": "i32",
+    "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", "stride_lb": "i32",
+    "stride_ls": "i32", "softmax_scale": "fp32", "num_heads": "i32", "num_splits": "i32",
+    "page_shift": "i32",
+}
+COMBINE_SIG = {
+    "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+    "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", "stride_lb": "i32",
+    "stride_ls": "i32", "num_splits": "i32", "num_heads": "i32",
+}
+STORE_SIG = {
+    "latent_ptr": "*bf16", "rope_ptr": "*bf16", "slot_ptr": "*i64", "scale_ptr": "*fp32",
+    "u8_ptr": "*u8", "f32_ptr": "*fp32", "bf16_ptr": "*bf16", "stride_lt": "i32",
+    "stride_rt": "i32",
+}
+KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr": "*fp32",
+            "stride_kt": "i32", "page_size": "i32"}
+
+
+def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2):
+    sig = dict(signature)
+    sig.update({k: "constexpr" for k in constexprs})
+    src = ASTSource(fn=fn, signature=sig,
+                    constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def row(what, cc, kernel):
+    return json.dumps({"what": what, "cc": cc, "shared": kernel.metadata.shared,
+                       "cubin": bool(kernel.asm.get("cubin")),
+                       "hw_cvt": "cvt.rn.f16x2.e4m3x2" in kernel.asm["ptx"],
+                       "trap": "trap;" in kernel.asm["ptx"]})
+
+
+def compile_target(cc):
+    """All kernels for one target; returns JSON lines."""
+    lines = []
+    hw = cc >= 89
+    for fmt, fid in FORMAT_IDS.items():
+        for heads, s_q in DECODE_SHAPES:
+            cfg = decode_config(cc, fmt, heads, s_q)
+            k = compile_for(_mla_decode_kernel, DECODE_SIG, {
+                "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,
+                "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
+                "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
+                "SW_SCALE": 1.0 if hw else 256.0,
+            }, cc, cfg.num_warps, cfg.num_stages)
+            lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
+        k = compile_for(_store_kv_kernel, STORE_SIG, {
+            "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
+            "ROPE": 64, "TILE": 128}, cc)
+        lines.append(row(f"store/{fmt}", cc, k))
+    lines.append(row("combine", cc, compile_for(_combine_splits_kernel, COMBINE_SIG,
+                                                {"S_Q": 1, "SPLITS_P2": 64, "DIM": 512}, cc)))
+    lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
+                                                         {"DIM": 128, "POW2": False}, cc)))
+    return lines
+
+
+def main():
+    # two processes: compiling is CPU-bound and the CI machine has two cores
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        for lines in pool.map(compile_target, TARGETS):
+            for line in lines:
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

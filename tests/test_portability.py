@@ -1,0 +1,50 @@
+"""Every kernel compiles for SM80, SM89, SM90, SM100 and SM120 with the configuration its
+launcher picks there and fits that target's shared memory (DESIGN.md §7); FP8 decoding uses the
+hardware e4m3 conversion exactly where it exists (SM89+) and the software path on SM80.
+Runs on the CPU: Triton compiles for any target without the GPU."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import portability_compile as pc
+
+# Shared memory per block (opt-in maximum), bytes: DESIGN.md §7.
+SMEM_LIMIT = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("portability_compile.py")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=480)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return {(r["what"], r["cc"]): r for r in rows}
+
+
+def _expected():
+    for cc in pc.TARGETS:
+        for fmt in pc.FORMAT_IDS:
+            for heads, s_q in pc.DECODE_SHAPES:
+                yield f"decode/{fmt}/H{heads}-sq{s_q}", cc
+            yield f"store/{fmt}", cc
+        yield "combine", cc
+        yield "store/index_keys", cc
+
+
+@pytest.mark.parametrize("what,cc", list(_expected()))
+def test_kernel_fits_target(compiled, what, cc):
+    row = compiled.get((what, cc))
+    assert row is not None, f"{what} did not compile for sm_{cc}"
+    assert row["cubin"], f"{what}: no cubin for sm_{cc}"
+    assert not row["trap"], f"{what}: compiled to a trap on sm_{cc} (an invalid configuration)"
+    assert row["shared"] <= SMEM_LIMIT[cc], (
+        f"{what}: {row['shared']} B shared memory > sm_{cc}'s {SMEM_LIMIT[cc]} B")
+    if what.startswith("decode/fp8"):
+        assert row["hw_cvt"] == (cc >= 89), "hardware e4m3 conversion iff SM89+"
