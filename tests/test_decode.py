@@ -68,7 +68,7 @@ def test_baselines_match_reference(device, backend, fmt):
 
 
 def test_scheduler_fills_the_gpu_without_tiny_splits():
-    assert choose_num_splits(1, 1, 131072, 132) == 64  # B=1 at 128K: capped at MAX_SPLITS
+    assert choose_num_splits(1, 1, 131072, 132) == 256  # B=1 at 128K: capped at MAX_SPLITS
     assert choose_num_splits(64, 1, 8192, 132) == 5  # 320 programs ≈ 2.4 per SM
     assert choose_num_splits(64, 2, 8192, 132) == 3
     assert choose_num_splits(1, 1, 300, 132) == 2  # never below 256 tokens per split
@@ -156,3 +156,18 @@ def test_unknown_backend_lists_valid_ones(small):
     cache, table, seqlens, _, q = small
     with pytest.raises(ValueError, match=r"backend: expected fp8mla or one of full_cast"):
         dense_decode(q, cache.layer(0), table, seqlens, kv_format="fp8", backend="flashinfer")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+@pytest.mark.parametrize("words_2d", [False, True])
+def test_tile_load_variants_agree(device, fmt, words_2d):
+    from fp8mla.runtime import DecodeConfig
+
+    cache, table, seqlens = paged_cache(fmt, [300, 5, 0], 16, device=device, seed=11)
+    q = _q(3, 1, 8, device, 12)
+    plan = DecodePlan(batch=3, num_heads=8, kv_format=fmt, page_size=16, cache_seqlens=seqlens,
+                      device=device, num_splits=7,
+                      config=DecodeConfig(block_n=32, heads_per_block=16, num_warps=4,
+                                          num_stages=2, words_2d=words_2d))
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)

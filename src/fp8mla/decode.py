@@ -30,7 +30,7 @@ __all__ = ["DecodePlan", "dense_decode", "choose_num_splits", "check_paged_input
 
 _FORMAT_IDS = {"bf16": FMT_BF16, "fp8": FMT_FP8, "fp8_ds_mla": FMT_DS_MLA}
 MIN_SPLIT_TOKENS = 256
-MAX_SPLITS = 64
+MAX_SPLITS = 256
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, num_sms: int) -> int:
@@ -214,6 +214,7 @@ class DecodePlan:
             S_Q=self.s_q, S_Q_P2=1 << (self.s_q - 1).bit_length(),
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
+            WORDS_2D=cfg.words_2d,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if not direct:

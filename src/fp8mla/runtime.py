@@ -57,6 +57,7 @@ class DecodeConfig:
     heads_per_block: int
     num_warps: int
     num_stages: int
+    words_2d: bool = False  # FP8 rows as one [BLOCK_N, 128]-word load instead of [BLOCK_N, 4, 32]
 
 
 def _pow2(n: int) -> int:

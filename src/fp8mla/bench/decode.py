@@ -108,7 +108,8 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
         if backend == "fp8mla":
             c = plan.config
             note = (f"splits={plan.num_splits} block_n={c.block_n} heads/block="
-                    f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}")
+                    f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}"
+                    f" words_2d={c.words_2d}")
         records.append(Record(case=case_name, backend=backend, us=round(us, 2),
                               TBps=round(tbps, 3), TFLOPS=round(case.flops() / (us * 1e-6) / 1e12, 1),
                               ceiling_TBps=round(ceiling, 3), note=note, **env))

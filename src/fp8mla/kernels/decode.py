@@ -50,7 +50,7 @@ def _mma(a, b, acc, DOT_F32: tl.constexpr):
 @triton.jit
 def _load_latent(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, j: tl.constexpr,
                  FORMAT: tl.constexpr, HW_FP8: tl.constexpr, ROW_WORDS: tl.constexpr,
-                 SW_SCALE: tl.constexpr, BLOCK_N: tl.constexpr):
+                 SW_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, WORDS_2D: tl.constexpr):
     """Latent lanes 0..3 of BLOCK_N rows, each [BLOCK_N, 128] (fp16 for fp8 formats, bf16)."""
     if FORMAT == FMT_BF16:
         offs = tl.arange(0, 128)
@@ -58,6 +58,20 @@ def _load_latent(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, j: tl.constexpr,
         m = mask_n[:, None]
         return (tl.load(base, mask=m, other=0.0), tl.load(base + 128, mask=m, other=0.0),
                 tl.load(base + 256, mask=m, other=0.0), tl.load(base + 384, mask=m, other=0.0))
+    elif WORDS_2D:
+        # one [BLOCK_N, 128]-word tile; fp8_ds_mla scales gathered per word (L1 hits)
+        offs_c = tl.arange(0, 128)
+        row = slot[:, None] * ROW_WORDS
+        words = tl.load(u32_ptr + row + offs_c[None, :], mask=mask_n[:, None], other=0)
+        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+        if FORMAT == FMT_DS_MLA:
+            s = tl.load(f32_ptr + row + 128 + (offs_c // 32)[None, :], mask=mask_n[:, None],
+                        other=0.0)
+            if not HW_FP8:
+                s = s * SW_SCALE
+            s = s.to(tl.float16)
+            k0, k1, k2, k3 = k0 * s, k1 * s, k2 * s, k3 * s
+        return k0, k1, k2, k3
     else:
         offs_t = tl.arange(0, 4)
         offs_c = tl.arange(0, 32)
@@ -89,7 +103,7 @@ def _mla_decode_kernel(
     FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
-    SW_SCALE: tl.constexpr,
+    SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -156,7 +170,7 @@ def _mla_decode_kernel(
         page = tl.load(bt_row + (offs_n >> page_shift), mask=mask_n, other=0)
         slot = (page.to(tl.int64) << page_shift) + (offs_n & page_mask)
         k0, k1, k2, k3 = _load_latent(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, 0, FORMAT,
-                                      HW_FP8, ROW_WORDS, SW_SCALE, BLOCK_N)
+                                      HW_FP8, ROW_WORDS, SW_SCALE, BLOCK_N, WORDS_2D)
         qk = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         qk = _mma(q0, tl.trans(k0), qk, DOT_F32)
         qk = _mma(q1, tl.trans(k1), qk, DOT_F32)
@@ -243,14 +257,17 @@ def _combine_splits_kernel(
     lse_s = tl.load(part_lse_ptr + rows, mask=offs_s < num_splits, other=float("-inf"))
     mx = tl.max(lse_s, axis=0)
     mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
-    w = tl.exp(lse_s - mx_safe)
-    total = tl.sum(w, axis=0)
+    total = tl.sum(tl.exp(lse_s - mx_safe), axis=0)
     offs_d = tl.arange(0, DIM)
-    parts = tl.load(part_out_ptr + rows[:, None] * DIM + offs_d[None, :],
-                    mask=(w > 0.0)[:, None], other=0.0)
-    o = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
-    lse = tl.where(total > 0.0, mx_safe + tl.log(tl.where(total > 0.0, total, 1.0)),
-                   float("-inf"))
+    acc = tl.zeros((DIM,), tl.float32)
+    for s in range(num_splits):
+        row = ((b * num_splits + s) * S_Q + qi).to(tl.int64) * num_heads + head
+        w = tl.exp(tl.load(part_lse_ptr + row) - mx_safe)
+        if w > 0.0:
+            acc += w * tl.load(part_out_ptr + row * DIM + offs_d)
+    has = total > 0.0
+    o = acc / tl.where(has, total, 1.0)
+    lse = tl.where(has, mx_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh + offs_d,
              o.to(tl.bfloat16))
     tl.store(lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head, lse)
