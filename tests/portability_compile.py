@@ -79,7 +79,8 @@ def compile_target(cc):
             "ROPE": 64, "TILE": 128}, cc)
         lines.append(row(f"store/{fmt}", cc, k))
     lines.append(row("combine", cc, compile_for(_combine_splits_kernel, COMBINE_SIG,
-                                                {"S_Q": 1, "SPLITS_P2": 64, "DIM": 512}, cc)))
+                                                {"S_Q": 1, "SPLITS_P2": 256, "DIM": 512,
+                                                 "BLOCK_D": 128, "BLOCK_S": 16}, cc)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
     return lines

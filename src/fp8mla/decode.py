@@ -218,12 +218,12 @@ class DecodePlan:
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if not direct:
-            _combine_splits_kernel[(self.batch, self.s_q, self.num_heads)](
+            _combine_splits_kernel[(self.batch, self.s_q, self.num_heads * LATENT_DIM // 128)](
                 self.part_out, self.part_lse, out, lse,
                 out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
                 self.num_splits, self.num_heads,
                 S_Q=self.s_q, SPLITS_P2=triton.next_power_of_2(self.num_splits), DIM=LATENT_DIM,
-                num_warps=4,
+                BLOCK_D=128, BLOCK_S=16, num_warps=4,
             )
         return out, lse
 

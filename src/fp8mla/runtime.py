@@ -81,6 +81,9 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeCo
     heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, max_m // s_q_p2))
     block_m = s_q_p2 * heads
     num_warps = 8 if block_m >= 64 else 4
-    block_n = 32 if kv_format == "bf16" else 64 if block_m <= 16 else 32
+    # block_n / stages / words_2d: the best of benchmarks/results sweeps on the H200 (fp8:
+    # 223 us vs 284 us with the first guess at B=64 ctx=8K H=16; fp8_ds_mla: 305 vs 329)
+    block_n = 32 if kv_format == "bf16" or block_m > 16 else 64
+    num_stages = 3 if kv_format == "fp8_ds_mla" and block_m <= 16 else 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
-                        num_stages=2)
+                        num_stages=num_stages, words_2d=kv_format == "fp8")

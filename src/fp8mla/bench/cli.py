@@ -23,6 +23,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--formats", default="fp8,fp8_ds_mla,bf16",
                    help="comma-separated KV formats (default: fp8,fp8_ds_mla,bf16)")
     p.add_argument("--sweep", action="store_true", help="also time other configurations")
+    p.add_argument("--cases", default="all", choices=["all", "pool"],
+                   help="all cases, or only the motivating pool case")
     p.add_argument("--sweep-out", default=None, help="JSON path for the sweep's rows")
     p.set_defaults(func=run)
 
@@ -52,7 +54,7 @@ def _sweep(case, fmt, env, ceiling):
         cfg = DecodeConfig(block_n=bn, heads_per_block=base.heads_per_block, num_warps=warps,
                            num_stages=stages, words_2d=words_2d)
         try:
-            rec = run_case(case, fmt, env, ceiling, config=cfg)[0]
+            rec = run_case(case, fmt, env, ceiling, config=cfg)[-1]  # the graph replay
         except Exception as e:  # a configuration that does not compile or fit: record it
             rows.append({"case": case.name("dense_decode/" + fmt, fmt), "config": str(cfg),
                          "error": f"{type(e).__name__}: {e}"[:200]})
@@ -81,7 +83,7 @@ def run(args) -> int:
           f"{ceiling:.2f} TB/s", flush=True)
     records, sweep_rows = [], []
     formats = [f for f in args.formats.split(",") if f]
-    jobs = [(c, f) for f in formats for c in DECODE_CASES]
+    jobs = [(c, f) for f in formats for c in DECODE_CASES] if args.cases == "all" else []
     for case, fmt in _progress(jobs, "decode"):
         for rec in run_case(case, fmt, env, ceiling):
             records.append(rec)

@@ -245,29 +245,38 @@ def _combine_splits_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, lse_ptr,
     stride_ob, stride_os, stride_oh, stride_lb, stride_ls,
     num_splits, num_heads,
-    S_Q: tl.constexpr, SPLITS_P2: tl.constexpr, DIM: tl.constexpr,
+    S_Q: tl.constexpr, SPLITS_P2: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):
-    """LSE-weighted merge of one (request, query, head) row's split partials:
-    out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf."""
+    """LSE-weighted merge of one (request, query, head) row's split partials, BLOCK_D dims per
+    program: out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf.
+    Splits are read BLOCK_S at a time so their loads overlap."""
     b = tl.program_id(0)
     qi = tl.program_id(1)
-    head = tl.program_id(2)
+    head = tl.program_id(2) // (DIM // BLOCK_D)
+    d0 = (tl.program_id(2) % (DIM // BLOCK_D)) * BLOCK_D
+    row0 = (b * num_splits * S_Q + qi).to(tl.int64) * num_heads + head  # split 0's row
+    row_step = S_Q * num_heads  # rows between consecutive splits
     offs_s = tl.arange(0, SPLITS_P2)
-    rows = ((b * num_splits + offs_s) * S_Q + qi).to(tl.int64) * num_heads + head
-    lse_s = tl.load(part_lse_ptr + rows, mask=offs_s < num_splits, other=float("-inf"))
+    lse_s = tl.load(part_lse_ptr + row0 + offs_s * row_step, mask=offs_s < num_splits,
+                    other=float("-inf"))
     mx = tl.max(lse_s, axis=0)
     mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
     total = tl.sum(tl.exp(lse_s - mx_safe), axis=0)
-    offs_d = tl.arange(0, DIM)
-    acc = tl.zeros((DIM,), tl.float32)
-    for s in range(num_splits):
-        row = ((b * num_splits + s) * S_Q + qi).to(tl.int64) * num_heads + head
-        w = tl.exp(tl.load(part_lse_ptr + row) - mx_safe)
-        if w > 0.0:
-            acc += w * tl.load(part_out_ptr + row * DIM + offs_d)
+    offs_d = d0 + tl.arange(0, BLOCK_D)
+    acc = tl.zeros((BLOCK_D,), tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        offs = s0 + tl.arange(0, BLOCK_S)
+        rows = row0 + offs.to(tl.int64) * row_step
+        w = tl.exp(tl.load(part_lse_ptr + rows, mask=offs < num_splits, other=float("-inf"))
+                   - mx_safe)
+        parts = tl.load(part_out_ptr + rows[:, None] * DIM + offs_d[None, :],
+                        mask=(w > 0.0)[:, None], other=0.0)
+        acc += tl.sum(parts * w[:, None], axis=0)
     has = total > 0.0
     o = acc / tl.where(has, total, 1.0)
-    lse = tl.where(has, mx_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh + offs_d,
              o.to(tl.bfloat16))
-    tl.store(lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head, lse)
+    if d0 == 0:
+        lse = tl.where(has, mx_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
+        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head, lse)
