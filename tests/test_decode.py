@@ -6,7 +6,6 @@ import torch
 from fp8mla import reference
 from fp8mla.decode import DecodePlan, choose_num_splits, dense_decode
 from fp8mla.testing import assert_close
-
 from helpers import paged_cache
 
 FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]

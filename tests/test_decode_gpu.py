@@ -6,7 +6,6 @@ import torch
 from fp8mla import reference
 from fp8mla.decode import DecodePlan
 from fp8mla.testing import assert_close
-
 from helpers import paged_cache
 
 pytestmark = pytest.mark.gpu

@@ -27,7 +27,7 @@ def check_tensor(
             want = " or ".join(str(d).replace("torch.", "") for d in allowed)
             raise TypeError(f"{name}: expected dtype {want}, got {str(t.dtype).replace('torch.', '')}")
     if shape is not None:
-        ok = t.dim() == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape))
+        ok = t.dim() == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape, strict=False))
         if not ok:
             want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
             raise ValueError(f"{name}: expected shape {want}, got {list(t.shape)}")

@@ -14,11 +14,22 @@ import triton
 
 from fp8mla._checks import check_int, check_page_size, check_tensor
 from fp8mla.formats import (
-    INDEX_HEAD_DIM, INDEX_ROW_BYTES, LATENT_DIM, ROPE_DIM, SCALE_POLICIES, KVFormat,
-    dequantize_index_keys, dequantize_kv, kv_format,
+    INDEX_HEAD_DIM,
+    INDEX_ROW_BYTES,
+    LATENT_DIM,
+    ROPE_DIM,
+    SCALE_POLICIES,
+    KVFormat,
+    dequantize_index_keys,
+    dequantize_kv,
+    kv_format,
 )
 from fp8mla.kernels.store import (
-    FMT_BF16, FMT_DS_MLA, FMT_FP8, _store_index_keys_kernel, _store_kv_kernel,
+    FMT_BF16,
+    FMT_DS_MLA,
+    FMT_FP8,
+    _store_index_keys_kernel,
+    _store_kv_kernel,
 )
 
 __all__ = ["PagedKVCache", "IndexKeyCache", "PageAllocator", "build_block_table", "slot_mapping"]

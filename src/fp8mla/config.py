@@ -12,8 +12,9 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["MLAConfig", "PRESETS", "preset", "from_hf_config", "resolve_model"]
 
@@ -95,7 +96,7 @@ class MLAConfig:
         """qk_head_dim^-0.5 · mscale² (DESIGN.md §2)."""
         return self.qk_head_dim ** -0.5 * self.yarn_mscale ** 2
 
-    def split_tp(self, tp_size: int) -> "MLAConfig":
+    def split_tp(self, tp_size: int) -> MLAConfig:
         """The per-rank config under tensor parallelism: query heads split evenly, the latent
         cache and the indexer (which every rank computes whole) unchanged."""
         if not isinstance(tp_size, int) or isinstance(tp_size, bool) or tp_size <= 0:

@@ -21,7 +21,11 @@ import triton
 from fp8mla._checks import check_int, check_page_size, check_tensor, same_device
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat, kv_format
 from fp8mla.kernels.decode import (
-    FMT_BF16, FMT_DS_MLA, FMT_FP8, _combine_splits_kernel, _mla_decode_kernel,
+    FMT_BF16,
+    FMT_DS_MLA,
+    FMT_FP8,
+    _combine_splits_kernel,
+    _mla_decode_kernel,
 )
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
 from fp8mla.runtime import DecodeConfig, Target, decode_config, target_for

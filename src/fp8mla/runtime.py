@@ -31,7 +31,7 @@ class Target:
         return not self.interpreted and self.cc >= 89
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_target(index: int) -> Target:
     props = torch.cuda.get_device_properties(index)
     return Target(cc=props.major * 10 + props.minor, num_sms=props.multi_processor_count)

@@ -6,7 +6,6 @@ case. ``--sweep`` also times alternative tile/split configurations and prints th
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os

@@ -111,7 +111,7 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
             plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q,
                               kv_format=fmt, page_size=case.page_size, cache_seqlens=seqlens,
                               device="cuda", config=config, num_splits=num_splits)
-            fn = lambda: plan.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
+            fn = lambda p=plan: p.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
             c = plan.config
             note = (f"splits={plan.num_splits} block_n={c.block_n} heads/block="
                     f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}"
