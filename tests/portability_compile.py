@@ -72,6 +72,7 @@ def compile_target(cc):
                 "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
                 "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
                 "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d,
+                "PREFETCH": cfg.prefetch and fmt != "bf16",
             }, cc, cfg.num_warps, cfg.num_stages)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
         k = compile_for(_store_kv_kernel, STORE_SIG, {

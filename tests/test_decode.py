@@ -159,7 +159,8 @@ def test_unknown_backend_lists_valid_ones(small):
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
 @pytest.mark.parametrize("words_2d", [False, True])
-def test_tile_load_variants_agree(device, fmt, words_2d):
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_tile_load_variants_agree(device, fmt, words_2d, prefetch):
     from fp8mla.runtime import DecodeConfig
 
     cache, table, seqlens = paged_cache(fmt, [300, 5, 0], 16, device=device, seed=11)
@@ -167,6 +168,7 @@ def test_tile_load_variants_agree(device, fmt, words_2d):
     plan = DecodePlan(batch=3, num_heads=8, kv_format=fmt, page_size=16, cache_seqlens=seqlens,
                       device=device, num_splits=7,
                       config=DecodeConfig(block_n=32, heads_per_block=16, num_warps=4,
-                                          num_stages=2, words_2d=words_2d))
+                                          num_stages=2, words_2d=words_2d,
+                                          prefetch=prefetch))
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)

@@ -6,7 +6,12 @@ import torch
 
 from fp8mla.cache import IndexKeyCache, PageAllocator, PagedKVCache, build_block_table, slot_mapping
 from fp8mla.formats import (
-    compute_scale, dequantize_index_keys, dequantize_kv, kv_format, quantize_index_keys, quantize_kv,
+    compute_scale,
+    dequantize_index_keys,
+    dequantize_kv,
+    kv_format,
+    quantize_index_keys,
+    quantize_kv,
 )
 
 # Relative round-trip bound (‖x̂ − x‖ / ‖x‖) per format on N(0, 1) data: e4m3 keeps 3 mantissa

@@ -48,46 +48,114 @@ def _mma(a, b, acc, DOT_F32: tl.constexpr):
 
 
 @triton.jit
-def _load_latent(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, j: tl.constexpr,
-                 FORMAT: tl.constexpr, HW_FP8: tl.constexpr, ROW_WORDS: tl.constexpr,
-                 SW_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, WORDS_2D: tl.constexpr):
-    """Latent lanes 0..3 of BLOCK_N rows, each [BLOCK_N, 128] (fp16 for fp8 formats, bf16)."""
-    if FORMAT == FMT_BF16:
-        offs = tl.arange(0, 128)
-        base = bf16_ptr + slot[:, None] * 576 + offs[None, :]
-        m = mask_n[:, None]
-        return (tl.load(base, mask=m, other=0.0), tl.load(base + 128, mask=m, other=0.0),
-                tl.load(base + 256, mask=m, other=0.0), tl.load(base + 384, mask=m, other=0.0))
-    elif WORDS_2D:
-        # one [BLOCK_N, 128]-word tile; fp8_ds_mla scales gathered per word (L1 hits)
+def _tile_slots(bt_row, n0, end, page_shift, BLOCK_N: tl.constexpr):
+    """Token positions [n0, n0 + BLOCK_N) of a request: (positions, in-range mask, slots)."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < end
+    page = tl.load(bt_row + (offs_n >> page_shift), mask=mask_n, other=0)
+    slot = (page.to(tl.int64) << page_shift) + (offs_n & ((1 << page_shift) - 1))
+    return offs_n, mask_n, slot
+
+
+@triton.jit
+def _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT: tl.constexpr,
+                   ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Raw FP8 rows: latent words ([BLOCK_N, 128], or [BLOCK_N, 4, 32] by scale tile), scales
+    (fp8_ds_mla: per word, or per tile; fp8: unused) and rope (fp8: 16 words; fp8_ds_mla:
+    64 bf16)."""
+    m2 = mask_n[:, None]
+    row = slot[:, None] * ROW_WORDS
+    if WORDS_2D:
         offs_c = tl.arange(0, 128)
-        row = slot[:, None] * ROW_WORDS
-        words = tl.load(u32_ptr + row + offs_c[None, :], mask=mask_n[:, None], other=0)
-        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+        words = tl.load(u32_ptr + row + offs_c[None, :], mask=m2, other=0)
         if FORMAT == FMT_DS_MLA:
-            s = tl.load(f32_ptr + row + 128 + (offs_c // 32)[None, :], mask=mask_n[:, None],
-                        other=0.0)
-            if not HW_FP8:
-                s = s * SW_SCALE
-            s = s.to(tl.float16)
-            k0, k1, k2, k3 = k0 * s, k1 * s, k2 * s, k3 * s
-        return k0, k1, k2, k3
+            scales = tl.load(f32_ptr + row + 128 + (offs_c // 32)[None, :], mask=m2, other=0.0)
     else:
         offs_t = tl.arange(0, 4)
         offs_c = tl.arange(0, 32)
-        ptr = (u32_ptr + slot[:, None, None] * ROW_WORDS + offs_t[None, :, None] * 32
-               + offs_c[None, None, :])
-        words = tl.load(ptr, mask=mask_n[:, None, None], other=0)  # [BLOCK_N, 4 tiles, 32]
-        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+        words = tl.load(u32_ptr + row[:, :, None] + offs_t[None, :, None] * 32
+                        + offs_c[None, None, :], mask=mask_n[:, None, None], other=0)
         if FORMAT == FMT_DS_MLA:
-            s = tl.load(f32_ptr + slot[:, None] * ROW_WORDS + 128 + offs_t[None, :],
-                        mask=mask_n[:, None], other=0.0)
-            if not HW_FP8:
-                s = s * SW_SCALE
-            s = s.to(tl.float16)[:, :, None]
-            k0, k1, k2, k3 = k0 * s, k1 * s, k2 * s, k3 * s
-        return (tl.reshape(k0, (BLOCK_N, 128)), tl.reshape(k1, (BLOCK_N, 128)),
-                tl.reshape(k2, (BLOCK_N, 128)), tl.reshape(k3, (BLOCK_N, 128)))
+            scales = tl.load(f32_ptr + row + 128 + offs_t[None, :], mask=m2, other=0.0)
+    if FORMAT == FMT_DS_MLA:
+        rope = tl.load(bf16_ptr + slot[:, None] * (2 * ROW_WORDS) + 264
+                       + tl.arange(0, 64)[None, :], mask=m2, other=0.0)
+    else:
+        scales = tl.zeros((BLOCK_N,), tl.float32)
+        rope = tl.load(u32_ptr + row + 128 + tl.arange(0, 16)[None, :], mask=m2, other=0)
+    return words, scales, rope
+
+
+@triton.jit
+def _fp8_lanes(words, scales, FORMAT: tl.constexpr, HW_FP8: tl.constexpr,
+               SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Latent lanes 0..3, each fp16 [BLOCK_N, 128]; fp8_ds_mla tiles scaled to true values."""
+    k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+    if FORMAT == FMT_DS_MLA:
+        s = scales
+        if not HW_FP8:
+            s = s * SW_SCALE
+        s = s.to(tl.float16)
+        if not WORDS_2D:
+            s = s[:, :, None]
+        k0, k1, k2, k3 = k0 * s, k1 * s, k2 * s, k3 * s
+    if not WORDS_2D:
+        k0 = tl.reshape(k0, (BLOCK_N, 128))
+        k1 = tl.reshape(k1, (BLOCK_N, 128))
+        k2 = tl.reshape(k2, (BLOCK_N, 128))
+        k3 = tl.reshape(k3, (BLOCK_N, 128))
+    return k0, k1, k2, k3
+
+
+@triton.jit
+def _load_bf16_tile(bf16_ptr, slot, mask_n):
+    """BF16 rows: lanes 0..3 (dims 128 j + c), each [BLOCK_N, 128], and rope [BLOCK_N, 64]."""
+    m2 = mask_n[:, None]
+    base = bf16_ptr + slot[:, None] * 576 + tl.arange(0, 128)[None, :]
+    rope = tl.load(bf16_ptr + slot[:, None] * 576 + 512 + tl.arange(0, 64)[None, :], mask=m2,
+                   other=0.0)
+    return (tl.load(base, mask=m2, other=0.0), tl.load(base + 128, mask=m2, other=0.0),
+            tl.load(base + 256, mask=m2, other=0.0), tl.load(base + 384, mask=m2, other=0.0),
+            rope)
+
+
+@triton.jit
+def _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT: tl.constexpr,
+            HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr):
+    """q · kv over 576 dims (unscaled), [BLOCK_M, BLOCK_N] fp32."""
+    qk = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    qk = _mma(q0, tl.trans(k0), qk, DOT_F32)
+    qk = _mma(q1, tl.trans(k1), qk, DOT_F32)
+    qk = _mma(q2, tl.trans(k2), qk, DOT_F32)
+    qk = _mma(q3, tl.trans(k3), qk, DOT_F32)
+    if FORMAT == FMT_FP8:
+        r0, r1, r2, r3 = e4m3x4_to_f16(rope, HW_FP8)
+        qk = _mma(qr0, tl.trans(r0), qk, DOT_F32)
+        qk = _mma(qr1, tl.trans(r1), qk, DOT_F32)
+        qk = _mma(qr2, tl.trans(r2), qk, DOT_F32)
+        qk = _mma(qr3, tl.trans(r3), qk, DOT_F32)
+    else:
+        qk = _mma(qr0, tl.trans(rope), qk, DOT_F32)
+    return qk
+
+
+@triton.jit
+def _online_update(qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k2, k3,
+                   DOT_F32: tl.constexpr):
+    """One tile of the online softmax (base 2) and P · V into the four lane accumulators."""
+    qk = tl.where(ok, qk * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(qk - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    pm = p.to(k0.dtype)
+    acc0 = _mma(pm, k0, acc0 * alpha[:, None], DOT_F32)
+    acc1 = _mma(pm, k1, acc1 * alpha[:, None], DOT_F32)
+    acc2 = _mma(pm, k2, acc2 * alpha[:, None], DOT_F32)
+    acc3 = _mma(pm, k3, acc3 * alpha[:, None], DOT_F32)
+    return m_new, l_i, acc0, acc1, acc2, acc3
 
 
 @triton.jit
@@ -103,7 +171,7 @@ def _mla_decode_kernel(
     FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
-    SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
+    SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -132,7 +200,6 @@ def _mla_decode_kernel(
     q3 = tl.load(q_row[:, None] + _lane_dim(c128, 3, FP8_LAYOUT, 128)[None, :],
                  mask=row_ok[:, None], other=0.0).to(mma_t)
     c16 = tl.arange(0, 16)
-    c64 = tl.arange(0, 64)
     if FORMAT == FMT_FP8:
         qr0 = tl.load(q_row[:, None] + 512 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
         qr1 = tl.load(q_row[:, None] + 513 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
@@ -141,8 +208,9 @@ def _mla_decode_kernel(
         qr0, qr1, qr2, qr3 = qr0.to(mma_t), qr1.to(mma_t), qr2.to(mma_t), qr3.to(mma_t)
         kv_mult = tl.load(fp8_scale_ptr) * SW_SCALE
     else:
-        qr = tl.load(q_row[:, None] + 512 + c64[None, :], mask=row_ok[:, None], other=0.0)
-        qr = qr.to(tl.bfloat16)
+        qr0 = tl.load(q_row[:, None] + 512 + tl.arange(0, 64)[None, :], mask=row_ok[:, None],
+                      other=0.0).to(tl.bfloat16)
+        qr1, qr2, qr3 = qr0, qr0, qr0  # unused: bf16 rope is one K=64 dot
         if FORMAT == FMT_BF16:
             kv_mult = tl.load(fp8_scale_ptr)  # 1, or the scale of an fp8 pool cast to bf16
         else:
@@ -155,7 +223,6 @@ def _mla_decode_kernel(
     start = split * chunk
     end = tl.minimum(seqlen, start + chunk)
     visible = seqlen - S_Q + 1 + qi  # causal limit per row
-    page_mask = (1 << page_shift) - 1
     bt_row = block_table_ptr + b.to(tl.int64) * stride_bt
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -164,48 +231,41 @@ def _mla_decode_kernel(
     acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
     acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
     acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < end
-        page = tl.load(bt_row + (offs_n >> page_shift), mask=mask_n, other=0)
-        slot = (page.to(tl.int64) << page_shift) + (offs_n & page_mask)
-        k0, k1, k2, k3 = _load_latent(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, 0, FORMAT,
-                                      HW_FP8, ROW_WORDS, SW_SCALE, BLOCK_N, WORDS_2D)
-        qk = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        qk = _mma(q0, tl.trans(k0), qk, DOT_F32)
-        qk = _mma(q1, tl.trans(k1), qk, DOT_F32)
-        qk = _mma(q2, tl.trans(k2), qk, DOT_F32)
-        qk = _mma(q3, tl.trans(k3), qk, DOT_F32)
-        if FORMAT == FMT_FP8:
-            w = tl.load(u32_ptr + slot[:, None] * ROW_WORDS + 128 + c16[None, :],
-                        mask=mask_n[:, None], other=0)
-            r0, r1, r2, r3 = e4m3x4_to_f16(w, HW_FP8)
-            qk = _mma(qr0, tl.trans(r0), qk, DOT_F32)
-            qk = _mma(qr1, tl.trans(r1), qk, DOT_F32)
-            qk = _mma(qr2, tl.trans(r2), qk, DOT_F32)
-            qk = _mma(qr3, tl.trans(r3), qk, DOT_F32)
-        elif FORMAT == FMT_DS_MLA:
-            kr = tl.load(bf16_ptr + slot[:, None] * (2 * ROW_WORDS) + 264 + c64[None, :],
-                         mask=mask_n[:, None], other=0.0)
-            qk = _mma(qr, tl.trans(kr), qk, DOT_F32)
-        else:
-            kr = tl.load(bf16_ptr + slot[:, None] * 576 + 512 + c64[None, :],
-                         mask=mask_n[:, None], other=0.0)
-            qk = _mma(qr, tl.trans(kr), qk, DOT_F32)
-
-        ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
-        qk = tl.where(ok, qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(qk - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
-        pm = p.to(mma_t)
-        acc0 = _mma(pm, k0, acc0 * alpha[:, None], DOT_F32)
-        acc1 = _mma(pm, k1, acc1 * alpha[:, None], DOT_F32)
-        acc2 = _mma(pm, k2, acc2 * alpha[:, None], DOT_F32)
-        acc3 = _mma(pm, k3, acc3 * alpha[:, None], DOT_F32)
+    if PREFETCH:
+        # FP8 rows pass through registers (conversion) rather than an async copy: load tile
+        # i + 1 before working on tile i so its latency hides behind the math.
+        offs_n, mask_n, slot = _tile_slots(bt_row, start, end, page_shift, BLOCK_N)
+        words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT,
+                                             ROW_WORDS, WORDS_2D, BLOCK_N)
+        for n0 in range(start, end, BLOCK_N):
+            offs_x, mask_x, slot_x = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift,
+                                                 BLOCK_N)
+            words_x, scales_x, rope_x = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot_x,
+                                                       mask_x, FORMAT, ROW_WORDS, WORDS_2D,
+                                                       BLOCK_N)
+            k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
+                                        BLOCK_N)
+            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
+                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
+            ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
+            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
+                qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k2, k3, DOT_F32)
+            offs_n, mask_n, words, scales, rope = offs_x, mask_x, words_x, scales_x, rope_x
+    else:
+        for n0 in range(start, end, BLOCK_N):
+            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, BLOCK_N)
+            if FORMAT == FMT_BF16:
+                k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
+            else:
+                words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
+                                                     FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
+                k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
+                                            BLOCK_N)
+            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
+                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
+            ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
+            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
+                qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k2, k3, DOT_F32)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0
