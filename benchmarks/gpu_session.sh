@@ -5,7 +5,7 @@ set -uo pipefail
 OUT=${OUT:-.out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-python3 -m pytest tests -x -q -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/pytest.log"
+python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/pytest.log"
 python3 -m fp8mla.cli bench decode --out "$OUT/results.json" 2>&1 | grep -v it/s | tee "$OUT/bench.log"
 if [ "${1:-}" = sweep ]; then
   python3 -m fp8mla.cli bench decode --formats "${SWEEP_FORMATS:-fp8,fp8_ds_mla}" --sweep \

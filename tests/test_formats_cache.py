@@ -37,13 +37,14 @@ def test_row_sizes_and_ds_mla_layout():
 
 @pytest.mark.parametrize("fmt,policy", FORMATS)
 @pytest.mark.parametrize("page_size", [1, 16, 64, 256])
-def test_store_matches_reference_and_round_trips(fmt, policy, page_size):
+def test_store_matches_reference_and_round_trips(device, fmt, policy, page_size):
     g = torch.Generator().manual_seed(page_size)
     n = 37
-    cache = PagedKVCache(-(-3 * n // page_size) + 1, page_size, fmt, scale_policy=policy, fp8_scale=0.01)
-    lat = torch.randn(n, 512, generator=g).bfloat16()
-    rope = torch.randn(n, 64, generator=g).bfloat16()
-    slots = torch.randperm(cache.num_slots, generator=g)[:n]
+    cache = PagedKVCache(-(-3 * n // page_size) + 1, page_size, fmt, scale_policy=policy, fp8_scale=0.01,
+                         device=device)
+    lat = torch.randn(n, 512, generator=g).bfloat16().to(device)
+    rope = torch.randn(n, 64, generator=g).bfloat16().to(device)
+    slots = torch.randperm(cache.num_slots, generator=g)[:n].to(device)
     slots[5] = -1  # skipped
     before = cache.pool.clone()
     cache.store(0, lat, rope, slots)
@@ -51,7 +52,7 @@ def test_store_matches_reference_and_round_trips(fmt, policy, page_size):
     keep = slots >= 0
     ref = quantize_kv(lat[keep], rope[keep], cache.fmt, cache.scale(0))
     assert torch.equal(flat[slots[keep]], ref), "store kernel differs from the reference encoder"
-    untouched = torch.ones(cache.num_slots, dtype=torch.bool)
+    untouched = torch.ones(cache.num_slots, dtype=torch.bool, device=device)
     untouched[slots[keep]] = False
     assert torch.equal(flat[untouched], before.view(-1, cache.fmt.row_bytes)[untouched])
     x = torch.cat([lat, rope], 1).float()[keep]
@@ -60,10 +61,10 @@ def test_store_matches_reference_and_round_trips(fmt, policy, page_size):
 
 
 @pytest.mark.parametrize("policy", ["fp32", "pow2"])
-def test_index_key_store_layout(policy):
-    cache = IndexKeyCache(3, 16, scale_policy=policy)
-    keys = torch.randn(20, 128).bfloat16()
-    slots = torch.randperm(48)[:20]
+def test_index_key_store_layout(device, policy):
+    cache = IndexKeyCache(3, 16, scale_policy=policy, device=device)
+    keys = torch.randn(20, 128).bfloat16().to(device)
+    slots = torch.randperm(48)[:20].to(device)
     cache.store(0, keys, slots)
     kb, ks = cache.read(0)
     rb, rs = quantize_index_keys(keys, policy)
@@ -77,16 +78,18 @@ def test_index_key_store_layout(policy):
     assert cache.deep_gemm_view(0).shape == (3, 16, 1, 132)
 
 
-def test_rejected_store_leaves_cache_unchanged():
-    cache = PagedKVCache(2, 16, "fp8_ds_mla")
+def test_rejected_store_leaves_cache_unchanged(device):
+    cache = PagedKVCache(2, 16, "fp8_ds_mla", device=device)
     before = cache.pool.clone()
-    lat, rope = torch.randn(4, 512).bfloat16(), torch.randn(4, 64).bfloat16()
+    lat = torch.randn(4, 512, device=device).bfloat16()
+    rope = torch.randn(4, 64, device=device).bfloat16()
+    slots = torch.tensor([0, 1, 2, 32], device=device)
     with pytest.raises(ValueError, match=r"slot_mapping: expected slots in \[-1, 32\).*got 32"):
-        cache.store(0, lat, rope, torch.tensor([0, 1, 2, 32]))
+        cache.store(0, lat, rope, slots)
     with pytest.raises(ValueError, match=r"rope: expected shape \[4, 64\], got \[3, 64\]"):
-        cache.store(0, lat, rope[:3], torch.tensor([0, 1, 2, 3]))
+        cache.store(0, lat, rope[:3], slots)
     with pytest.raises(TypeError, match=r"latent: expected dtype"):
-        cache.store(0, lat.to(torch.int32), rope, torch.tensor([0, 1, 2, 3]))
+        cache.store(0, lat.to(torch.int32), rope, slots)
     assert torch.equal(cache.pool, before)
 
 
