@@ -33,6 +33,7 @@ def _expected():
         for fmt in pc.FORMAT_IDS:
             for heads, s_q in pc.DECODE_SHAPES:
                 yield f"decode/{fmt}/H{heads}-sq{s_q}", cc
+            yield f"sparse/{fmt}/H8", cc
             yield f"store/{fmt}", cc
         yield "combine", cc
         yield "store/index_keys", cc
@@ -46,5 +47,5 @@ def test_kernel_fits_target(compiled, what, cc):
     assert not row["trap"], f"{what}: compiled to a trap on sm_{cc} (an invalid configuration)"
     assert row["shared"] <= SMEM_LIMIT[cc], (
         f"{what}: {row['shared']} B shared memory > sm_{cc}'s {SMEM_LIMIT[cc]} B")
-    if what.startswith("decode/fp8"):
+    if what.startswith(("decode/fp8", "sparse/fp8")):
         assert row["hw_cvt"] == (cc >= 89), "hardware e4m3 conversion iff SM89+"

@@ -153,6 +153,7 @@ class DecodePlan:
         else:
             self.part_out = self.part_lse = self.lse  # unused placeholders
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
+        self.sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
 
     @property
     def workspace_bytes(self) -> int:
@@ -199,7 +200,9 @@ class DecodePlan:
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale):
         """Launch without checks. kv_scale: float32 [1] multiplying every cache value (bf16 and
-        fp8 formats; the fp8 format's scale, or the scale of an fp8 pool cast to bf16)."""
+        fp8 formats; the fp8 format's scale, or the scale of an fp8 pool cast to bf16). For a
+        sparse plan, block_table is the [queries, topk] index list and cache_seqlens the
+        per-query topk_length."""
         cfg, t = self.config, self.target
         flat = rows.view(-1, self.fmt.row_bytes)
         u32 = flat.view(torch.int32) if self.fmt.is_fp8 else flat
@@ -214,11 +217,13 @@ class DecodePlan:
             q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             self.softmax_scale, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+            flat.shape[0],
             FORMAT=_FORMAT_IDS[self.fmt.name], HW_FP8=t.hw_fp8, DOT_F32=t.interpreted,
             S_Q=self.s_q, S_Q_P2=1 << (self.s_q - 1).bit_length(),
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
             WORDS_2D=cfg.words_2d, PREFETCH=cfg.prefetch and self.fmt.is_fp8,
+            SPARSE=self.sparse,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if not direct:

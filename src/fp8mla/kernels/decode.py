@@ -14,6 +14,10 @@ so rows load as int32 words and convert with packed instructions (DESIGN.md §10
 j holds dims 128 j + c. q is gathered and out scattered with the same map, so no re-interleave
 is needed. FP8 values enter fp16 MMAs (e4m3 → fp16 is exact); bf16 rows enter bf16 MMAs.
 
+Sparse (SPARSE=True, DESIGN.md §2): each "request" is one query token (S_Q = 1) whose token
+list is its row of slot indices (−1 = skip) instead of a block table, and whose length is its
+topk_length; everything else is shared with dense decode.
+
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
 """
@@ -48,12 +52,20 @@ def _mma(a, b, acc, DOT_F32: tl.constexpr):
 
 
 @triton.jit
-def _tile_slots(bt_row, n0, end, page_shift, BLOCK_N: tl.constexpr):
-    """Token positions [n0, n0 + BLOCK_N) of a request: (positions, in-range mask, slots)."""
+def _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
+                SPARSE: tl.constexpr):
+    """Entries [n0, n0 + BLOCK_N) of a request's token list: (positions, valid mask, slots).
+    Dense: position → block table → slot. Sparse: the index list holds slots; −1 and slots
+    outside [0, num_slots) are skipped (never read)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     mask_n = offs_n < end
-    page = tl.load(bt_row + (offs_n >> page_shift), mask=mask_n, other=0)
-    slot = (page.to(tl.int64) << page_shift) + (offs_n & ((1 << page_shift) - 1))
+    if SPARSE:
+        idx = tl.load(bt_row + offs_n, mask=mask_n, other=-1)
+        mask_n = mask_n & (idx >= 0) & (idx < num_slots)
+        slot = tl.where(mask_n, idx, 0).to(tl.int64)
+    else:
+        page = tl.load(bt_row + (offs_n >> page_shift), mask=mask_n, other=0)
+        slot = (page.to(tl.int64) << page_shift) + (offs_n & ((1 << page_shift) - 1))
     return offs_n, mask_n, slot
 
 
@@ -167,11 +179,12 @@ def _mla_decode_kernel(
     stride_bt,
     stride_ob, stride_os, stride_oh,
     stride_lb, stride_ls,
-    softmax_scale, num_heads, num_splits, page_shift,
+    softmax_scale, num_heads, num_splits, page_shift, num_slots,
     FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, PREFETCH: tl.constexpr,
+    SPARSE: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -234,12 +247,13 @@ def _mla_decode_kernel(
     if PREFETCH:
         # FP8 rows pass through registers (conversion) rather than an async copy: load tile
         # i + 1 before working on tile i so its latency hides behind the math.
-        offs_n, mask_n, slot = _tile_slots(bt_row, start, end, page_shift, BLOCK_N)
+        offs_n, mask_n, slot = _tile_slots(bt_row, start, end, page_shift, num_slots, BLOCK_N,
+                                           SPARSE)
         words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT,
                                              ROW_WORDS, WORDS_2D, BLOCK_N)
         for n0 in range(start, end, BLOCK_N):
             offs_x, mask_x, slot_x = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift,
-                                                 BLOCK_N)
+                                                 num_slots, BLOCK_N, SPARSE)
             words_x, scales_x, rope_x = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot_x,
                                                        mask_x, FORMAT, ROW_WORDS, WORDS_2D,
                                                        BLOCK_N)
@@ -253,7 +267,8 @@ def _mla_decode_kernel(
             offs_n, mask_n, words, scales, rope = offs_x, mask_x, words_x, scales_x, rope_x
     else:
         for n0 in range(start, end, BLOCK_N):
-            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, BLOCK_N)
+            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
+                                              BLOCK_N, SPARSE)
             if FORMAT == FMT_BF16:
                 k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
             else:

@@ -1,0 +1,144 @@
+"""Sparse MLA (DeepSeek Sparse Attention) over top-k slot indices, decode and prefill.
+
+Each query token attends to the cache rows its index list names (physical slots
+page · page_size + offset, as FlashMLA's sparse kernels take them; −1 = skip; duplicates are
+attended as listed). The kernel is the dense decode kernel with the block-table lookup replaced
+by the index list (`fp8mla.kernels.decode`, SPARSE=True), so every KV format and head count
+1–128 is served as it is — no padding of 8 heads to 64.
+
+Out-of-range indices: the validating path (``check=True``, default) raises; the fast path
+(``check=False``) treats them as −1 and never reads outside the pool.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fp8mla._checks import check_int, check_tensor
+from fp8mla.decode import DecodePlan, kv_format_of
+from fp8mla.formats import KV_DIM, KVFormat
+
+__all__ = ["SparsePlan", "sparse_decode", "sparse_prefill"]
+
+
+def _as_slot_rows(kv_cache: torch.Tensor, fmt: KVFormat) -> torch.Tensor:
+    """The pool as uint8 [num_slots, 1, row_bytes] (pages flattened: slots index it)."""
+    from fp8mla.decode import as_cache_rows
+
+    t = kv_cache
+    if t.dim() == 2:  # [num_slots, row_bytes] (or bf16 [num_slots, 576])
+        t = t.unsqueeze(1)
+    rows = as_cache_rows(t, fmt)
+    return rows.reshape(-1, 1, fmt.row_bytes)
+
+
+class SparsePlan(DecodePlan):
+    """A sparse-attention problem: ``num_queries`` query tokens, each with ``num_heads`` heads and
+    an index list of width ``topk``. Plan once, `run` many (CUDA-graph safe with check=False).
+
+    Args:
+        num_queries: query tokens per call (batch · s_q for decode, tokens for prefill).
+        num_heads: 1–128. topk: index-list width (≥ 1).
+        kv_format: ``bf16`` / ``fp8`` / ``fp8_ds_mla``. softmax_scale: default 576^-0.5.
+    """
+
+    def __init__(self, *, num_queries: int, num_heads: int, topk: int,
+                 kv_format: str | KVFormat, softmax_scale: float | None = None,
+                 device: str | torch.device = "cuda", num_splits: int | None = None,
+                 config=None) -> None:
+        self.topk = check_int("topk", topk, lo=1)
+        super().__init__(batch=num_queries, num_heads=num_heads, s_q=1, kv_format=kv_format,
+                         page_size=1, max_seqlen=topk, softmax_scale=softmax_scale,
+                         device=device, num_splits=num_splits, config=config)
+        self.sparse = True
+        self._full_length = torch.full((num_queries,), topk, dtype=torch.int32,
+                                       device=self.device)
+
+    def run(self, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
+            topk_length: torch.Tensor | None = None, *, fp8_scale: torch.Tensor | None = None,
+            check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attend. Graph-safe with ``check=False``.
+
+        q: [num_queries, num_heads, 576] bfloat16 (last dim contiguous).
+        kv_cache: the pool, uint8 [num_pages, page_size, row_bytes] (or [num_slots, row_bytes];
+            bf16 caches may be passed as bf16 [..., 576]).
+        indices: int32 [num_queries, topk], slots, −1 = skip.
+        topk_length: int32 [num_queries], optional: only the first topk_length[t] entries count.
+        fp8_scale: float32 [1], the ``fp8`` format's per-tensor scale.
+        Returns (out bfloat16 [num_queries, num_heads, 512], lse float32
+        [num_queries, num_heads]) — views of the plan's buffers. A query with no valid index gets
+        out 0 and lse −inf.
+        """
+        check_tensor("q", q, dtype=torch.bfloat16, shape=(self.batch, self.num_heads, KV_DIM),
+                     device=self.device, contiguous_last=True)
+        rows = _as_slot_rows(kv_cache, self.fmt)
+        check_tensor("indices", indices, dtype=torch.int32, shape=(self.batch, self.topk),
+                     device=self.device, contiguous_last=True)
+        if topk_length is None:
+            lengths = self._full_length
+        else:
+            lengths = check_tensor("topk_length", topk_length, dtype=torch.int32,
+                                   shape=(self.batch,), device=self.device)
+        if check:
+            self._validate(indices, lengths, rows.shape[0])
+        if fp8_scale is not None:
+            check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
+                         device=self.device)
+        scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
+        out, lse = self._launch(q.unsqueeze(1), rows, indices, lengths, scale)
+        return out[:, 0], lse[:, 0]
+
+    @staticmethod
+    def _validate(indices: torch.Tensor, lengths: torch.Tensor, num_slots: int) -> None:
+        if indices.numel():
+            lo, hi = int(indices.min()), int(indices.max())
+            if lo < -1 or hi >= num_slots:
+                bad = lo if lo < -1 else hi
+                raise ValueError(
+                    f"indices: expected slots in [-1, {num_slots}) (−1 skips), got {bad}")
+        if lengths.numel():
+            lo, hi = int(lengths.min()), int(lengths.max())
+            if lo < 0 or hi > indices.shape[1]:
+                raise ValueError(f"topk_length: expected values in [0, {indices.shape[1]}] "
+                                 f"(the index width), got {lo if lo < 0 else hi}")
+
+
+def sparse_prefill(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
+    kv_format: str | KVFormat, topk_length: torch.Tensor | None = None,
+    softmax_scale: float | None = None, fp8_scale: torch.Tensor | None = None,
+    check: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA prefill. q: [tokens, heads, 576] bfloat16; indices: int32 [tokens, topk]
+    (slots, −1 = skip); topk_length: int32 [tokens], optional. Returns (out bfloat16
+    [tokens, heads, 512], lse float32 [tokens, heads])."""
+    check_tensor("q", q, dtype=torch.bfloat16, ndim=3)
+    check_tensor("indices", indices, dtype=torch.int32, ndim=2)
+    fmt = kv_format if isinstance(kv_format, KVFormat) else kv_format_of(kv_format)
+    plan = SparsePlan(num_queries=q.shape[0], num_heads=q.shape[1], topk=indices.shape[1],
+                      kv_format=fmt, softmax_scale=softmax_scale, device=q.device)
+    return plan.run(q, kv_cache, indices, topk_length, fp8_scale=fp8_scale, check=check)
+
+
+def sparse_decode(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
+    kv_format: str | KVFormat, topk_length: torch.Tensor | None = None,
+    softmax_scale: float | None = None, fp8_scale: torch.Tensor | None = None,
+    check: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA decode. q: [batch, s_q, heads, 576] bfloat16; indices: int32
+    [batch, s_q, topk] (slots, −1 = skip); topk_length: int32 [batch], optional (applies to
+    every query of the request). Returns (out bfloat16 [batch, s_q, heads, 512], lse float32
+    [batch, s_q, heads])."""
+    check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
+    b, s_q, h, _ = q.shape
+    check_tensor("indices", indices, dtype=torch.int32, shape=(b, s_q, None))
+    lengths = None
+    if topk_length is not None:
+        check_tensor("topk_length", topk_length, dtype=torch.int32, shape=(b,))
+        lengths = topk_length.repeat_interleave(s_q)
+    out, lse = sparse_prefill(q.reshape(b * s_q, h, KV_DIM), kv_cache,
+                              indices.reshape(b * s_q, -1), kv_format=kv_format,
+                              topk_length=lengths, softmax_scale=softmax_scale,
+                              fp8_scale=fp8_scale, check=check)
+    return out.view(b, s_q, h, -1), lse.view(b, s_q, h)

@@ -1,0 +1,98 @@
+"""Sparse MLA decode/prefill against the float32 reference: every format, odd head counts and
+widths, −1 anywhere, duplicates, topk_length, never-listed slots poisoned."""
+
+import pytest
+import torch
+
+from fp8mla import reference
+from fp8mla.cache import PagedKVCache
+from fp8mla.sparse import SparsePlan, sparse_decode, sparse_prefill
+from fp8mla.testing import assert_close
+from helpers import poison
+
+FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
+
+
+def _problem(fmt, policy, tokens, heads, topk, device, *, page_size=16, seed=0):
+    """A poisoned pool where only the listed slots hold data; index lists with −1 and
+    duplicates."""
+    g = torch.Generator().manual_seed(seed)
+    cache = PagedKVCache(8, page_size, fmt, scale_policy=policy, fp8_scale=0.03, device=device)
+    poison(cache)
+    live = torch.randperm(cache.num_slots, generator=g)[: max(1, cache.num_slots // 2)]
+    cache.store(0, torch.randn(len(live), 512, generator=g).bfloat16().to(device),
+                torch.randn(len(live), 64, generator=g).bfloat16().to(device), live.to(device))
+    idx = live[torch.randint(len(live), (tokens, topk), generator=g)]
+    idx[torch.rand(tokens, topk, generator=g) < 0.2] = -1
+    if topk > 1:
+        idx[:, -1] = idx[:, 0]  # a duplicate
+    q = torch.randn(tokens, heads, 576, generator=g).bfloat16()
+    return cache, idx.to(torch.int32).to(device), q.to(device)
+
+
+def _ref(cache, q, idx, scale, lengths=None):
+    kv = cache.dequantize(0).reshape(-1, 576)
+    return reference.sparse_mla(q, kv, idx, scale, lengths)
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS)
+@pytest.mark.parametrize("tokens,heads,topk", [(3, 1, 1), (2, 3, 7), (4, 8, 64), (1, 64, 33),
+                                               (2, 128, 16)])
+def test_sparse_prefill_matches_reference(device, fmt, policy, tokens, heads, topk):
+    cache, idx, q = _problem(fmt, policy, tokens, heads, topk, device, seed=heads + topk)
+    out, lse = sparse_prefill(q, cache.layer(0), idx, kv_format=cache.fmt, softmax_scale=0.07,
+                              fp8_scale=cache.scale(0))
+    ro, rl = _ref(cache, q, idx, 0.07)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@pytest.mark.parametrize("fmt", ["fp8_ds_mla", "fp8"])
+def test_sparse_decode_with_topk_length_and_splits(device, fmt):
+    cache, idx, q = _problem(fmt, None, 6, 8, 100, device, page_size=1, seed=5)
+    lengths = torch.tensor([100, 0, 37], dtype=torch.int32, device=device)
+    out, lse = sparse_decode(q.view(3, 2, 8, 576), cache.layer(0), idx.view(3, 2, 100),
+                             kv_format=fmt, topk_length=lengths, fp8_scale=cache.scale(0))
+    ro, rl = _ref(cache, q, idx, 576 ** -0.5, lengths.repeat_interleave(2))
+    assert_close(out.view(6, 8, 512), ro, name="out")
+    assert_close(lse.view(6, 8), rl, atol=1e-3, rtol=1e-3, name="lse")
+    assert torch.all(lse[1] == float("-inf")) and torch.all(out[1] == 0)
+    plan = SparsePlan(num_queries=6, num_heads=8, topk=100, kv_format=fmt, device=device,
+                      num_splits=3)
+    o2, _ = plan.run(q, cache.layer(0), idx, lengths.repeat_interleave(2),
+                     fp8_scale=cache.scale(0))
+    assert_close(o2, ro, name="3 splits")
+
+
+def test_all_skipped_gives_zeros_and_minus_inf(device):
+    cache, idx, q = _problem("fp8_ds_mla", None, 2, 4, 8, device)
+    idx[0] = -1
+    out, lse = sparse_prefill(q, cache.layer(0), idx, kv_format="fp8_ds_mla")
+    assert torch.all(out[0] == 0) and torch.all(lse[0] == float("-inf"))
+
+
+def test_out_of_range_indices(device):
+    cache, idx, q = _problem("fp8", None, 2, 4, 8, device)
+    bad = idx.clone()
+    bad[1, 3] = cache.num_slots
+    with pytest.raises(ValueError, match=r"indices: expected slots in \[-1, 128\).*got 128"):
+        sparse_prefill(q, cache.layer(0), bad, kv_format="fp8")
+    # the fast path treats it as −1 (never reads outside the pool)
+    out, _ = sparse_prefill(q, cache.layer(0), bad, kv_format="fp8", check=False)
+    skip = idx.clone()
+    skip[1, 3] = -1
+    ref, _ = sparse_prefill(q, cache.layer(0), skip, kv_format="fp8")
+    assert torch.equal(out, ref)
+
+
+def test_bad_sparse_arguments(device):
+    cache, idx, q = _problem("fp8", None, 2, 4, 8, device)
+    plan = SparsePlan(num_queries=2, num_heads=4, topk=8, kv_format="fp8", device=device)
+    with pytest.raises(ValueError, match=r"indices: expected shape \[2, 8\], got \[2, 7\]"):
+        plan.run(q, cache.layer(0), idx[:, :7].contiguous())
+    with pytest.raises(TypeError, match=r"indices: expected dtype int32, got int64"):
+        plan.run(q, cache.layer(0), idx.long())
+    with pytest.raises(ValueError, match=r"topk_length: expected values in \[0, 8\]"):
+        plan.run(q, cache.layer(0), idx, torch.tensor([9, 1], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match=r"q: expected shape \[2, 4, 576\]"):
+        plan.run(q[:, :3].contiguous(), cache.layer(0), idx)
