@@ -13,7 +13,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
+from fp8mla.kernels.indexer import _indexer_logits_kernel
 from fp8mla.kernels.store import _store_index_keys_kernel, _store_kv_kernel
+from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.runtime import decode_config
 
 TARGETS = (80, 89, 90, 100, 120)
@@ -39,6 +41,16 @@ STORE_SIG = {
     "latent_ptr": "*bf16", "rope_ptr": "*bf16", "slot_ptr": "*i64", "scale_ptr": "*fp32",
     "u8_ptr": "*u8", "f32_ptr": "*fp32", "bf16_ptr": "*bf16", "stride_lt": "i32",
     "stride_rt": "i32",
+}
+INDEXER_SIG = {
+    "q_ptr": "*i32", "w_ptr": "*fp32", "k_u32_ptr": "*i32", "k_f32_ptr": "*fp32",
+    "k_scale_ptr": "*fp32", "block_table_ptr": "*i32", "lo_ptr": "*i32", "hi_ptr": "*i32",
+    "out_ptr": "*fp32", "stride_qr": "i32", "stride_wr": "i32", "stride_bt": "i32",
+    "stride_or": "i32", "num_heads": "i32", "max_len": "i32", "page_size": "i32",
+}
+TOPK_SIG = {
+    "logits_ptr": "*fp32", "out_ptr": "*i32", "block_table_ptr": "*i32", "length_ptr": "*i32",
+    "stride_lr": "i32", "stride_or": "i32", "stride_bt": "i32", "k": "i32", "page_size": "i32",
 }
 KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr": "*fp32",
             "stride_kt": "i32", "page_size": "i32"}
@@ -92,6 +104,13 @@ def compile_target(cc):
                                                  "BLOCK_D": 128, "BLOCK_S": 16}, cc)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
+    for heads in (32, 64):  # GLM-5, DeepSeek-V3.2 index heads; fp8 q, paged keys (decode)
+        lines.append(row(f"indexer/Hi{heads}", cc, compile_for(_indexer_logits_kernel,
+            INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
+                          "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0},
+            cc)))
+    lines.append(row("topk", cc, compile_for(_topk_kernel, TOPK_SIG, {
+        "BLOCK": 1024, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc)))
     return lines
 
 

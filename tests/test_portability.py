@@ -37,6 +37,9 @@ def _expected():
             yield f"store/{fmt}", cc
         yield "combine", cc
         yield "store/index_keys", cc
+        yield "indexer/Hi32", cc
+        yield "indexer/Hi64", cc
+        yield "topk", cc
 
 
 @pytest.mark.parametrize("what,cc", list(_expected()))
@@ -47,5 +50,5 @@ def test_kernel_fits_target(compiled, what, cc):
     assert not row["trap"], f"{what}: compiled to a trap on sm_{cc} (an invalid configuration)"
     assert row["shared"] <= SMEM_LIMIT[cc], (
         f"{what}: {row['shared']} B shared memory > sm_{cc}'s {SMEM_LIMIT[cc]} B")
-    if what.startswith(("decode/fp8", "sparse/fp8")):
+    if what.startswith(("decode/fp8", "sparse/fp8", "indexer/")):
         assert row["hw_cvt"] == (cc >= 89), "hardware e4m3 conversion iff SM89+"

@@ -1,0 +1,143 @@
+"""Lightning-indexer logits over FP8 keys (launchers; the math is in fp8mla.kernels.indexer).
+
+`indexer_logits_paged` is the decode form (DeepGEMM's ``fp8_paged_mqa_logits`` layout: a paged
+132-byte key cache, s_q 1–4 queries per request, causal among them); `indexer_logits_ragged` the
+prefill form (``fp8_mqa_logits``: contiguous keys, each query row its own [start, end)).
+Both write −inf at every position outside a row's window, up to the output width.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from fp8mla._checks import check_int, check_page_size, check_tensor
+from fp8mla.formats import INDEX_HEAD_DIM, INDEX_ROW_BYTES
+from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
+from fp8mla.kernels.indexer import _indexer_logits_kernel
+from fp8mla.runtime import target_for
+
+__all__ = ["indexer_logits_paged", "indexer_logits_ragged", "MAX_INDEX_HEADS"]
+
+MAX_INDEX_HEADS = 64
+BLOCK_S = 64
+_Q_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16)
+
+
+def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """q as the kernel reads it: fp8 → int32 words [..., 32]; 16-bit as is."""
+    if q.dtype == torch.float8_e4m3fn:
+        return q.view(torch.int32), True
+    return q, False
+
+
+def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out, *,
+            rows_per_req, page_size, paged):
+    rows, heads = q.shape[0], q.shape[1]
+    target = target_for(q.device)
+    qv, q_fp8 = _q_view(q)
+    sw = 1.0 if target.hw_fp8 else SW_DEQUANT_SCALE
+    grid = (rows, triton.cdiv(out.shape[1], BLOCK_S))
+    if rows == 0 or out.shape[1] == 0:
+        return out
+    _indexer_logits_kernel[grid](
+        qv, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out,
+        qv.stride(0), weights.stride(0), block_table.stride(0), out.stride(0),
+        heads, out.shape[1], page_size,
+        S_Q=rows_per_req, H_P2=max(16, triton.next_power_of_2(heads)), BLOCK_S=BLOCK_S,
+        PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
+        OUT_SCALE=sw * (sw if q_fp8 else 1.0), num_warps=4,
+    )
+    return out
+
+
+def _check_q_w(q: torch.Tensor, weights: torch.Tensor, rows: int) -> None:
+    heads = q.shape[-2]
+    check_int("index heads (q.shape[-2])", heads, lo=1, hi=MAX_INDEX_HEADS)
+    if q.shape[-1] != INDEX_HEAD_DIM:
+        raise ValueError(f"q: expected index_head_dim {INDEX_HEAD_DIM}, got {q.shape[-1]}")
+    if q.stride(-1) != 1 or q.stride(-2) != INDEX_HEAD_DIM:
+        raise ValueError("q: expected contiguous [heads, 128] per token")
+    check_tensor("weights", weights, dtype=torch.float32, shape=(rows, heads), device=q.device)
+    if weights.stride(1) != 1:
+        raise ValueError("weights: expected a contiguous last dimension")
+
+
+def indexer_logits_paged(
+    q: torch.Tensor, weights: torch.Tensor, key_cache: torch.Tensor, block_table: torch.Tensor,
+    context_lens: torch.Tensor, *, max_len: int, check: bool = True,
+) -> torch.Tensor:
+    """Decode-time indexer logits from a paged key cache.
+
+    q: [batch, s_q, index_heads, 128] float8_e4m3fn (per-token scale folded into weights) or
+    bf16/fp16; weights: float32 [batch · s_q, index_heads]; key_cache: one layer of
+    `IndexKeyCache`, uint8 [num_pages, page_size · 132] (or DeepGEMM's [num_pages, page_size, 1,
+    132] view); block_table: int32 [batch, max_pages]; context_lens: int32 [batch]; max_len: the
+    output width. Query i of s_q sees keys s < context_lens[b] − s_q + 1 + i.
+    Returns float32 [batch · s_q, max_len], −inf outside each row's window.
+    """
+    check_tensor("q", q, dtype=_Q_DTYPES, ndim=4)
+    b, s_q = q.shape[0], q.shape[1]
+    check_int("s_q (q.shape[1])", s_q, lo=1, hi=4)
+    _check_q_w(q, weights, b * s_q)
+    check_tensor("key_cache", key_cache, dtype=torch.uint8, device=q.device)
+    pages = key_cache.reshape(key_cache.shape[0], -1)
+    page_size = pages.shape[1] // INDEX_ROW_BYTES
+    if pages.shape[1] % INDEX_ROW_BYTES or not pages.is_contiguous():
+        raise ValueError(f"key_cache: expected contiguous uint8 [num_pages, page_size · "
+                         f"{INDEX_ROW_BYTES}], got {list(key_cache.shape)}")
+    check_page_size(page_size)
+    check_tensor("block_table", block_table, dtype=torch.int32, shape=(b, None), device=q.device)
+    check_tensor("context_lens", context_lens, dtype=torch.int32, shape=(b,), device=q.device)
+    check_int("max_len", max_len, lo=0)
+    if check and b:
+        lens = context_lens.cpu()
+        cover = min(block_table.shape[1] * page_size, max_len)
+        if int(lens.min()) < 0 or int(lens.max()) > cover:
+            raise ValueError(f"context_lens: expected values in [0, {cover}] (block table "
+                             f"coverage and max_len), got {int(lens.max())}")
+        used = (torch.arange(block_table.shape[1]) * page_size)[None, :] < lens[:, None]
+        ids = block_table.cpu()[used]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pages.shape[0]):
+            raise ValueError(f"block_table: a page within context_lens points outside the pool "
+                             f"[0, {pages.shape[0]})")
+    i = torch.arange(s_q, device=q.device, dtype=torch.int32)
+    hi = (context_lens[:, None] - s_q + 1 + i[None, :]).clamp_min(0).reshape(-1)
+    lo = torch.zeros_like(hi)
+    out = torch.empty(b * s_q, max_len, dtype=torch.float32, device=q.device)
+    flat = pages.view(-1)
+    return _launch(q.reshape(b * s_q, q.shape[2], INDEX_HEAD_DIM), weights,
+                   flat.view(torch.int32), flat.view(torch.float32), flat.view(torch.float32),
+                   block_table, lo, hi, out, rows_per_req=s_q, page_size=page_size, paged=True)
+
+
+def indexer_logits_ragged(
+    q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, key_scales: torch.Tensor,
+    starts: torch.Tensor, ends: torch.Tensor, *, check: bool = True,
+) -> torch.Tensor:
+    """Prefill indexer logits over contiguous keys, each query row with its own window.
+
+    q: [tokens, index_heads, 128] float8_e4m3fn or bf16/fp16; weights: float32
+    [tokens, index_heads]; keys: e4m3 bytes, uint8 (or float8_e4m3fn) [seq, 128]; key_scales:
+    float32 [seq]; starts, ends: int32 [tokens], window [start, end) ⊆ [0, seq].
+    Returns float32 [tokens, seq], −inf outside each row's window.
+    """
+    check_tensor("q", q, dtype=_Q_DTYPES, ndim=3)
+    t = q.shape[0]
+    _check_q_w(q, weights, t)
+    check_tensor("keys", keys, dtype=(torch.uint8, torch.float8_e4m3fn),
+                 shape=(None, INDEX_HEAD_DIM), device=q.device)
+    if not keys.is_contiguous():
+        raise ValueError("keys: expected a contiguous [seq, 128] tensor")
+    seq = keys.shape[0]
+    check_tensor("key_scales", key_scales, dtype=torch.float32, shape=(seq,), device=q.device)
+    check_tensor("starts", starts, dtype=torch.int32, shape=(t,), device=q.device)
+    check_tensor("ends", ends, dtype=torch.int32, shape=(t,), device=q.device)
+    if check and t:
+        if int(starts.min()) < 0 or int(ends.max()) > seq or bool((ends < starts).any()):
+            raise ValueError(f"starts, ends: expected 0 <= start <= end <= {seq} per row")
+    out = torch.empty(t, seq, dtype=torch.float32, device=q.device)
+    k32 = keys.view(torch.uint8).view(torch.int32)
+    dummy_table = torch.zeros(1, 1, dtype=torch.int32, device=q.device)
+    return _launch(q, weights, k32, key_scales, key_scales, dummy_table, starts, ends, out,
+                   rows_per_req=1, page_size=1, paged=False)

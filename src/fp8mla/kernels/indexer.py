@@ -1,0 +1,94 @@
+"""Lightning-indexer logits from FP8 keys (DESIGN.md §2):
+
+    logit[r, s] = Σ_j w[r, j] · ReLU(q[r, j] · k[s]) · k_scale[s]   for lo[r] <= s < hi[r],
+    −inf elsewhere in [0, max_len).
+
+One program per (query row, BLOCK_S key positions). Keys are e4m3 bytes read as 32-bit words
+(four values each, converted to fp16 lanes as in the decode kernel, lane j = dims 4c + j) with
+one float32 scale per key. Key addressing:
+- PAGED (DeepGEMM's ``fp8_paged_mqa_logits`` cache): per page, page_size · 128 key bytes, then
+  page_size float32 scales; row r belongs to request r // S_Q, whose block table maps positions.
+- contiguous (``fp8_mqa_logits``): key bytes [S, 128] and scales [S] as separate tensors.
+q is fp8 (words, same conversion; its per-token scale is folded into w) or bf16 / fp16.
+"""
+
+import triton
+import triton.language as tl
+
+from fp8mla.kernels.fp8 import e4m3x4_to_f16
+
+
+@triton.jit
+def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
+    """q of one query row as four fp16 lanes [H_P2, 32] (lane j = dims 4c + j)."""
+    offs_c = tl.arange(0, 32)
+    m = mask_h[:, None]
+    if Q_FP8:
+        words = tl.load(q_row + offs_h[:, None] * 32 + offs_c[None, :], mask=m, other=0)
+        return e4m3x4_to_f16(words, HW_FP8)
+    else:
+        base = q_row + offs_h[:, None] * 128 + 4 * offs_c[None, :]
+        return (tl.load(base, mask=m, other=0.0).to(tl.float16),
+                tl.load(base + 1, mask=m, other=0.0).to(tl.float16),
+                tl.load(base + 2, mask=m, other=0.0).to(tl.float16),
+                tl.load(base + 3, mask=m, other=0.0).to(tl.float16))
+
+
+@triton.jit
+def _dot(a, b, acc, DOT_F32: tl.constexpr):
+    if DOT_F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _indexer_logits_kernel(
+    q_ptr, w_ptr, k_u32_ptr, k_f32_ptr, k_scale_ptr, block_table_ptr, lo_ptr, hi_ptr, out_ptr,
+    stride_qr, stride_wr, stride_bt, stride_or,
+    num_heads, max_len, page_size,
+    S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
+    Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
+):
+    r = tl.program_id(0)
+    s0 = tl.program_id(1) * BLOCK_S
+    offs_s = s0 + tl.arange(0, BLOCK_S)
+    lo = tl.load(lo_ptr + r)
+    hi = tl.load(hi_ptr + r)
+    in_win = (offs_s >= lo) & (offs_s < hi)
+    out_row = out_ptr + r.to(tl.int64) * stride_or
+    if (s0 + BLOCK_S <= lo) | (s0 >= hi):
+        tl.store(out_row + offs_s, tl.full((BLOCK_S,), float("-inf"), tl.float32),
+                 mask=offs_s < max_len)
+    else:
+        offs_c = tl.arange(0, 32)
+        if PAGED:
+            b = r // S_Q
+            page = tl.load(block_table_ptr + b.to(tl.int64) * stride_bt + offs_s // page_size,
+                           mask=in_win, other=0).to(tl.int64)
+            off = offs_s % page_size
+            page_words = page * page_size * 33  # a page is page_size · 132 bytes
+            words = tl.load(k_u32_ptr + (page_words + off * 32)[:, None] + offs_c[None, :],
+                            mask=in_win[:, None], other=0)
+            k_scale = tl.load(k_f32_ptr + page_words + page_size * 32 + off, mask=in_win,
+                              other=0.0)
+        else:
+            pos = offs_s.to(tl.int64)
+            words = tl.load(k_u32_ptr + (pos * 32)[:, None] + offs_c[None, :],
+                            mask=in_win[:, None], other=0)
+            k_scale = tl.load(k_scale_ptr + pos, mask=in_win, other=0.0)
+        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+
+        offs_h = tl.arange(0, H_P2)
+        mask_h = offs_h < num_heads
+        q0, q1, q2, q3 = _q_lanes(q_ptr + r.to(tl.int64) * stride_qr, offs_h, mask_h, Q_FP8,
+                                  HW_FP8)
+        s = tl.zeros((H_P2, BLOCK_S), tl.float32)
+        s = _dot(q0, tl.trans(k0), s, DOT_F32)
+        s = _dot(q1, tl.trans(k1), s, DOT_F32)
+        s = _dot(q2, tl.trans(k2), s, DOT_F32)
+        s = _dot(q3, tl.trans(k3), s, DOT_F32)
+        w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
+        logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0) * (k_scale * OUT_SCALE)
+        tl.store(out_row + offs_s, tl.where(in_win, logit, float("-inf")),
+                 mask=offs_s < max_len)

@@ -1,0 +1,64 @@
+"""Exact top-k selection over logits rows (launcher; the algorithm is in fp8mla.kernels.topk).
+
+The selected set equals ``torch.topk``'s when values are distinct; among equal values the lower
+positions win. −inf (and NaN) entries are never selected; a row with fewer than k candidates is
+padded with −1. Positions come out in ascending order (not by value). With ``block_table``, each
+position is mapped to its physical slot (page · page_size + offset), the index FlashMLA's sparse
+kernels take.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fp8mla._checks import check_int, check_page_size, check_tensor
+from fp8mla.kernels.topk import _topk_kernel
+
+__all__ = ["topk_indices", "MAX_TOPK"]
+
+MAX_TOPK = 4096
+BLOCK = 1024
+
+
+def topk_indices(
+    logits: torch.Tensor, k: int, *, lengths: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None, page_size: int | None = None,
+    rows_per_request: int = 1,
+) -> torch.Tensor:
+    """Top-k positions per row.
+
+    logits: float32 [rows, length] (last dim contiguous); k: 1–4096; lengths: int32 [rows],
+    optional: only positions < lengths[r] are scanned (what lies past them is ignored).
+    block_table: int32 [requests, max_pages] with page_size: emit slots instead of positions;
+    row r belongs to request r // rows_per_request (s_q for decode rows).
+    Returns int32 [rows, k].
+    """
+    check_tensor("logits", logits, dtype=torch.float32, ndim=2, contiguous_last=True)
+    rows, length = logits.shape
+    check_int("k", k, lo=1, hi=MAX_TOPK)
+    check_int("rows_per_request", rows_per_request, lo=1)
+    if lengths is None:
+        lengths = torch.full((rows,), length, dtype=torch.int32, device=logits.device)
+    else:
+        check_tensor("lengths", lengths, dtype=torch.int32, shape=(rows,), device=logits.device)
+    to_slots = block_table is not None
+    if to_slots:
+        check_tensor("block_table", block_table, dtype=torch.int32, ndim=2,
+                     device=logits.device)
+        if page_size is None:
+            raise ValueError("page_size: expected the block table's page size, got None")
+        check_page_size(page_size)
+        need = -(-rows // rows_per_request)
+        if block_table.shape[0] < need:
+            raise ValueError(f"block_table: expected at least {need} rows, got "
+                             f"{block_table.shape[0]}")
+    else:
+        block_table = lengths.view(1, -1)  # unused
+    out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
+    if rows:
+        _topk_kernel[(rows,)](
+            logits, out, block_table, lengths, logits.stride(0), out.stride(0),
+            block_table.stride(0), k, page_size or 1,
+            BLOCK=BLOCK, ROWS_PER_REQ=rows_per_request, TO_SLOTS=to_slots, num_warps=4,
+        )
+    return out

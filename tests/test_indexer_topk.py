@@ -1,0 +1,165 @@
+"""Indexer logits, top-k selection and the composite DSA decode step against the references."""
+
+import pytest
+import torch
+
+from fp8mla import reference
+from fp8mla.cache import IndexKeyCache, build_block_table
+from fp8mla.dsa import dsa_decode_step
+from fp8mla.formats import dequantize_index_keys, quantize_index_keys
+from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
+from fp8mla.testing import assert_close
+from fp8mla.topk import topk_indices
+from helpers import POISON_PAD, paged_cache
+
+
+def _index_cache(lens, page_size, device, seed=0, policy="fp32"):
+    g = torch.Generator().manual_seed(seed)
+    need = [-(-n // page_size) for n in lens]
+    cache = IndexKeyCache(sum(need) + 2, page_size, scale_policy=policy, device=device)
+    cache.pool.fill_(0x7F)  # e4m3 NaN bytes and NaN scales: a stray read shows
+    perm = torch.randperm(cache.num_pages, generator=g).tolist()
+    tables, k = [], 0
+    for n in need:
+        tables.append(perm[k:k + n])
+        k += n
+    table = build_block_table(tables, max_pages=max(need) + 1, pad=POISON_PAD, device=device)
+    for b, n in enumerate(lens):
+        pos = torch.arange(n, device=device)
+        slots = table[b, pos // page_size].long() * page_size + pos % page_size
+        cache.store(0, torch.randn(n, 128, generator=g).bfloat16().to(device), slots)
+    return cache, table
+
+
+def _ref_paged(cache, table, lens, q, w, s_q, max_len):
+    keys = cache.dequantize(0)
+    rows = []
+    for b, n in enumerate(lens):
+        pos = torch.arange(n, device=keys.device)
+        kb = torch.zeros(max_len, 128, device=keys.device)
+        kb[:n] = keys[table[b, pos // cache.page_size].long() * cache.page_size + pos % cache.page_size]
+        for i in range(s_q):
+            hi = max(0, n - s_q + 1 + i)
+            rows.append(reference.indexer_logits(
+                q[b, i:i + 1].float(), w[b * s_q + i:b * s_q + i + 1], kb,
+                torch.tensor([0]), torch.tensor([hi])))
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("q_dtype", [torch.float8_e4m3fn, torch.bfloat16])
+@pytest.mark.parametrize("heads,s_q,lens,page_size", [(1, 1, [5], 1), (32, 2, [70, 3], 16),
+                                                      (64, 4, [130], 64), (7, 3, [2, 40], 16)])
+def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page_size):
+    cache, table = _index_cache(lens, page_size, device, seed=heads)
+    g = torch.Generator().manual_seed(heads + 1)
+    q = torch.randn(len(lens), s_q, heads, 128, generator=g).to(q_dtype).to(device)
+    w = torch.rand(len(lens) * s_q, heads, generator=g).to(device)
+    max_len = table.shape[1] * page_size
+    out = indexer_logits_paged(q, w, cache.layer(0), table,
+                               torch.tensor(lens, dtype=torch.int32, device=device),
+                               max_len=max_len)
+    ref = _ref_paged(cache, table, lens, q, w, s_q, max_len)
+    assert_close(out, ref, atol=1e-3, rtol=1e-3)
+
+
+def test_indexer_ragged_windows(device):
+    kb, ks = quantize_index_keys(torch.randn(90, 128))
+    q = torch.randn(4, 64, 128).to(torch.float8_e4m3fn)
+    w = torch.rand(4, 64)
+    starts = torch.tensor([0, 10, 5, 89], dtype=torch.int32)
+    ends = torch.tensor([90, 30, 5, 90], dtype=torch.int32)
+    out = indexer_logits_ragged(q.to(device), w.to(device), kb.to(device), ks.to(device),
+                                starts.to(device), ends.to(device))
+    ref = reference.indexer_logits(q.float(), w, dequantize_index_keys(kb, ks), starts, ends)
+    assert_close(out, ref, atol=1e-3, rtol=1e-3)
+    assert torch.isinf(out[2]).all()
+
+
+def test_indexer_bad_input(device):
+    cache, table = _index_cache([20], 16, device)
+    q = torch.randn(1, 1, 65, 128).to(torch.float8_e4m3fn).to(device)
+    lens = torch.tensor([20], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"index heads \(q.shape\[-2\]\): expected an int in \[1, 64\], got 65"):
+        indexer_logits_paged(q, torch.rand(1, 65, device=device), cache.layer(0), table, lens,
+                             max_len=32)
+    q = torch.randn(1, 1, 8, 64).to(torch.float8_e4m3fn).to(device)
+    with pytest.raises(ValueError, match=r"q: expected index_head_dim 128, got 64"):
+        indexer_logits_paged(q, torch.rand(1, 8, device=device), cache.layer(0), table, lens,
+                             max_len=32)
+    q = torch.randn(1, 1, 8, 128).to(torch.float8_e4m3fn).to(device)
+    with pytest.raises(ValueError, match=r"weights: expected shape \[1, 8\]"):
+        indexer_logits_paged(q, torch.rand(2, 8, device=device), cache.layer(0), table, lens,
+                             max_len=32)
+    with pytest.raises(ValueError, match=r"context_lens: expected values in \[0, 32\]"):
+        indexer_logits_paged(q, torch.rand(1, 8, device=device), cache.layer(0), table,
+                             lens + 13, max_len=32)
+
+
+@pytest.mark.parametrize("k", [1, 7, 2048])
+def test_topk_matches_reference_sets_with_tie_rule(device, k):
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(4, 3000, generator=g)
+    x[0, 100:400] = 1.5  # a plateau across the threshold: lower positions win
+    x[1, 50:] = float("-inf")  # fewer candidates than k (for k > 50): −1 padding
+    x[2] = torch.randint(0, 4, (3000,), generator=g).float()  # few distinct values
+    x[3, ::3] = float("nan")  # never chosen
+    out = topk_indices(x.to(device), k).cpu()
+    ref = reference.topk_indices(torch.where(x.isnan(), float("-inf"), x), k)
+    for r in range(4):
+        assert set(out[r].tolist()) == set(ref[r].tolist()), f"row {r}"
+        chosen = out[r][out[r] >= 0]
+        assert torch.all(chosen[1:] > chosen[:-1]), "positions ascend"
+
+
+def test_topk_slots_and_lengths(device):
+    x = torch.randn(4, 64)
+    table = torch.tensor([[5, 2, 7, 1], [3, 0, 6, 4]], dtype=torch.int32)
+    lengths = torch.tensor([64, 64, 10, 0], dtype=torch.int32)
+    out = topk_indices(x.to(device), 8, lengths=lengths.to(device), block_table=table.to(device),
+                       page_size=16, rows_per_request=2).cpu()
+    for r in range(4):
+        pos = reference.topk_indices(x[r:r + 1, : int(lengths[r])], 8)[0]
+        pos = pos[pos >= 0].long()
+        slots = table[r // 2, pos // 16] * 16 + pos % 16
+        assert set(out[r][out[r] >= 0].tolist()) == set(slots.tolist())
+    assert torch.all(out[3] == -1)
+
+
+def test_topk_bad_input(device):
+    with pytest.raises(ValueError, match=r"k: expected an int in \[1, 4096\], got 0"):
+        topk_indices(torch.zeros(1, 8, device=device), 0)
+    with pytest.raises(TypeError, match=r"logits: expected dtype float32, got bfloat16"):
+        topk_indices(torch.zeros(1, 8, device=device).bfloat16(), 2)
+    with pytest.raises(ValueError, match=r"page_size: expected the block table's page size"):
+        topk_indices(torch.zeros(1, 8, device=device), 2,
+                     block_table=torch.zeros(1, 1, dtype=torch.int32, device=device))
+
+
+@pytest.mark.parametrize("fmt", ["fp8_ds_mla", "bf16"])
+def test_dsa_decode_step_matches_reference_pipeline(device, fmt):
+    lens, s_q, heads, topk, ps = [90, 20], 2, 8, 16, 16
+    kv, table, seqlens = paged_cache(fmt, lens, ps, device=device, seed=3)
+    index_cache = IndexKeyCache(kv.num_pages, ps, device=device)
+    g = torch.Generator().manual_seed(4)
+    for b, n in enumerate(lens):
+        pos = torch.arange(n, device=device)
+        slots = table[b, pos // ps].long() * ps + pos % ps
+        index_cache.store(0, torch.randn(n, 128, generator=g).bfloat16().to(device), slots)
+    q = torch.randn(2, s_q, heads, 576, generator=g).bfloat16().to(device)
+    q_index = torch.randn(2, s_q, 32, 128, generator=g).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(2 * s_q, 32, generator=g).to(device)
+    out, lse, slots = dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table,
+                                      seqlens, kv_format=fmt, topk=topk)
+    # reference pipeline: indexer → top-k (positions → slots) → sparse attention
+    logits = _ref_paged(index_cache, table, lens, q_index, w, s_q, table.shape[1] * ps)
+    ref_pos = reference.topk_indices(logits.cpu(), topk)
+    kvf = kv.dequantize(0).reshape(-1, 576)
+    for r in range(2 * s_q):
+        b = r // s_q
+        pos = ref_pos[r][ref_pos[r] >= 0].long()
+        ref_slots = (table[b].cpu()[pos // ps].long() * ps + pos % ps).tolist()
+        assert set(slots.view(-1, topk)[r][slots.view(-1, topk)[r] >= 0].tolist()) == set(ref_slots)
+        ro, rl = reference.sparse_mla(q.view(-1, heads, 576)[r:r + 1], kvf,
+                                      torch.tensor([ref_slots], device=device), 576 ** -0.5)
+        assert_close(out.view(-1, heads, 512)[r:r + 1], ro, name=f"row {r} out")
+        assert_close(lse.view(-1, heads)[r:r + 1], rl, atol=1e-3, rtol=1e-3, name=f"row {r} lse")
