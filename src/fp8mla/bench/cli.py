@@ -16,7 +16,9 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark kernels on this GPU (JSON results)")
-    p.add_argument("what", choices=["decode"], help="which benchmark")
+    p.add_argument("what", choices=["decode", "sparse"],
+                   help="decode: dense decode + the pool case; sparse: sparse decode, indexer, "
+                        "top-k")
     p.add_argument("--out", default=None,
                    help="JSON path (default benchmarks/results/<gpu>-<yyyymmdd>.json)")
     p.add_argument("--formats", default="fp8,fp8_ds_mla,bf16",
@@ -79,6 +81,11 @@ def run(args) -> int:
     ceiling = read_ceiling_tbps()
     print(f"{env['gpu']}  torch {env['torch']}  triton {env['triton']}  read ceiling "
           f"{ceiling:.2f} TB/s", flush=True)
+    gpu = env["gpu"].lower().replace("nvidia ", "").replace(" ", "-")
+    default_path = os.path.join("benchmarks", "results",
+                                f"{gpu}-{env['date'].replace('-', '')}-{args.what}.json")
+    if args.what == "sparse":
+        return _run_sparse(args, env, ceiling, args.out or default_path)
     records, sweep_rows = [], []
     formats = [f for f in args.formats.split(",") if f]
     jobs = [(c, f) for f in formats for c in DECODE_CASES] if args.cases == "all" else []
@@ -93,12 +100,27 @@ def run(args) -> int:
                         kind="pool_cast/one_layer"):
         records.append(rec)
         _print(rec)
-    gpu = env["gpu"].lower().replace("nvidia ", "").replace(" ", "-")
-    path = args.out or os.path.join("benchmarks", "results",
-                                    f"{gpu}-{env['date'].replace('-', '')}.json")
+    path = args.out or default_path
     write_records(records, path)
     print(f"wrote {path}")
     if args.sweep and args.sweep_out:
         with open(args.sweep_out, "w") as f:
             json.dump(sweep_rows, f, indent=1)
+    return 0
+
+
+def _run_sparse(args, env, ceiling, path) -> int:
+    from fp8mla.bench.harness import write_records
+    from fp8mla.bench.sparse import SPARSE_CASES, run_indexer_topk, run_sparse
+
+    records = []
+    for batch, heads, topk, s_q in _progress(SPARSE_CASES, "sparse"):
+        for rec in run_sparse(batch, heads, topk, s_q, env, ceiling):
+            records.append(rec)
+            _print(rec)
+    for rec in run_indexer_topk(env, ceiling):
+        records.append(rec)
+        _print(rec)
+    write_records(records, path)
+    print(f"wrote {path}")
     return 0

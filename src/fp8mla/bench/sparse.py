@@ -1,0 +1,134 @@
+"""DSA benchmark cases: sparse decode, indexer logits, top-k (DESIGN.md §6, §9 case names).
+
+Byte and FLOP formulas:
+- sparse decode: rows gathered once (B · s_q · topk × row bytes) + q + out;
+  FLOPs 2 · H · topk · (576 + 512) per query.
+- indexer: index-cache bytes (B · ctx × 132) — the figure the target is stated on — plus q,
+  weights and the float32 logits written; FLOPs 2 · Hi · 128 · ctx per query.
+- top-k: the logits read once (B · len × 4) + indices written; timed beside the indexer on the
+  same rows (backend ``indexer``) so the ratio to the logits time is in the same run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fp8mla import reference
+from fp8mla.bench.decode import _graphed
+from fp8mla.bench.harness import Record, time_us
+from fp8mla.cache import IndexKeyCache, build_block_table
+from fp8mla.formats import KV_DIM, LATENT_DIM, kv_format, quantize_kv
+from fp8mla.indexer import indexer_logits_paged
+from fp8mla.sparse import SparsePlan
+from fp8mla.testing import assert_close
+from fp8mla.topk import topk_indices
+
+__all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk"]
+
+SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64, 8, 2048, 1)]
+INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
+TOPK_CASES = [(64, 32768, 2048), (64, 131072, 2048)]
+POOL_TOKENS = 1 << 20
+
+
+def _timed(fn, device):
+    """A CUDA graph replay of fn on the GPU (fn itself elsewhere: CPU smoke runs)."""
+    return _graphed(fn) if torch.device(device).type == "cuda" else fn
+
+
+def _record(case, backend, us, moved, flops, ceiling, env, note=None):
+    return Record(case=case, backend=backend, us=round(us, 2),
+                  TBps=round(moved / (us * 1e-6) / 1e12, 3) if moved else None,
+                  TFLOPS=round(flops / (us * 1e-6) / 1e12, 1) if flops else None,
+                  ceiling_TBps=round(ceiling, 3), note=note, **env)
+
+
+def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
+               device="cuda", pool_tokens=POOL_TOKENS) -> list[Record]:
+    """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
+    graph."""
+    g = torch.Generator().manual_seed(batch * heads + s_q)
+    fmt = kv_format(fmt_name)
+    rows = torch.empty(pool_tokens, fmt.row_bytes, dtype=torch.uint8, device=device)
+    for i in range(0, pool_tokens, 1 << 18):
+        n = min(1 << 18, pool_tokens - i)
+        rows[i:i + n] = quantize_kv(torch.randn(n, LATENT_DIM, generator=g).to(device),
+                                    torch.randn(n, KV_DIM - LATENT_DIM, generator=g).to(device),
+                                    fmt)
+    t = batch * s_q
+    idx = torch.randint(0, pool_tokens, (t, topk), generator=g, dtype=torch.int32).to(device)
+    q = torch.randn(t, heads, KV_DIM, generator=g).bfloat16().to(device)
+    plan = SparsePlan(num_queries=t, num_heads=heads, topk=topk, kv_format=fmt, device=device)
+    fn = lambda: plan.run(q, rows, idx, check=False)
+    out, lse = fn()
+    kv = None
+    for r in range(min(t, 2)):  # reference on two queries
+        if kv is None:
+            from fp8mla.formats import dequantize_kv
+            kv = dequantize_kv(rows[idx[:2].flatten().long()], fmt).view(2, topk, KV_DIM)
+        s = (q[r].float() @ kv[r].T) * KV_DIM ** -0.5
+        assert_close(out[r], torch.softmax(s, -1) @ kv[r][:, :LATENT_DIM], name="sparse out")
+    us = time_us(_timed(fn, device))
+    moved = t * topk * fmt.row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
+    flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * t
+    case = f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}"
+    c = plan.config
+    return [_record(case, "fp8mla_graph", us, moved, flops, ceiling, env,
+                    note=f"splits={plan.num_splits} block_n={c.block_n} heads/block="
+                         f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}")]
+
+
+def _index_problem(batch, ctx, heads, device, page_size=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pages = ctx // page_size
+    cache = IndexKeyCache(batch * pages, page_size, device=device)
+    perm = torch.randperm(batch * pages, generator=g).view(batch, pages)
+    table = build_block_table(perm.tolist(), device=device)
+    keys = torch.randn(batch * pages * page_size, 128, generator=g).bfloat16().to(device)
+    cache.store(0, keys, torch.arange(batch * pages * page_size, device=device), check=False)
+    q = torch.randn(batch, 1, heads, 128, generator=g).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(batch, heads, generator=g).to(device)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+    return cache, table, q, w, lens
+
+
+def _indexer_case(batch, ctx, heads, env, ceiling, device) -> Record:
+    cache, table, q, w, lens = _index_problem(batch, ctx, heads, device)
+    fn = lambda: indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=ctx,
+                                      check=False)
+    out = fn()
+    first = (table[0, :, None].long() * 64 + torch.arange(64, device=device)).flatten()
+    ref = reference.indexer_logits(q[0].float(), w[:1], cache.dequantize(0)[first],
+                                   torch.tensor([0]), torch.tensor([ctx]))
+    assert_close(out[:1], ref, atol=1e-3, rtol=1e-3, name="indexer")
+    us = time_us(fn)
+    return _record(f"indexer/fp8/B{batch}-ctx{ctx}-Hi{heads}", "fp8mla", us, batch * ctx * 132,
+                   2 * heads * 128 * ctx * batch, ceiling, env,
+                   note="TB/s on index-cache bytes only; + logits written "
+                        f"{batch * ctx * 4 / 1e6:.0f} MB")
+
+
+def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
+    cache, table, q, w, lens = _index_problem(batch, length, 32, device, seed=1)
+    logits_fn = lambda: indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=length,
+                                             check=False)
+    logits = logits_fn()
+    topk_fn = lambda: topk_indices(logits, k)
+    got = topk_fn()
+    ref = torch.topk(logits[0], k).indices
+    assert set(got[0].tolist()) == set(ref.tolist()), "top-k set differs from torch.topk"
+    case = f"topk/B{batch}-len{length}-k{k}"
+    us_logits, us_topk = time_us(logits_fn), time_us(topk_fn)
+    return [_record(case, "indexer", us_logits, batch * length * 132,
+                    2 * 32 * 128 * length * batch, ceiling, env),
+            _record(case, "fp8mla", us_topk, batch * length * 4 + batch * k * 4, None, ceiling,
+                    env, note=f"{us_topk / us_logits:.2f} x the logits time")]
+
+
+def run_indexer_topk(env, ceiling, *, device="cuda", indexer_cases=INDEXER_CASES,
+                     topk_cases=TOPK_CASES) -> list[Record]:
+    """Indexer cases, then top-k cases with the logits time of the same rows beside them."""
+    records = [_indexer_case(*c, env, ceiling, device) for c in indexer_cases]
+    for c in topk_cases:
+        records += _topk_case(*c, env, ceiling, device)
+    return records

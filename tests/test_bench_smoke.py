@@ -1,0 +1,26 @@
+"""The benchmark cases' set-up and correctness checks run (tiny sizes, no timing) on any
+device, so a GPU session spends its minutes measuring, not debugging."""
+
+import pytest
+
+from fp8mla.bench import sparse as bench_sparse
+
+ENV = dict(gpu="test", torch="x", triton="x", date="2026-01-01", commit="x")
+
+
+@pytest.fixture(autouse=True)
+def no_timing(monkeypatch):
+    monkeypatch.setattr(bench_sparse, "time_us", lambda fn: (fn(), 1.0)[1])
+
+
+def test_sparse_case_smoke(device):
+    rec = bench_sparse.run_sparse(2, 8, 32, 2, ENV, 1.0, device=device, pool_tokens=4096)[0]
+    assert rec.case == "sparse_decode/fp8_ds_mla/B2-H8-topk32-sq2" and rec.TFLOPS > 0
+
+
+def test_indexer_topk_cases_smoke(device):
+    recs = bench_sparse.run_indexer_topk(ENV, 1.0, device=device, indexer_cases=[(2, 128, 32)],
+                                         topk_cases=[(2, 256, 16)])
+    assert [r.case for r in recs] == ["indexer/fp8/B2-ctx128-Hi32", "topk/B2-len256-k16",
+                                      "topk/B2-len256-k16"]
+    assert [r.backend for r in recs] == ["fp8mla", "indexer", "fp8mla"]
