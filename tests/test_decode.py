@@ -78,7 +78,7 @@ def test_plan_workspace_independent_of_pool_and_lengths(device):
     kw = dict(batch=2, num_heads=8, kv_format="fp8", page_size=16, device=device, num_splits=4)
     a = DecodePlan(max_seqlen=100, **kw)
     b = DecodePlan(max_seqlen=100_000, **kw)
-    assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 + 1) * 4
+    assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 + 2) * 4
 
 
 # --- bad input ------------------------------------------------------------------------------
@@ -172,3 +172,16 @@ def test_tile_load_variants_agree(device, fmt, words_2d, prefetch):
                                           prefetch=prefetch))
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
+
+
+def test_non_causal_mtp_sees_every_token(device):
+    cache, table, seqlens = paged_cache("fp8", [50, 9], 16, device=device, seed=21)
+    q = _q(2, 3, 4, device, 22)
+    plan = DecodePlan(batch=2, num_heads=4, s_q=3, kv_format="fp8", page_size=16,
+                      cache_seqlens=seqlens, device=device, causal=False)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    for i in range(3):  # each query alone, as s_q = 1, sees the whole context
+        ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,
+                                            576 ** -0.5)
+        assert_close(out[:, i:i + 1], ro, name=f"query {i}")
+        assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")

@@ -57,11 +57,20 @@ def test_sparse_decode_with_topk_length_and_splits(device, fmt):
     assert_close(out.view(6, 8, 512), ro, name="out")
     assert_close(lse.view(6, 8), rl, atol=1e-3, rtol=1e-3, name="lse")
     assert torch.all(lse[1] == float("-inf")) and torch.all(out[1] == 0)
-    plan = SparsePlan(num_queries=6, num_heads=8, topk=100, kv_format=fmt, device=device,
-                      num_splits=3)
-    o2, _ = plan.run(q, cache.layer(0), idx, lengths.repeat_interleave(2),
-                     fp8_scale=cache.scale(0))
-    assert_close(o2, ro, name="3 splits")
+    for splits in (1, 3):
+        plan = SparsePlan(num_queries=6, num_heads=8, topk=100, kv_format=fmt, device=device,
+                          num_splits=splits)
+        o2, _ = plan.run(q, cache.layer(0), idx, lengths.repeat_interleave(2),
+                         fp8_scale=cache.scale(0))
+        assert_close(o2, ro, name=f"{splits} splits")
+        # max_logits: the largest scaled score per (query, head), −inf with no valid index
+        kv = cache.dequantize(0).reshape(-1, 576)
+        for t, n in enumerate(lengths.repeat_interleave(2).tolist()):
+            sel = idx[t, :n].long()
+            sel = sel[sel >= 0]
+            want = ((q[t].float() @ kv[sel].T) * 576 ** -0.5).amax(-1) if len(sel) else \
+                torch.full((8,), float("-inf"), device=device)
+            assert_close(plan.max_logits[t, 0], want, atol=1e-3, rtol=1e-3, name="max_logits")
 
 
 def test_all_skipped_gives_zeros_and_minus_inf(device):

@@ -113,15 +113,20 @@ class DecodePlan:
             or ``max_seqlen``: an int bound instead.
         softmax_scale: defaults to 576^-0.5; pass `MLAConfig.softmax_scale` for a model.
         num_splits / config: overrides of the scheduler and tile configuration (benchmarks).
+        causal: with s_q > 1, query i sees the first cache_seqlens − s_q + 1 + i tokens (the
+            default, as in MTP / speculative decode); False: every query sees all of them.
     """
 
     def __init__(
         self, *, batch: int, num_heads: int, kv_format: str | KVFormat, page_size: int,
         cache_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None, s_q: int = 1,
         softmax_scale: float | None = None, device: str | torch.device = "cuda",
-        num_splits: int | None = None, config: DecodeConfig | None = None,
+        num_splits: int | None = None, config: DecodeConfig | None = None, causal: bool = True,
     ) -> None:
         self.batch = check_int("batch", batch, lo=1)
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+        self.causal = causal
         self.num_heads = check_int("num_heads", num_heads, lo=1, hi=128)
         self.s_q = check_int("s_q", s_q, lo=1, hi=4)
         self.fmt = kv_format if isinstance(kv_format, KVFormat) else kv_format_of(kv_format)
@@ -145,13 +150,16 @@ class DecodePlan:
         self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
                                device=self.device)
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
+        # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
+        self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
             self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
                                         dtype=torch.float32, device=self.device)
             self.part_lse = torch.empty(batch, self.num_splits, s_q, num_heads,
                                         dtype=torch.float32, device=self.device)
+            self.part_max = torch.empty_like(self.part_lse)
         else:
-            self.part_out = self.part_lse = self.lse  # unused placeholders
+            self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
         self.sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
 
@@ -160,7 +168,7 @@ class DecodePlan:
         """Bytes of split partials (independent of the pool and of the lengths)."""
         if self.num_splits == 1:
             return 0
-        return self.part_out.numel() * 4 + self.part_lse.numel() * 4
+        return (self.part_out.numel() + self.part_lse.numel() + self.part_max.numel()) * 4
 
     def run(
         self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
@@ -213,7 +221,7 @@ class DecodePlan:
         grid = (self.batch, self.num_splits, self.head_blocks)
         _mla_decode_kernel[grid](
             q, u32, bf16, f32, kv_scale, block_table, cache_seqlens,
-            out, lse, self.part_out, self.part_lse,
+            out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
             q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             self.softmax_scale, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
@@ -223,12 +231,12 @@ class DecodePlan:
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
             WORDS_2D=cfg.words_2d, PREFETCH=cfg.prefetch and self.fmt.is_fp8,
-            SPARSE=self.sparse,
+            SPARSE=self.sparse, CAUSAL=self.causal,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if not direct:
             _combine_splits_kernel[(self.batch, self.s_q, self.num_heads * LATENT_DIM // 128)](
-                self.part_out, self.part_lse, out, lse,
+                self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
                 out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
                 self.num_splits, self.num_heads,
                 S_Q=self.s_q, SPLITS_P2=triton.next_power_of_2(self.num_splits), DIM=LATENT_DIM,

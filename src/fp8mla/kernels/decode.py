@@ -174,7 +174,7 @@ def _online_update(qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k
 def _mla_decode_kernel(
     q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr,
     block_table_ptr, seqlens_ptr,
-    out_ptr, lse_ptr, part_out_ptr, part_lse_ptr,
+    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
     stride_qb, stride_qs, stride_qh,
     stride_bt,
     stride_ob, stride_os, stride_oh,
@@ -184,7 +184,7 @@ def _mla_decode_kernel(
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, PREFETCH: tl.constexpr,
-    SPARSE: tl.constexpr,
+    SPARSE: tl.constexpr, CAUSAL: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -235,7 +235,10 @@ def _mla_decode_kernel(
     chunk = tl.cdiv(tl.cdiv(seqlen, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(seqlen, start + chunk)
-    visible = seqlen - S_Q + 1 + qi  # causal limit per row
+    if CAUSAL:
+        visible = seqlen - S_Q + 1 + qi  # query i of S_Q sees the first len − S_Q + 1 + i
+    else:
+        visible = seqlen + qi * 0
     bt_row = block_table_ptr + b.to(tl.int64) * stride_bt
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -288,8 +291,9 @@ def _mla_decode_kernel(
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
     if DIRECT:
         o_row = out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh
-        l_row = lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head
-        tl.store(l_row, lse, mask=row_ok)
+        l_off = b.to(tl.int64) * stride_lb + qi * stride_ls + head
+        tl.store(lse_ptr + l_off, lse, mask=row_ok)
+        tl.store(max_ptr + l_off, m_i / LOG2E, mask=row_ok)  # max scaled score (−inf if none)
         om = row_ok[:, None]
         tl.store(o_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
                  (acc0 * inv[:, None]).to(tl.bfloat16), mask=om)
@@ -303,6 +307,7 @@ def _mla_decode_kernel(
         # workspace: part_out [batch, num_splits, S_Q, num_heads, 512] fp32, part_lse likewise
         rows = ((b * num_splits + split) * S_Q + qi).to(tl.int64) * num_heads + head
         tl.store(part_lse_ptr + rows, lse, mask=row_ok)
+        tl.store(part_max_ptr + rows, m_i / LOG2E, mask=row_ok)
         o_row = part_out_ptr + rows * 512
         om = row_ok[:, None]
         tl.store(o_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
@@ -317,7 +322,7 @@ def _mla_decode_kernel(
 
 @triton.jit
 def _combine_splits_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, lse_ptr,
+    part_out_ptr, part_lse_ptr, part_max_ptr, out_ptr, lse_ptr, max_ptr,
     stride_ob, stride_os, stride_oh, stride_lb, stride_ls,
     num_splits, num_heads,
     S_Q: tl.constexpr, SPLITS_P2: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -354,4 +359,8 @@ def _combine_splits_kernel(
              o.to(tl.bfloat16))
     if d0 == 0:
         lse = tl.where(has, mx_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
-        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head, lse)
+        l_off = b.to(tl.int64) * stride_lb + qi * stride_ls + head
+        tl.store(lse_ptr + l_off, lse)
+        m_s = tl.load(part_max_ptr + row0 + offs_s * row_step, mask=offs_s < num_splits,
+                      other=float("-inf"))
+        tl.store(max_ptr + l_off, tl.max(m_s, axis=0))
