@@ -1,0 +1,210 @@
+"""FlashMLA's Python interface (``flash_mla``), served by fp8mla's kernels on any GPU.
+
+Signatures, shapes, layouts and return values follow FlashMLA's ``flash_mla_interface.py``:
+``get_mla_metadata``, ``flash_mla_with_kvcache`` (dense and sparse decode) and
+``flash_mla_sparse_fwd`` (sparse prefill). Checks FlashMLA makes with ``assert`` raise
+``ValueError`` here, with the same meaning.
+
+Intended differences (where FlashMLA refuses, fp8mla serves):
+- any head count 1–128 (FlashMLA sparse: 64 or 128), any power-of-two page size 1–256 (dense:
+  64), FP8 dense decode (656-byte ``fp8_ds_mla`` rows; 576-byte per-tensor e4m3 rows with scale
+  1), BF16 sparse decode with ``is_fp8_kvcache=False``;
+- a schedule object is reusable while the shapes stay the same — ``cache_seqlens`` values may
+  change between calls (FlashMLA asks that they stay the same);
+- ``extra_k_cache`` / ``extra_indices_in_kvcache`` / ``indexer_topk`` are not supported (error).
+Lonely queries (nothing to attend) return out 0 and lse +inf, as FlashMLA does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from fp8mla.decode import DecodePlan
+from fp8mla.formats import KV_DIM, LATENT_DIM
+from fp8mla.sparse import SparsePlan
+
+__all__ = ["FlashMLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache",
+           "flash_mla_sparse_fwd"]
+
+
+@dataclasses.dataclass
+class FlashMLASchedMeta:
+    """The schedule handle: the problem of its first call, and the fp8mla plan built for it."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        b: int
+        s_q: int
+        h_q: int
+        page_block_size: int
+        h_k: int
+        causal: bool
+        is_fp8_kvcache: bool
+        topk: int | None
+
+    have_initialized: bool = False
+    config: Config | None = None
+    plan: DecodePlan | None = None
+
+
+def get_mla_metadata(*args, **kwargs) -> tuple[FlashMLASchedMeta, None]:
+    """A fresh, empty schedule (arguments accepted and ignored, as FlashMLA's current interface
+    does); the plan is built on the first `flash_mla_with_kvcache` call."""
+    return FlashMLASchedMeta(), None
+
+
+def _kv_format(k_cache: torch.Tensor, is_fp8_kvcache: bool) -> str:
+    d = k_cache.shape[-1]
+    if not is_fp8_kvcache:
+        if k_cache.dtype != torch.bfloat16 or d != KV_DIM:
+            raise ValueError(f"k_cache: with is_fp8_kvcache=False expected bfloat16 [..., {KV_DIM}],"
+                             f" got {k_cache.dtype} [..., {d}]")
+        return "bf16"
+    if k_cache.dtype not in (torch.uint8, torch.int8, torch.float8_e4m3fn):
+        raise ValueError(f"k_cache: with is_fp8_kvcache=True expected 1-byte elements, got "
+                         f"{k_cache.dtype}")
+    if d == 656:
+        return "fp8_ds_mla"
+    if d == KV_DIM:
+        return "fp8"
+    raise ValueError(f"k_cache: FP8 rows must be 656 bytes (fp8_ds_mla) or 576 (per-tensor e4m3),"
+                     f" got {d}")
+
+
+def _check_config(meta: FlashMLASchedMeta, cfg: FlashMLASchedMeta.Config) -> None:
+    if not meta.have_initialized:
+        return
+    for field in dataclasses.fields(cfg):
+        have, want = getattr(meta.config, field.name), getattr(cfg, field.name)
+        if have != want:
+            raise ValueError(
+                f"tile_scheduler_metadata: built for {field.name}={have}, called with {want}. "
+                "Your input arguments are inconsistent with sched_meta: use one schedule per "
+                "problem shape (get_mla_metadata again for another)."
+            )
+
+
+def _finish(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | None,
+            h_q: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy out of the plan's buffers, apply the attention sink, −inf → +inf (FlashMLA)."""
+    out = out.clone()
+    lse = lse.clone()
+    if attn_sink is not None:
+        if attn_sink.dtype != torch.float32 or attn_sink.shape != (h_q,):
+            raise ValueError(f"attn_sink: expected float32 [{h_q}], got {attn_sink.dtype} "
+                             f"{list(attn_sink.shape)}")
+        factor = torch.sigmoid(lse - attn_sink)  # e^lse / (e^lse + e^sink)
+        out = (out.float() * factor.unsqueeze(-1)).to(out.dtype)
+    return out, lse.masked_fill(lse == float("-inf"), float("inf"))
+
+
+def flash_mla_with_kvcache(
+    q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor | None,
+    cache_seqlens: torch.Tensor | None, head_dim_v: int,
+    tile_scheduler_metadata: FlashMLASchedMeta, num_splits: None = None,
+    softmax_scale: float | None = None, causal: bool = False, is_fp8_kvcache: bool = False,
+    indices: torch.Tensor | None = None, attn_sink: torch.Tensor | None = None,
+    extra_k_cache: torch.Tensor | None = None,
+    extra_indices_in_kvcache: torch.Tensor | None = None,
+    topk_length: torch.Tensor | None = None, extra_topk_length: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense or sparse MLA decode (FlashMLA semantics).
+
+    q: [b, s_q, h_q, 576] bfloat16; k_cache: [num_blocks, page_block_size, 1, 576] bfloat16, or
+    1-byte rows [.., 1, 656] (fp8_ds_mla) / [.., 1, 576] (per-tensor e4m3, scale 1) with
+    is_fp8_kvcache; block_table: int32 [b, max_blocks] and cache_seqlens: int32 [b] (dense);
+    indices: int32 [b, s_q, topk] slots, −1 invalid (sparse); topk_length: int32 [b];
+    attn_sink: float32 [h_q]. Returns (out bfloat16 [b, s_q, h_q, 512], lse float32
+    [b, h_q, s_q]).
+    """
+    meta = tile_scheduler_metadata
+    if not isinstance(meta, FlashMLASchedMeta):
+        raise TypeError("tile_scheduler_metadata: expected the FlashMLASchedMeta from "
+                        f"get_mla_metadata, got {type(meta).__name__}")
+    if num_splits is not None:
+        raise ValueError("num_splits: must be None (FlashMLA's current interface)")
+    if head_dim_v != LATENT_DIM:
+        raise ValueError(f"head_dim_v: must be {LATENT_DIM}, got {head_dim_v}")
+    for name, value in (("extra_k_cache", extra_k_cache),
+                        ("extra_indices_in_kvcache", extra_indices_in_kvcache),
+                        ("extra_topk_length", extra_topk_length)):
+        if value is not None:
+            raise ValueError(f"{name}: not supported by fp8mla (pass None)")
+    if q.dim() != 4 or q.shape[-1] != KV_DIM:
+        raise ValueError(f"q: expected [b, s_q, h_q, {KV_DIM}], got {list(q.shape)}")
+    if k_cache.dim() != 4 or k_cache.shape[2] != 1:
+        raise ValueError(f"k_cache: expected [num_blocks, page_block_size, 1, head_dim] (h_k = 1),"
+                         f" got {list(k_cache.shape)}")
+    b, s_q, h_q, _ = q.shape
+    fmt = _kv_format(k_cache, is_fp8_kvcache)
+    scale = KV_DIM ** -0.5 if softmax_scale is None else softmax_scale
+    sparse = indices is not None
+    cfg = FlashMLASchedMeta.Config(b, s_q, h_q, k_cache.shape[1], k_cache.shape[2], causal,
+                                   is_fp8_kvcache, indices.shape[-1] if sparse else None)
+    _check_config(meta, cfg)
+    if sparse:
+        if causal:
+            raise ValueError("causal: must be False when indices is given (sparse attention)")
+        if indices.dtype != torch.int32 or tuple(indices.shape[:2]) != (b, s_q):
+            raise ValueError(f"indices: expected int32 [{b}, {s_q}, topk], got {indices.dtype} "
+                             f"{list(indices.shape)}")
+        if not meta.have_initialized:
+            meta.plan = SparsePlan(num_queries=b * s_q, num_heads=h_q, topk=indices.shape[-1],
+                                   kv_format=fmt, softmax_scale=scale, device=q.device)
+        lengths = None
+        if topk_length is not None:
+            if topk_length.dtype != torch.int32 or topk_length.shape != (b,):
+                raise ValueError(f"topk_length: expected int32 [{b}], got {topk_length.dtype} "
+                                 f"{list(topk_length.shape)}")
+            lengths = topk_length.repeat_interleave(s_q)
+        out, lse = meta.plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
+                                 indices.reshape(b * s_q, -1).contiguous(), lengths, check=False)
+        out, lse = out.view(b, s_q, h_q, LATENT_DIM), lse.view(b, s_q, h_q)
+    else:
+        if topk_length is not None or attn_sink is not None:
+            raise ValueError("topk_length, attn_sink: only with indices (sparse attention)")
+        if block_table is None or cache_seqlens is None:
+            raise ValueError("block_table, cache_seqlens: required for dense attention")
+        if not meta.have_initialized:
+            meta.plan = DecodePlan(batch=b, num_heads=h_q, s_q=s_q, kv_format=fmt,
+                                   page_size=k_cache.shape[1],
+                                   max_seqlen=block_table.shape[1] * k_cache.shape[1],
+                                   softmax_scale=scale, device=q.device, causal=causal or s_q == 1)
+        out, lse = meta.plan.run(q, k_cache, block_table, cache_seqlens, check=False)
+    meta.have_initialized, meta.config = True, cfg
+    out, lse = _finish(out, lse, attn_sink, h_q)
+    return out, lse.transpose(1, 2).contiguous()
+
+
+def flash_mla_sparse_fwd(
+    q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512,
+    attn_sink: torch.Tensor | None = None, topk_length: torch.Tensor | None = None,
+    indexer_topk: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sparse MLA prefill (FlashMLA semantics).
+
+    q: [s_q, h_q, 576] bfloat16; kv: [s_kv, 1, 576] bfloat16 (fp8mla also takes 1-byte
+    [s_kv, 1, 656] fp8_ds_mla rows); indices: int32 [s_q, 1, topk], −1 or >= s_kv invalid;
+    attn_sink: float32 [h_q]; topk_length: int32 [s_q]. Returns (out bfloat16 [s_q, h_q, 512],
+    max_logits float32 [s_q, h_q], lse float32 [s_q, h_q]).
+    """
+    if d_v != LATENT_DIM:
+        raise ValueError(f"d_v: can only be {LATENT_DIM}, got {d_v}")
+    if indexer_topk:
+        raise ValueError("indexer_topk: not supported by fp8mla (pass 0)")
+    if q.dim() != 3 or kv.dim() != 3 or kv.shape[1] != 1:
+        raise ValueError(f"q, kv: expected [s_q, h_q, d_qk] and [s_kv, 1, d_qk], got "
+                         f"{list(q.shape)} and {list(kv.shape)}")
+    if indices.dim() != 3 or indices.shape[:2] != (q.shape[0], 1) or indices.dtype != torch.int32:
+        raise ValueError(f"indices: expected int32 [{q.shape[0]}, 1, topk], got {indices.dtype} "
+                         f"{list(indices.shape)}")
+    fmt = "bf16" if kv.dtype == torch.bfloat16 else _kv_format(kv, True)
+    s_q, h_q = q.shape[0], q.shape[1]
+    plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1], kv_format=fmt,
+                      softmax_scale=sm_scale, device=q.device)
+    out, lse = plan.run(q, kv, indices[:, 0].contiguous(), topk_length, check=False)
+    max_logits = plan.max_logits[:, 0].clone()
+    out, lse = _finish(out, lse, attn_sink, h_q)
+    return out, max_logits, lse
