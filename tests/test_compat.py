@@ -7,7 +7,6 @@ from fp8mla import reference
 from fp8mla.compat import deep_gemm, flash_mla
 from fp8mla.formats import dequantize_kv, quantize_index_keys, quantize_kv
 from fp8mla.testing import assert_close
-
 from helpers import paged_cache
 
 

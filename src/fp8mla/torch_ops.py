@@ -1,0 +1,83 @@
+"""fp8mla's kernels as torch custom ops (``torch.ops.fp8mla.*``), with fake (meta)
+implementations, so they trace under ``torch.compile`` and record into CUDA graphs as single
+opaque nodes. Importing this module registers them.
+
+    torch.ops.fp8mla.dense_decode(q, kv_cache, block_table, cache_seqlens, kv_format,
+                                  softmax_scale, fp8_scale) -> (out, lse)
+    torch.ops.fp8mla.sparse_attention(q, kv_cache, indices, topk_length, kv_format,
+                                      softmax_scale, fp8_scale) -> (out, lse)
+    torch.ops.fp8mla.indexer_logits(q, weights, key_cache, block_table, context_lens,
+                                    max_len) -> logits
+    torch.ops.fp8mla.topk_indices(logits, k, lengths) -> indices
+
+Shapes and dtypes are those of the Python functions they wrap (fp8mla.decode.dense_decode,
+fp8mla.sparse.sparse_prefill, fp8mla.indexer.indexer_logits_paged, fp8mla.topk.topk_indices);
+the ops skip the host-side validation (``check=False``): validate once outside the hot path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from fp8mla.decode import dense_decode
+from fp8mla.formats import LATENT_DIM
+from fp8mla.indexer import indexer_logits_paged
+from fp8mla.sparse import sparse_prefill
+from fp8mla.topk import topk_indices
+
+__all__ = ["dense_decode_op", "sparse_attention_op", "indexer_logits_op", "topk_indices_op"]
+
+
+@torch.library.custom_op("fp8mla::dense_decode", mutates_args=())
+def dense_decode_op(q: Tensor, kv_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor,
+                    kv_format: str, softmax_scale: float,
+                    fp8_scale: Tensor | None) -> tuple[Tensor, Tensor]:
+    out, lse = dense_decode(q, kv_cache, block_table, cache_seqlens, kv_format=kv_format,
+                            softmax_scale=softmax_scale, fp8_scale=fp8_scale, check=False)
+    return out.clone(), lse.clone()
+
+
+@dense_decode_op.register_fake
+def _(q, kv_cache, block_table, cache_seqlens, kv_format, softmax_scale, fp8_scale):
+    b, s_q, h, _ = q.shape
+    return (q.new_empty(b, s_q, h, LATENT_DIM),
+            q.new_empty(b, s_q, h, dtype=torch.float32))
+
+
+@torch.library.custom_op("fp8mla::sparse_attention", mutates_args=())
+def sparse_attention_op(q: Tensor, kv_cache: Tensor, indices: Tensor, topk_length: Tensor | None,
+                        kv_format: str, softmax_scale: float,
+                        fp8_scale: Tensor | None) -> tuple[Tensor, Tensor]:
+    out, lse = sparse_prefill(q, kv_cache, indices, kv_format=kv_format,
+                              topk_length=topk_length, softmax_scale=softmax_scale,
+                              fp8_scale=fp8_scale, check=False)
+    return out.clone(), lse.clone()
+
+
+@sparse_attention_op.register_fake
+def _(q, kv_cache, indices, topk_length, kv_format, softmax_scale, fp8_scale):
+    t, h, _ = q.shape
+    return q.new_empty(t, h, LATENT_DIM), q.new_empty(t, h, dtype=torch.float32)
+
+
+@torch.library.custom_op("fp8mla::indexer_logits", mutates_args=())
+def indexer_logits_op(q: Tensor, weights: Tensor, key_cache: Tensor, block_table: Tensor,
+                      context_lens: Tensor, max_len: int) -> Tensor:
+    return indexer_logits_paged(q, weights, key_cache, block_table, context_lens,
+                                max_len=max_len, check=False)
+
+
+@indexer_logits_op.register_fake
+def _(q, weights, key_cache, block_table, context_lens, max_len):
+    return weights.new_empty(q.shape[0] * q.shape[1], max_len)
+
+
+@torch.library.custom_op("fp8mla::topk_indices", mutates_args=())
+def topk_indices_op(logits: Tensor, k: int, lengths: Tensor | None) -> Tensor:
+    return topk_indices(logits, k, lengths=lengths)
+
+
+@topk_indices_op.register_fake
+def _(logits, k, lengths):
+    return logits.new_empty(logits.shape[0], k, dtype=torch.int32)
