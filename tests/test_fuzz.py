@@ -1,0 +1,102 @@
+"""Property-based fuzzing of every public kernel against the float32 references.
+
+Derandomized (CI-stable) with a bounded example count per kernel: FP8MLA_FUZZ_EXAMPLES
+(default 10) raises it, e.g. for a GPU run. Inputs: random batch, s_q, heads, lengths (0
+included), page sizes, shuffled block tables, formats and scale policies, top-k widths and −1
+patterns; unowned pages poisoned (tests/helpers.py).
+"""
+
+import os
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fp8mla import reference
+from fp8mla.decode import DecodePlan
+from fp8mla.formats import dequantize_index_keys, quantize_index_keys
+from fp8mla.indexer import indexer_logits_ragged
+from fp8mla.sparse import sparse_prefill
+from fp8mla.testing import assert_close
+from fp8mla.topk import topk_indices
+from helpers import paged_cache
+
+EXAMPLES = int(os.environ.get("FP8MLA_FUZZ_EXAMPLES", "10"))
+FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+                suppress_health_check=list(HealthCheck))
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+FORMATS = st.sampled_from([("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"),
+                           ("fp8_ds_mla", "fp32")])
+
+
+@FUZZ
+@given(fmt=FORMATS, lens=st.lists(st.integers(0, 150), min_size=1, max_size=3),
+       s_q=st.integers(1, 4), heads=st.integers(1, 20),
+       page_size=st.sampled_from([1, 2, 16, 64]), splits=st.sampled_from([None, 1, 3, 7]),
+       seed=st.integers(0, 2**16))
+def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
+    cache, table, seqlens = paged_cache(fmt[0], lens, page_size, policy=fmt[1], device=DEVICE,
+                                        seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    q = torch.randn(len(lens), s_q, heads, 576, generator=g).bfloat16().to(DEVICE)
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                      page_size=page_size, cache_seqlens=seqlens, device=DEVICE,
+                      num_splits=splits)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@FUZZ
+@given(fmt=FORMATS, tokens=st.integers(1, 4), heads=st.integers(1, 20),
+       topk=st.integers(1, 80), skip=st.floats(0, 1), seed=st.integers(0, 2**16),
+       use_length=st.booleans())
+def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
+    cache, _, _ = paged_cache(fmt[0], [40], 16, policy=fmt[1], device=DEVICE, seed=seed)
+    g = torch.Generator().manual_seed(seed + 2)
+    kv = cache.dequantize(0).reshape(-1, 576)
+    live = torch.isfinite(kv).all(1).nonzero().flatten().cpu()  # the stored (unpoisoned) slots
+    idx = live[torch.randint(0, len(live), (tokens, topk), generator=g)].to(torch.int32)
+    idx[torch.rand(tokens, topk, generator=g) < skip] = -1
+    lengths = torch.randint(0, topk + 1, (tokens,), generator=g, dtype=torch.int32) \
+        if use_length else None
+    q = torch.randn(tokens, heads, 576, generator=g).bfloat16().to(DEVICE)
+    out, lse = sparse_prefill(q, cache.layer(0), idx.to(DEVICE), kv_format=cache.fmt,
+                              topk_length=None if lengths is None else lengths.to(DEVICE),
+                              fp8_scale=cache.scale(0))
+    ro, rl = reference.sparse_mla(q, kv, idx.to(DEVICE), 576 ** -0.5,
+                                  None if lengths is None else lengths.to(DEVICE))
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@FUZZ
+@given(rows=st.integers(1, 4), heads=st.integers(1, 64), seq=st.integers(1, 200),
+       fp8_q=st.booleans(), seed=st.integers(0, 2**16), data=st.data())
+def test_fuzz_indexer(rows, heads, seq, fp8_q, seed, data):
+    g = torch.Generator().manual_seed(seed)
+    kb, ks = quantize_index_keys(torch.randn(seq, 128, generator=g),
+                                 data.draw(st.sampled_from(["fp32", "pow2"])))
+    q = torch.randn(rows, heads, 128, generator=g)
+    q = q.to(torch.float8_e4m3fn) if fp8_q else q.bfloat16()
+    w = torch.rand(rows, heads, generator=g)
+    starts = torch.tensor([data.draw(st.integers(0, seq)) for _ in range(rows)], dtype=torch.int32)
+    ends = torch.tensor([data.draw(st.integers(int(s), seq)) for s in starts], dtype=torch.int32)
+    out = indexer_logits_ragged(q.to(DEVICE), w.to(DEVICE), kb.to(DEVICE), ks.to(DEVICE),
+                                starts.to(DEVICE), ends.to(DEVICE))
+    ref = reference.indexer_logits(q.float(), w, dequantize_index_keys(kb, ks), starts, ends)
+    assert_close(out, ref, atol=1e-3, rtol=1e-3)
+
+
+@FUZZ
+@given(rows=st.integers(1, 3), length=st.integers(1, 3000), k=st.integers(1, 300),
+       distinct=st.integers(1, 50), neg_inf=st.floats(0, 1), seed=st.integers(0, 2**16))
+def test_fuzz_topk(rows, length, k, distinct, neg_inf, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, distinct, (rows, length), generator=g).float() * 0.37 - 3.0
+    x[torch.rand(rows, length, generator=g) < neg_inf] = float("-inf")
+    out = topk_indices(x.to(DEVICE), k).cpu()
+    ref = reference.topk_indices(x, k)
+    for r in range(rows):
+        assert set(out[r].tolist()) == set(ref[r].tolist())
