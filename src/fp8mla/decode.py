@@ -18,6 +18,7 @@ import math
 import torch
 import triton
 
+from fp8mla import numerics
 from fp8mla._checks import check_int, check_page_size, check_tensor, same_device
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat, kv_format
 from fp8mla.kernels.decode import (
@@ -184,6 +185,7 @@ class DecodePlan:
         fp8_scale: float32 [1], the ``fp8`` format's per-tensor scale (default 1; other formats
             ignore it).
         check: validate lengths and block-table entries on the host first (syncs).
+        With FP8MLA_CHECK=1 (fp8mla.numerics) inputs and outputs are also checked for NaN/Inf.
         Returns (out bfloat16 [batch, s_q, num_heads, 512], lse float32 [batch, s_q, num_heads]),
         the plan's own buffers (overwritten by the next run). A request of length 0 gives out 0
         and lse −inf.
@@ -204,7 +206,18 @@ class DecodePlan:
             check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
                          device=self.device)
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
-        return self._launch(q, rows, block_table, cache_seqlens, scale)
+        if not numerics.enabled():
+            return self._launch(q, rows, block_table, cache_seqlens, scale)
+        slots = []
+        for b, n in enumerate(cache_seqlens.tolist()):
+            pos = torch.arange(n, device=block_table.device)
+            slots.append(block_table[b, pos // self.page_size].long() * self.page_size
+                         + pos % self.page_size)
+        numerics.check_attention_inputs("dense_decode", q, rows.view(-1, self.fmt.row_bytes),
+                                        self.fmt, slots, scale)
+        out, lse = self._launch(q, rows, block_table, cache_seqlens, scale)
+        numerics.check_attention_outputs("dense_decode", out, lse)
+        return out, lse
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale):
         """Launch without checks. kv_scale: float32 [1] multiplying every cache value (bf16 and

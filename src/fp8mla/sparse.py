@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from fp8mla import numerics
 from fp8mla._checks import check_int, check_tensor
 from fp8mla.decode import DecodePlan, kv_format_of
 from fp8mla.formats import KV_DIM, KVFormat
@@ -85,7 +86,17 @@ class SparsePlan(DecodePlan):
             check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
                          device=self.device)
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
+        diagnose = numerics.enabled()
+        if diagnose:
+            slots = []
+            for t, n in enumerate(lengths.tolist()):
+                sl = indices[t, :n]
+                slots.append(sl[(sl >= 0) & (sl < rows.shape[0])])
+            numerics.check_attention_inputs("sparse_attention", q, rows.view(rows.shape[0], -1),
+                                            self.fmt, slots, scale)
         out, lse = self._launch(q.unsqueeze(1), rows, indices, lengths, scale)
+        if diagnose:
+            numerics.check_attention_outputs("sparse_attention", out, lse)
         return out[:, 0], lse[:, 0]
 
     @staticmethod
