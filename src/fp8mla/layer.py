@@ -1,0 +1,254 @@
+"""`DSAAttention`: the attention block of GLM-5 / DeepSeek-V3.2 (and dense MLA of DeepSeek-V3)
+over fp8mla's paged caches, with Hugging Face weights.
+
+Per layer, for new tokens x at absolute positions p (DESIGN.md §2):
+  q_resid = RMSNorm(q_a_proj x);  [q_nope | q_rot] = q_b_proj q_resid           (per head)
+  [c | k_rot] = kv_a_proj_with_mqa x;  c = RMSNorm(c)                             (shared latent)
+  RoPE on q_rot, k_rot (interleaved pairs, laid out as transformers does: rotated even dims, then
+  rotated odd dims — q and k alike, so dot products are those of the interleaved math)
+  absorbed query [q_nope · W_UK | q_rot] (576) against cache rows [c | k_rot]; latent output
+  o_lat (512) → o = o_lat · W_UV per head → o_proj.
+  DSA: the lightning indexer scores every visible past token, top-k (index_topk) of them are
+  attended. Index q is quantized to FP8 per (token, head) with its scale folded into the weights;
+  index keys are stored FP8 (132-byte layout).
+
+`backend="fp8mla"` runs fp8mla's kernels; `backend="reference"` runs the float32 oracles on the
+same caches (the independent check). DeepSeek-V3.2's Hadamard transform of the indexer inputs is
+not implemented yet (the constructor says so).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fp8mla import reference
+from fp8mla.cache import IndexKeyCache, PagedKVCache
+from fp8mla.config import MLAConfig
+from fp8mla.formats import INDEX_HEAD_DIM, KV_DIM, LATENT_DIM, ROPE_DIM
+from fp8mla.indexer import indexer_logits_ragged
+from fp8mla.sparse import sparse_prefill
+from fp8mla.topk import topk_indices
+
+__all__ = ["DSAAttention", "rope_cos_sin", "apply_rope"]
+
+BACKENDS = ("fp8mla", "reference")
+
+
+def rope_cos_sin(positions: torch.Tensor, cfg: MLAConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape [..., 32] for the 64 RoPE dims (one angle per dim pair)."""
+    if cfg.yarn_factor > 1.0:
+        raise NotImplementedError("rope: YaRN frequency scaling is not implemented in "
+                                  "DSAAttention yet (the kernels take any softmax_scale)")
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, ROPE_DIM, 2, dtype=torch.float32,
+                                                 device=positions.device) / ROPE_DIM))
+    ang = positions.float()[..., None] * inv
+    return ang.cos(), ang.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
+    """Rotate the last dim (64) of x [..., n, 64] by angles [..., 32] (broadcast over n).
+    interleave: pairs (2i, 2i+1), output [rotated evens | rotated odds] (transformers' layout);
+    otherwise pairs (i, i+32) (rotate-half)."""
+    c, s = cos[..., None, :], sin[..., None, :]
+    if interleave:
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        a, b = x[..., :32], x[..., 32:]
+    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class DSAAttention(nn.Module):
+    """One MLA / DSA attention layer.
+
+    Args:
+        config: the per-rank `MLAConfig` (split_tp applied); kv_lora_rank 512, rope 64 and
+            index_head_dim 128 are what the kernels take.
+        backend: ``fp8mla`` (kernels) or ``reference`` (float32 oracles).
+        rms_norm_eps: the model's RMSNorm epsilon (GLM-5: 1e-5, DeepSeek: 1e-6).
+    Weights are created uninitialised; load them with `load_hf_state_dict` / `from_hf`.
+    """
+
+    def __init__(self, config: MLAConfig, *, backend: str = "fp8mla", rms_norm_eps: float = 1e-6,
+                 dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu") -> None:
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+        if config.kv_lora_rank != LATENT_DIM or config.qk_rope_head_dim != ROPE_DIM:
+            raise ValueError(f"config: kernels take kv_lora_rank {LATENT_DIM} and rope "
+                             f"{ROPE_DIM}, got {config.kv_lora_rank} / {config.qk_rope_head_dim}")
+        if config.is_sparse and config.index_head_dim != INDEX_HEAD_DIM:
+            raise ValueError(f"config: index_head_dim must be {INDEX_HEAD_DIM}, got "
+                             f"{config.index_head_dim}")
+        if config.is_sparse and config.indexer_hadamard:
+            raise NotImplementedError("config: the indexer's Hadamard transform (DeepSeek-V3.2) "
+                                      "is not implemented in DSAAttention yet")
+        self.cfg, self.backend, self.eps = config, backend, rms_norm_eps
+        h, nope, v = config.num_heads, config.qk_nope_head_dim, config.v_head_dim
+        kw = dict(dtype=dtype, device=device)
+        self.q_a_proj = nn.Linear(config.hidden_size, config.q_lora_rank, bias=False, **kw)
+        self.q_a_layernorm = nn.Parameter(torch.ones(config.q_lora_rank, **kw))
+        self.q_b_proj = nn.Linear(config.q_lora_rank, h * (nope + ROPE_DIM), bias=False, **kw)
+        self.kv_a_proj_with_mqa = nn.Linear(config.hidden_size, LATENT_DIM + ROPE_DIM,
+                                            bias=False, **kw)
+        self.kv_a_layernorm = nn.Parameter(torch.ones(LATENT_DIM, **kw))
+        self.kv_b_proj = nn.Linear(LATENT_DIM, h * (nope + v), bias=False, **kw)
+        self.o_proj = nn.Linear(h * v, config.hidden_size, bias=False, **kw)
+        if config.is_sparse:
+            hi = config.index_n_heads
+            self.wq_b = nn.Linear(config.q_lora_rank, hi * INDEX_HEAD_DIM, bias=False, **kw)
+            self.wk = nn.Linear(config.hidden_size, INDEX_HEAD_DIM, bias=False, **kw)
+            self.k_norm = nn.LayerNorm(INDEX_HEAD_DIM, eps=1e-6, **kw)
+            self.weights_proj = nn.Linear(config.hidden_size, hi, bias=False, **kw)
+
+    # --- weights ---------------------------------------------------------------------------
+    _HF_KEYS = {
+        "q_a_proj.weight": "q_a_proj.weight", "q_a_layernorm.weight": "q_a_layernorm",
+        "q_b_proj.weight": "q_b_proj.weight",
+        "kv_a_proj_with_mqa.weight": "kv_a_proj_with_mqa.weight",
+        "kv_a_layernorm.weight": "kv_a_layernorm", "kv_b_proj.weight": "kv_b_proj.weight",
+        "o_proj.weight": "o_proj.weight",
+    }
+    _HF_INDEXER_KEYS = {
+        "indexer.wq_b.weight": "wq_b.weight", "indexer.wk.weight": "wk.weight",
+        "indexer.k_norm.weight": "k_norm.weight", "indexer.k_norm.bias": "k_norm.bias",
+        "indexer.weights_proj.weight": "weights_proj.weight",
+    }
+
+    def load_hf_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load transformers' GlmMoeDsaAttention / DeepseekV32Attention weights. Missing, extra
+        or mis-shaped keys raise one ValueError naming each."""
+        mapping = dict(self._HF_KEYS)
+        if self.cfg.is_sparse:
+            mapping.update(self._HF_INDEXER_KEYS)
+        own = dict(self.named_parameters())
+        problems = [f"missing {k}" for k in mapping if k not in state_dict]
+        problems += [f"unexpected {k}" for k in state_dict if k not in mapping]
+        for k, name in mapping.items():
+            if k in state_dict and tuple(state_dict[k].shape) != tuple(own[name].shape):
+                problems.append(f"{k}: expected shape {list(own[name].shape)}, got "
+                                f"{list(state_dict[k].shape)}")
+        if problems:
+            raise ValueError("state_dict: " + "; ".join(problems))
+        with torch.no_grad():
+            for k, name in mapping.items():
+                own[name].copy_(state_dict[k])
+
+    @classmethod
+    def from_hf(cls, module: nn.Module, config: MLAConfig, **kwargs) -> DSAAttention:
+        """A layer holding the weights of a transformers attention module."""
+        layer = cls(config, **kwargs)
+        layer.load_hf_state_dict({k: v for k, v in module.state_dict().items()})
+        return layer
+
+    # --- forward ---------------------------------------------------------------------------
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, kv_cache: PagedKVCache,
+                index_cache: IndexKeyCache | None, layer: int, block_table: torch.Tensor,
+                topk_override: torch.Tensor | None = None) -> torch.Tensor:
+        """Attend S new tokens per request (prefill when the context is empty, decode after).
+
+        hidden: [B, S, hidden_size]; positions: int [B, S], absolute and consecutive per
+        request (the request's length after this call is positions[:, -1] + 1); kv_cache /
+        index_cache: the model's caches (``layer`` selects this layer's pools); block_table:
+        int32 [B, max_pages] covering the new tokens. topk_override: int [B, S, k] token
+        positions to attend instead of the indexer's choice (tests compare given the same set).
+        Returns [B, S, hidden_size] in hidden's dtype.
+        """
+        cfg = self.cfg
+        b, s, _ = hidden.shape
+        h, nope = cfg.num_heads, cfg.qk_nope_head_dim
+        ps = kv_cache.page_size
+        cos, sin = rope_cos_sin(positions, cfg)
+        slots = (block_table.gather(1, (positions // ps).long()).long() * ps
+                 + positions.long() % ps)  # [B, S]
+
+        q_resid = _rms_norm(self.q_a_proj(hidden), self.q_a_layernorm, self.eps)
+        q = self.q_b_proj(q_resid).view(b, s, h, nope + ROPE_DIM)
+        q_nope, q_rot = q[..., :nope], apply_rope(q[..., nope:], cos, sin, cfg.rope_interleave)
+        ckv = self.kv_a_proj_with_mqa(hidden)
+        c = _rms_norm(ckv[..., :LATENT_DIM], self.kv_a_layernorm, self.eps)
+        k_rot = apply_rope(ckv[..., None, LATENT_DIM:], cos, sin, cfg.rope_interleave)[..., 0, :]
+        kv_cache.store(layer, c.reshape(-1, LATENT_DIM).to(torch.bfloat16),
+                       k_rot.reshape(-1, ROPE_DIM).to(torch.bfloat16), slots.reshape(-1))
+
+        w_kv = self.kv_b_proj.weight.view(h, nope + cfg.v_head_dim, LATENT_DIM)
+        w_uk, w_uv = w_kv[:, :nope], w_kv[:, nope:]
+        q_lat = torch.einsum("bshn,hnr->bshr", q_nope.float(), w_uk.float())
+        q_kernel = torch.cat([q_lat, q_rot.float()], dim=-1).to(torch.bfloat16)
+
+        lengths = positions[:, -1] + 1
+        if topk_override is not None:  # causal: a token never sees later positions
+            chosen = topk_override.to(torch.int64)
+            chosen = torch.where(chosen <= positions[..., None], chosen, -1)
+        elif cfg.is_sparse:
+            chosen = self._indexer(hidden, q_resid, cos, sin, index_cache, layer, slots,
+                                   block_table, positions)
+        else:  # dense MLA: every visible token
+            span = torch.arange(int(lengths.max()), device=hidden.device)
+            chosen = torch.where(span <= positions[..., None], span, -1)
+        # positions → slots (−1 stays −1)
+        pages = block_table.gather(1, (chosen.clamp_min(0) // ps).view(b, -1).long()).view_as(chosen)
+        idx = torch.where(chosen >= 0, pages.long() * ps + chosen % ps, -1).to(torch.int32)
+        o_lat = self._attend(q_kernel.view(b * s, h, KV_DIM), kv_cache, layer,
+                             idx.view(b * s, -1))
+        o = torch.einsum("bshr,hvr->bshv", o_lat.view(b, s, h, LATENT_DIM).float(), w_uv.float())
+        return self.o_proj(o.reshape(b, s, -1).to(hidden.dtype))
+
+    def _attend(self, q, kv_cache, layer, idx):
+        scale = self.cfg.softmax_scale
+        if self.backend == "reference":
+            kv = kv_cache.dequantize(layer).reshape(-1, KV_DIM)
+            return reference.sparse_mla(q, kv, idx, scale)[0]
+        return sparse_prefill(q, kv_cache.layer(layer), idx, kv_format=kv_cache.fmt,
+                              softmax_scale=scale, fp8_scale=kv_cache.scale(layer),
+                              check=False)[0]
+
+    def _indexer(self, hidden, q_resid, cos, sin, index_cache, layer, slots, block_table,
+                 positions):
+        """Top-k token positions [B, S, index_topk] (−1 padded) per new token."""
+        cfg = self.cfg
+        b, s, _ = hidden.shape
+        hi = cfg.index_n_heads
+        q = self.wq_b(q_resid).view(b, s, hi, INDEX_HEAD_DIM).float()
+        q = torch.cat([apply_rope(q[..., :ROPE_DIM], cos, sin, cfg.indexer_rope_interleave),
+                       q[..., ROPE_DIM:]], dim=-1)
+        k = self.k_norm(self.wk(hidden)).float()
+        k = torch.cat([apply_rope(k[..., None, :ROPE_DIM], cos, sin,
+                                  cfg.indexer_rope_interleave)[..., 0, :], k[..., ROPE_DIM:]], -1)
+        if index_cache is None:
+            raise ValueError("index_cache: required for a DSA model's layer")
+        index_cache.store(layer, k.reshape(-1, INDEX_HEAD_DIM).to(torch.bfloat16),
+                          slots.reshape(-1))
+        # ReLU(c·x) = c·ReLU(x) for c > 0: the score scale and the head average fold into w
+        w = self.weights_proj(hidden).float() * (hi ** -0.5) * (INDEX_HEAD_DIM ** -0.5)
+        keys, key_scales = index_cache.read(layer)
+        out = torch.full((b, s, cfg.index_topk), -1, dtype=torch.int64, device=hidden.device)
+        for r in range(b):
+            n = int(positions[r, -1]) + 1
+            pos = torch.arange(n, device=hidden.device)
+            ctx_slots = (block_table[r, pos // index_cache.page_size].long()
+                         * index_cache.page_size + pos % index_cache.page_size)
+            ends = (positions[r] + 1).to(torch.int32)
+            starts = torch.zeros_like(ends)
+            if self.backend == "reference":
+                kf = (keys[ctx_slots].view(torch.float8_e4m3fn).float()
+                      * key_scales[ctx_slots, None])
+                logits = reference.indexer_logits(q[r], w[r], kf, starts, ends)
+                top = reference.topk_indices(logits, cfg.index_topk).long()
+            else:
+                amax = q[r].abs().amax(-1).clamp_min(1e-4)  # per (token, head)
+                q_scale = amax / 448.0
+                q8 = (q[r] / q_scale[..., None]).to(torch.float8_e4m3fn)
+                logits = indexer_logits_ragged(q8, (w[r] * q_scale).contiguous(),
+                                               keys[ctx_slots].contiguous(),
+                                               key_scales[ctx_slots].contiguous(), starts, ends,
+                                               check=False)
+                top = topk_indices(logits, cfg.index_topk, lengths=ends).long()
+            out[r] = top
+        return out

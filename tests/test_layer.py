@@ -1,0 +1,121 @@
+"""DSAAttention against transformers' GlmMoeDsaAttention (tiny random config): a prefill, then
+decode steps, through the paged caches, on the fp8mla kernels and on the reference backend."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers import GlmMoeDsaConfig  # noqa: E402
+from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (  # noqa: E402
+    GlmMoeDsaAttention,
+    GlmMoeDsaRotaryEmbedding,
+)
+
+from fp8mla.cache import IndexKeyCache, PagedKVCache, build_block_table  # noqa: E402
+from fp8mla.config import from_hf_config  # noqa: E402
+from fp8mla.layer import DSAAttention, _rms_norm, rope_cos_sin  # noqa: E402
+
+PREFILL, DECODE = 9, 3
+
+
+def _hf(index_topk, seed=0):
+    cfg = GlmMoeDsaConfig(hidden_size=128, num_attention_heads=2, num_key_value_heads=2,
+                          q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=32,
+                          qk_rope_head_dim=64, v_head_dim=32, index_n_heads=4,
+                          index_head_dim=128, index_topk=index_topk, num_hidden_layers=1,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    attn = GlmMoeDsaAttention(cfg, layer_idx=0).float().eval()
+    with torch.no_grad():  # norms away from 1 so a wrong norm shows
+        for name, p in attn.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return cfg, attn
+
+
+def _hf_forward(cfg, attn, x):
+    b, t, _ = x.shape
+    pos = torch.arange(t)[None].expand(b, t)
+    cos, sin = GlmMoeDsaRotaryEmbedding(cfg)(x, pos)
+    mask = torch.full((t, t), torch.finfo(torch.float32).min).triu(1)[None, None].expand(b, 1, t, t)
+    with torch.no_grad():
+        out, _, topk = attn(x, (cos, sin), mask.contiguous(), position_ids=pos)
+    return out, topk
+
+
+def _run_ours(layer, x, kv_format, device, topk_override=None):
+    """Prefill PREFILL tokens, then DECODE single-token steps; returns all outputs."""
+    b, t, _ = x.shape
+    kv = PagedKVCache(8, 4, kv_format, device=device)
+    ic = IndexKeyCache(8, 4, device=device)
+    table = build_block_table([[5, 1, 6], [0, 7, 2]][:b], device=device)
+    outs = []
+    spans = [(0, PREFILL)] + [(i, i + 1) for i in range(PREFILL, t)]
+    for lo, hi in spans:
+        pos = torch.arange(lo, hi, device=device)[None].expand(b, hi - lo)
+        over = None if topk_override is None else topk_override[:, lo:hi].to(device)
+        with torch.no_grad():
+            outs.append(layer(x[:, lo:hi].to(device), pos, kv, ic, 0, table, topk_override=over))
+    return torch.cat(outs, 1).cpu()
+
+
+def _rel(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.mark.parametrize("kv_format,bound", [("bf16", 1e-2), ("fp8_ds_mla", 4e-2)])
+@pytest.mark.parametrize("backend", ["fp8mla", "reference"])
+def test_matches_transformers_when_topk_covers_the_context(device, kv_format, bound, backend):
+    cfg, attn = _hf(index_topk=64)
+    x = torch.randn(2, PREFILL + DECODE, 128)
+    want, _ = _hf_forward(cfg, attn, x)
+    layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), backend=backend,
+                                 rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    got = _run_ours(layer, x, kv_format, device)
+    assert want.abs().mean() > 1e-2  # a real signal, not zeros
+    assert _rel(got, want) < bound, _rel(got, want)
+
+
+@pytest.mark.parametrize("kv_format,bound", [("bf16", 1e-2), ("fp8_ds_mla", 4e-2)])
+def test_matches_transformers_given_its_topk_set(device, kv_format, bound):
+    cfg, attn = _hf(index_topk=4, seed=1)
+    x = torch.randn(2, PREFILL + DECODE, 128)
+    want, hf_topk = _hf_forward(cfg, attn, x)
+    layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()),
+                                 rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    got = _run_ours(layer, x, kv_format, device, topk_override=hf_topk)
+    assert _rel(got, want) < bound, _rel(got, want)
+    # our own FP8 indexer picks (nearly) the same sets: a hard top-k flips only on near-ties
+    b, t = x.shape[:2]
+    ic = IndexKeyCache(8, 4, device=device)
+    table = build_block_table([[5, 1, 6], [0, 7, 2]], device=device)
+    pos = torch.arange(t, device=device)[None].expand(b, t)
+    x_d = x.to(device)
+    with torch.no_grad():  # the indexer alone, on the same inputs
+        q_resid = _rms_norm(layer.q_a_proj(x_d), layer.q_a_layernorm, layer.eps)
+        cos, sin = rope_cos_sin(pos, layer.cfg)
+        slots = table.gather(1, (pos // 4).long()).long() * 4 + pos % 4
+        ours = layer._indexer(x_d, q_resid, cos, sin, ic, 0, slots, table, pos).cpu()
+    agree = total = 0
+    for r in range(b):
+        for i in range(t):
+            ref = {int(p) for p in hf_topk[r, i] if p <= i}
+            mine = {int(p) for p in ours[r, i] if p >= 0}
+            agree += len(ref & mine)
+            total += len(ref)
+    assert agree / total >= 0.9, f"indexer set overlap {agree}/{total}"
+
+
+def test_bad_state_dict_names_each_key():
+    cfg, attn = _hf(index_topk=8)
+    layer = DSAAttention(from_hf_config(cfg.to_dict()), dtype=torch.float32)
+    sd = attn.state_dict()
+    del sd["o_proj.weight"]
+    sd["extra.weight"] = torch.zeros(1)
+    sd["q_b_proj.weight"] = torch.zeros(3, 3)
+    with pytest.raises(ValueError, match=r"missing o_proj.weight; unexpected extra.weight; "
+                                         r"q_b_proj.weight: expected shape \[192, 64\], got \[3, 3\]"):
+        layer.load_hf_state_dict(sd)
