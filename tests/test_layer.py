@@ -99,6 +99,10 @@ def test_matches_transformers_given_its_topk_set(device, kv_format, bound):
         cos, sin = rope_cos_sin(pos, layer.cfg)
         slots = table.gather(1, (pos // 4).long()).long() * 4 + pos % 4
         ours = layer._indexer(x_d, q_resid, cos, sin, ic, 0, slots, table, pos).cpu()
+        # the decode form (paged keys, no host sync) agrees with the prefill form
+        last = layer._indexer(x_d[:, -2:], q_resid[:, -2:], cos[:, -2:], sin[:, -2:], ic, 0,
+                              slots[:, -2:], table, pos[:, -2:]).cpu()
+        assert torch.equal(last, ours[:, -2:])
     agree = total = 0
     for r in range(b):
         for i in range(t):

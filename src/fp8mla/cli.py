@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from fp8mla import doctor
+from fp8mla import demo, doctor
 from fp8mla.bench import cli as bench
 
-_SUBCOMMANDS = (doctor, bench)
+_SUBCOMMANDS = (doctor, bench, demo)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,11 @@ Per layer, for new tokens x at absolute positions p (DESIGN.md §2):
   index keys are stored FP8 (132-byte layout).
 
 `backend="fp8mla"` runs fp8mla's kernels; `backend="reference"` runs the float32 oracles on the
-same caches (the independent check). DeepSeek-V3.2's Hadamard transform of the indexer inputs is
+same caches (the independent check). ``attn_mode`` switches the attention's cache read to the
+motivating deployment's baselines (``full_cast``: the whole FP8 pool cast to BF16 each call;
+``gather_cast``: the listed rows gathered, then cast) for the demo's comparison. Accuracy
+against transformers (tests/test_layer.py): bf16 cache within 1e-2 relative error, fp8_ds_mla
+within 4e-2 (measured 0.5% and 2.6%). DeepSeek-V3.2's Hadamard transform of the indexer inputs is
 not implemented yet (the constructor says so).
 """
 
@@ -23,16 +27,18 @@ import torch
 from torch import nn
 
 from fp8mla import reference
+from fp8mla.baselines import cast_rows_to_bf16
 from fp8mla.cache import IndexKeyCache, PagedKVCache
 from fp8mla.config import MLAConfig
 from fp8mla.formats import INDEX_HEAD_DIM, KV_DIM, LATENT_DIM, ROPE_DIM
-from fp8mla.indexer import indexer_logits_ragged
+from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.sparse import sparse_prefill
 from fp8mla.topk import topk_indices
 
 __all__ = ["DSAAttention", "rope_cos_sin", "apply_rope"]
 
 BACKENDS = ("fp8mla", "reference")
+ATTN_MODES = ("native", "gather_cast", "full_cast")
 
 
 def rope_cos_sin(positions: torch.Tensor, cfg: MLAConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,6 +96,7 @@ class DSAAttention(nn.Module):
             raise NotImplementedError("config: the indexer's Hadamard transform (DeepSeek-V3.2) "
                                       "is not implemented in DSAAttention yet")
         self.cfg, self.backend, self.eps = config, backend, rms_norm_eps
+        self.attn_mode = "native"  # or a baseline: "gather_cast", "full_cast" (fp8 caches)
         h, nope, v = config.num_heads, config.qk_nope_head_dim, config.v_head_dim
         kw = dict(dtype=dtype, device=device)
         self.q_a_proj = nn.Linear(config.hidden_size, config.q_lora_rank, bias=False, **kw)
@@ -150,7 +157,7 @@ class DSAAttention(nn.Module):
     # --- forward ---------------------------------------------------------------------------
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, kv_cache: PagedKVCache,
                 index_cache: IndexKeyCache | None, layer: int, block_table: torch.Tensor,
-                topk_override: torch.Tensor | None = None) -> torch.Tensor:
+                topk_override: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
         """Attend S new tokens per request (prefill when the context is empty, decode after).
 
         hidden: [B, S, hidden_size]; positions: int [B, S], absolute and consecutive per
@@ -158,6 +165,8 @@ class DSAAttention(nn.Module):
         index_cache: the model's caches (``layer`` selects this layer's pools); block_table:
         int32 [B, max_pages] covering the new tokens. topk_override: int [B, S, k] token
         positions to attend instead of the indexer's choice (tests compare given the same set).
+        check: validate cache slots on the host (off for CUDA-graph capture: a decode step of
+        S <= 4 tokens then runs without host synchronisation).
         Returns [B, S, hidden_size] in hidden's dtype.
         """
         cfg = self.cfg
@@ -175,7 +184,8 @@ class DSAAttention(nn.Module):
         c = _rms_norm(ckv[..., :LATENT_DIM], self.kv_a_layernorm, self.eps)
         k_rot = apply_rope(ckv[..., None, LATENT_DIM:], cos, sin, cfg.rope_interleave)[..., 0, :]
         kv_cache.store(layer, c.reshape(-1, LATENT_DIM).to(torch.bfloat16),
-                       k_rot.reshape(-1, ROPE_DIM).to(torch.bfloat16), slots.reshape(-1))
+                       k_rot.reshape(-1, ROPE_DIM).to(torch.bfloat16), slots.reshape(-1),
+                       check=check)
 
         w_kv = self.kv_b_proj.weight.view(h, nope + cfg.v_head_dim, LATENT_DIM)
         w_uk, w_uv = w_kv[:, :nope], w_kv[:, nope:]
@@ -188,7 +198,7 @@ class DSAAttention(nn.Module):
             chosen = torch.where(chosen <= positions[..., None], chosen, -1)
         elif cfg.is_sparse:
             chosen = self._indexer(hidden, q_resid, cos, sin, index_cache, layer, slots,
-                                   block_table, positions)
+                                   block_table, positions, check)
         else:  # dense MLA: every visible token
             span = torch.arange(int(lengths.max()), device=hidden.device)
             chosen = torch.where(span <= positions[..., None], span, -1)
@@ -205,12 +215,28 @@ class DSAAttention(nn.Module):
         if self.backend == "reference":
             kv = kv_cache.dequantize(layer).reshape(-1, KV_DIM)
             return reference.sparse_mla(q, kv, idx, scale)[0]
-        return sparse_prefill(q, kv_cache.layer(layer), idx, kv_format=kv_cache.fmt,
-                              softmax_scale=scale, fp8_scale=kv_cache.scale(layer),
-                              check=False)[0]
+        rows, fmt = kv_cache.layer(layer), kv_cache.fmt
+        kv_scale = kv_cache.scale(layer)
+        if self.attn_mode != "native" and fmt.is_fp8:
+            # the baselines of the motivating deployment: cast to BF16 first (DESIGN.md §1)
+            with torch.profiler.record_function("fp8mla::cast"):
+                if self.attn_mode == "full_cast":  # the whole pool, every layer, every step
+                    rows = cast_rows_to_bf16(rows, fmt)
+                else:  # gather_cast: only the listed rows
+                    flat = rows.reshape(-1, fmt.row_bytes)
+                    rows = cast_rows_to_bf16(flat[idx.clamp_min(0).long().flatten()], fmt)
+                    rows = rows.unsqueeze(1)
+                    idx = torch.where(idx >= 0, torch.arange(idx.numel(), device=idx.device,
+                                                             dtype=torch.int32).view_as(idx), -1)
+                if fmt.name == "fp8":
+                    rows = (rows.float() * kv_scale).to(torch.bfloat16)
+            fmt = "bf16"
+        with torch.profiler.record_function("fp8mla::attention"):
+            return sparse_prefill(q, rows, idx, kv_format=fmt, softmax_scale=scale,
+                                  fp8_scale=kv_scale, check=False)[0]
 
     def _indexer(self, hidden, q_resid, cos, sin, index_cache, layer, slots, block_table,
-                 positions):
+                 positions, check=True):
         """Top-k token positions [B, S, index_topk] (−1 padded) per new token."""
         cfg = self.cfg
         b, s, _ = hidden.shape
@@ -224,9 +250,11 @@ class DSAAttention(nn.Module):
         if index_cache is None:
             raise ValueError("index_cache: required for a DSA model's layer")
         index_cache.store(layer, k.reshape(-1, INDEX_HEAD_DIM).to(torch.bfloat16),
-                          slots.reshape(-1))
+                          slots.reshape(-1), check=check)
         # ReLU(c·x) = c·ReLU(x) for c > 0: the score scale and the head average fold into w
         w = self.weights_proj(hidden).float() * (hi ** -0.5) * (INDEX_HEAD_DIM ** -0.5)
+        if self.backend == "fp8mla" and s <= 4:
+            return self._indexer_paged(q, w, index_cache, layer, block_table, positions)
         keys, key_scales = index_cache.read(layer)
         out = torch.full((b, s, cfg.index_topk), -1, dtype=torch.int64, device=hidden.device)
         for r in range(b):
@@ -245,10 +273,30 @@ class DSAAttention(nn.Module):
                 amax = q[r].abs().amax(-1).clamp_min(1e-4)  # per (token, head)
                 q_scale = amax / 448.0
                 q8 = (q[r] / q_scale[..., None]).to(torch.float8_e4m3fn)
-                logits = indexer_logits_ragged(q8, (w[r] * q_scale).contiguous(),
-                                               keys[ctx_slots].contiguous(),
-                                               key_scales[ctx_slots].contiguous(), starts, ends,
-                                               check=False)
-                top = topk_indices(logits, cfg.index_topk, lengths=ends).long()
+                with torch.profiler.record_function("fp8mla::indexer"):
+                    logits = indexer_logits_ragged(q8, (w[r] * q_scale).contiguous(),
+                                                   keys[ctx_slots].contiguous(),
+                                                   key_scales[ctx_slots].contiguous(), starts,
+                                                   ends, check=False)
+                with torch.profiler.record_function("fp8mla::topk"):
+                    top = topk_indices(logits, cfg.index_topk, lengths=ends).long()
             out[r] = top
         return out
+
+    def _indexer_paged(self, q, w, index_cache, layer, block_table, positions):
+        """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe)."""
+        cfg = self.cfg
+        b, s = positions.shape
+        amax = q.abs().amax(-1).clamp_min(1e-4)  # per (token, head)
+        q_scale = amax / 448.0
+        q8 = (q / q_scale[..., None]).to(torch.float8_e4m3fn)
+        lengths = (positions[:, -1] + 1).to(torch.int32)
+        max_len = block_table.shape[1] * index_cache.page_size
+        with torch.profiler.record_function("fp8mla::indexer"):
+            logits = indexer_logits_paged(q8, (w * q_scale).reshape(b * s, -1).contiguous(),
+                                          index_cache.layer(layer), block_table, lengths,
+                                          max_len=max_len, check=False)
+        visible = (positions + 1).reshape(-1).to(torch.int32)
+        with torch.profiler.record_function("fp8mla::topk"):
+            top = topk_indices(logits, cfg.index_topk, lengths=visible)
+        return top.view(b, s, -1).long()
