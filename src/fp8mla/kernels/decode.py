@@ -25,6 +25,7 @@ Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla
 import triton
 import triton.language as tl
 
+from fp8mla.kernels.common import mma
 from fp8mla.kernels.fp8 import e4m3x4_to_f16
 
 FMT_BF16 = tl.constexpr(0)
@@ -40,15 +41,6 @@ def _lane_dim(c, j: tl.constexpr, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr)
         return 4 * c + j
     else:
         return WIDTH * j + c
-
-
-@triton.jit
-def _mma(a, b, acc, DOT_F32: tl.constexpr):
-    # The interpreter multiplies raw bf16 bits in tl.dot (triton#11584): upcast there.
-    if DOT_F32:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-    else:
-        return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -137,25 +129,27 @@ def _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT: tl
             BLOCK_N: tl.constexpr):
     """q · kv over 576 dims (unscaled), [BLOCK_M, BLOCK_N] fp32."""
     qk = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    qk = _mma(q0, tl.trans(k0), qk, DOT_F32)
-    qk = _mma(q1, tl.trans(k1), qk, DOT_F32)
-    qk = _mma(q2, tl.trans(k2), qk, DOT_F32)
-    qk = _mma(q3, tl.trans(k3), qk, DOT_F32)
+    qk = mma(q0, tl.trans(k0), qk, DOT_F32)
+    qk = mma(q1, tl.trans(k1), qk, DOT_F32)
+    qk = mma(q2, tl.trans(k2), qk, DOT_F32)
+    qk = mma(q3, tl.trans(k3), qk, DOT_F32)
     if FORMAT == FMT_FP8:
         r0, r1, r2, r3 = e4m3x4_to_f16(rope, HW_FP8)
-        qk = _mma(qr0, tl.trans(r0), qk, DOT_F32)
-        qk = _mma(qr1, tl.trans(r1), qk, DOT_F32)
-        qk = _mma(qr2, tl.trans(r2), qk, DOT_F32)
-        qk = _mma(qr3, tl.trans(r3), qk, DOT_F32)
+        qk = mma(qr0, tl.trans(r0), qk, DOT_F32)
+        qk = mma(qr1, tl.trans(r1), qk, DOT_F32)
+        qk = mma(qr2, tl.trans(r2), qk, DOT_F32)
+        qk = mma(qr3, tl.trans(r3), qk, DOT_F32)
     else:
-        qk = _mma(qr0, tl.trans(rope), qk, DOT_F32)
+        qk = mma(qr0, tl.trans(rope), qk, DOT_F32)
     return qk
 
 
 @triton.jit
-def _online_update(qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k2, k3,
-                   DOT_F32: tl.constexpr):
-    """One tile of the online softmax (base 2) and P · V into the four lane accumulators."""
+def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+                   k0, k1, k2, k3, DOT_F32: tl.constexpr):
+    """One tile of the online softmax (base 2; entries past a row's causal limit or invalid are
+    −inf) and P · V into the four lane accumulators."""
+    ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
     qk = tl.where(ok, qk * qk_scale, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -163,10 +157,10 @@ def _online_update(qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k
     alpha = tl.exp2(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, axis=1)
     pm = p.to(k0.dtype)
-    acc0 = _mma(pm, k0, acc0 * alpha[:, None], DOT_F32)
-    acc1 = _mma(pm, k1, acc1 * alpha[:, None], DOT_F32)
-    acc2 = _mma(pm, k2, acc2 * alpha[:, None], DOT_F32)
-    acc3 = _mma(pm, k3, acc3 * alpha[:, None], DOT_F32)
+    acc0 = mma(pm, k0, acc0 * alpha[:, None], DOT_F32)
+    acc1 = mma(pm, k1, acc1 * alpha[:, None], DOT_F32)
+    acc2 = mma(pm, k2, acc2 * alpha[:, None], DOT_F32)
+    acc3 = mma(pm, k3, acc3 * alpha[:, None], DOT_F32)
     return m_new, l_i, acc0, acc1, acc2, acc3
 
 
@@ -264,9 +258,9 @@ def _mla_decode_kernel(
                                         BLOCK_N)
             qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
                          HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-            ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
             m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-                qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k2, k3, DOT_F32)
+                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+                k0, k1, k2, k3, DOT_F32)
             offs_n, mask_n, words, scales, rope = offs_x, mask_x, words_x, scales_x, rope_x
     else:
         for n0 in range(start, end, BLOCK_N):
@@ -281,9 +275,9 @@ def _mla_decode_kernel(
                                             BLOCK_N)
             qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
                          HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-            ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
             m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-                qk, ok, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, k0, k1, k2, k3, DOT_F32)
+                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+                k0, k1, k2, k3, DOT_F32)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0

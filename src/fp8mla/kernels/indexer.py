@@ -15,6 +15,7 @@ q is fp8 (words, same conversion; its per-token scale is folded into w) or bf16 
 import triton
 import triton.language as tl
 
+from fp8mla.kernels.common import mma
 from fp8mla.kernels.fp8 import e4m3x4_to_f16
 
 
@@ -32,14 +33,6 @@ def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
                 tl.load(base + 1, mask=m, other=0.0).to(tl.float16),
                 tl.load(base + 2, mask=m, other=0.0).to(tl.float16),
                 tl.load(base + 3, mask=m, other=0.0).to(tl.float16))
-
-
-@triton.jit
-def _dot(a, b, acc, DOT_F32: tl.constexpr):
-    if DOT_F32:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-    else:
-        return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -84,10 +77,10 @@ def _indexer_logits_kernel(
         q0, q1, q2, q3 = _q_lanes(q_ptr + r.to(tl.int64) * stride_qr, offs_h, mask_h, Q_FP8,
                                   HW_FP8)
         s = tl.zeros((H_P2, BLOCK_S), tl.float32)
-        s = _dot(q0, tl.trans(k0), s, DOT_F32)
-        s = _dot(q1, tl.trans(k1), s, DOT_F32)
-        s = _dot(q2, tl.trans(k2), s, DOT_F32)
-        s = _dot(q3, tl.trans(k3), s, DOT_F32)
+        s = mma(q0, tl.trans(k0), s, DOT_F32)
+        s = mma(q1, tl.trans(k1), s, DOT_F32)
+        s = mma(q2, tl.trans(k2), s, DOT_F32)
+        s = mma(q3, tl.trans(k3), s, DOT_F32)
         w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
         logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0) * (k_scale * OUT_SCALE)
         tl.store(out_row + offs_s, tl.where(in_win, logit, float("-inf")),
