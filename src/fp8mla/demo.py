@@ -54,13 +54,14 @@ def build(dc: DemoConfig, device):
 
     cfg = _model_config(dc)
     g = torch.Generator(device="cpu").manual_seed(0)
+    gd = torch.Generator(device=device).manual_seed(0)  # weights drawn where they live
     layers = []
     for _ in range(dc.layers):
         layer = DSAAttention(cfg, dtype=torch.bfloat16, device=device)
         with torch.no_grad():
             for p in layer.parameters():
-                p.copy_(torch.randn(p.shape, generator=g) * (0.02 if p.dim() > 1 else 0.1) + (
-                    1.0 if p.dim() == 1 else 0.0))
+                noise = torch.randn(p.shape, generator=gd, device=device)
+                p.copy_(noise * 0.02 if p.dim() > 1 else 1.0 + 0.1 * noise)
         layers.append(layer)
     num_pages = -(-dc.pool_tokens // dc.page_size)
     kv = PagedKVCache(num_pages, dc.page_size, dc.kv_format, num_layers=dc.layers, device=device)
@@ -72,11 +73,9 @@ def build(dc: DemoConfig, device):
     for layer_i in range(dc.layers):
         for b in range(dc.batch):
             slots = table[b, pos // dc.page_size].long() * dc.page_size + pos % dc.page_size
-            kv.store(layer_i, torch.randn(dc.context, 512, generator=g).to(device).bfloat16(),
-                     torch.randn(dc.context, 64, generator=g).to(device).bfloat16(), slots,
-                     check=False)
-            ic.store(layer_i, torch.randn(dc.context, 128, generator=g).to(device).bfloat16(),
-                     slots, check=False)
+            rand = lambda n: torch.randn(dc.context, n, generator=gd, device=device).bfloat16()
+            kv.store(layer_i, rand(512), rand(64), slots, check=False)
+            ic.store(layer_i, rand(128), slots, check=False)
     hidden = (torch.randn(dc.batch, 1, cfg.hidden_size, generator=g) * 0.5).to(device)
     return cfg, layers, kv, ic, table, hidden.bfloat16()
 
