@@ -123,3 +123,20 @@ def test_bad_state_dict_names_each_key():
     with pytest.raises(ValueError, match=r"missing o_proj.weight; unexpected extra.weight; "
                                          r"q_b_proj.weight: expected shape \[192, 64\], got \[3, 3\]"):
         layer.load_hf_state_dict(sd)
+
+
+def test_forward_bad_input_names_the_argument(device):
+    cfg, attn = _hf(index_topk=8)
+    layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), dtype=torch.float32,
+                                 device=device)
+    kv = PagedKVCache(4, 4, "bf16", device=device)
+    ic = IndexKeyCache(4, 4, device=device)
+    table = build_block_table([[0, 1]], device=device)
+    x = torch.randn(1, 2, 128, device=device)
+    pos = torch.arange(2, device=device)[None]
+    with pytest.raises(ValueError, match=r"hidden: expected shape \[\*, \*, 128\], got \[1, 2, 64\]"):
+        layer(x[..., :64], pos, kv, ic, 0, table)
+    with pytest.raises(ValueError, match=r"positions: expected shape \[1, 2\], got \[1, 3\]"):
+        layer(x, torch.arange(3, device=device)[None], kv, ic, 0, table)
+    with pytest.raises(TypeError, match=r"block_table: expected dtype int32, got int64"):
+        layer(x, pos, kv, ic, 0, table.long())

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from fp8mla import reference
+from fp8mla._checks import check_tensor
 from fp8mla.baselines import cast_rows_to_bf16
 from fp8mla.cache import IndexKeyCache, PagedKVCache
 from fp8mla.config import MLAConfig
@@ -170,7 +171,15 @@ class DSAAttention(nn.Module):
         Returns [B, S, hidden_size] in hidden's dtype.
         """
         cfg = self.cfg
+        check_tensor("hidden", hidden, dtype=(torch.bfloat16, torch.float16, torch.float32),
+                     shape=(None, None, cfg.hidden_size))
         b, s, _ = hidden.shape
+        check_tensor("positions", positions, dtype=(torch.int32, torch.int64), shape=(b, s),
+                     device=hidden.device)
+        check_tensor("block_table", block_table, dtype=torch.int32, shape=(b, None),
+                     device=hidden.device)
+        if not isinstance(kv_cache, PagedKVCache):
+            raise TypeError(f"kv_cache: expected a PagedKVCache, got {type(kv_cache).__name__}")
         h, nope = cfg.num_heads, cfg.qk_nope_head_dim
         ps = kv_cache.page_size
         cos, sin = rope_cos_sin(positions, cfg)
