@@ -140,3 +140,37 @@ def test_forward_bad_input_names_the_argument(device):
         layer(x, torch.arange(3, device=device)[None], kv, ic, 0, table)
     with pytest.raises(TypeError, match=r"block_table: expected dtype int32, got int64"):
         layer(x, pos, kv, ic, 0, table.long())
+
+
+@pytest.mark.parametrize("kv_format,bound", [("bf16", 1e-2), ("fp8", 4e-2)])
+def test_deepseek_v3_dense_mla_matches_transformers(device, kv_format, bound):
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+        DeepseekV3Attention,
+        DeepseekV3RotaryEmbedding,
+    )
+
+    cfg = DeepseekV3Config(hidden_size=128, num_attention_heads=3, num_key_value_heads=3,
+                           q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=32,
+                           qk_rope_head_dim=64, v_head_dim=32, num_hidden_layers=1,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(3)
+    attn = DeepseekV3Attention(cfg, layer_idx=0).float().eval()
+    with torch.no_grad():
+        for name, p in attn.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(2, PREFILL + DECODE, 128)
+    b, t, _ = x.shape
+    pos = torch.arange(t)[None].expand(b, t)
+    cos, sin = DeepseekV3RotaryEmbedding(cfg)(x, pos)
+    mask = torch.full((t, t), torch.finfo(torch.float32).min).triu(1)[None, None].expand(b, 1, t, t)
+    with torch.no_grad():
+        want = attn(x, (cos, sin), mask.contiguous(), position_ids=pos)[0]
+    ours = from_hf_config(cfg.to_dict())
+    assert not ours.is_sparse
+    layer = DSAAttention.from_hf(attn, ours, rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    got = _run_ours(layer, x, kv_format, device)
+    assert _rel(got, want) < bound, _rel(got, want)
