@@ -142,8 +142,17 @@ def test_forward_bad_input_names_the_argument(device):
         layer(x, pos, kv, ic, 0, table.long())
 
 
-@pytest.mark.parametrize("kv_format,bound", [("bf16", 1e-2), ("fp8", 4e-2)])
-def test_deepseek_v3_dense_mla_matches_transformers(device, kv_format, bound):
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.0,
+        "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
+        "beta_slow": 1}
+
+
+@pytest.mark.parametrize("kv_format,bound,rope", [
+    ("bf16", 1e-2, {"rope_type": "default", "rope_theta": 10000.0}),
+    ("fp8", 4e-2, {"rope_type": "default", "rope_theta": 10000.0}),
+    ("bf16", 1e-2, YARN),
+])
+def test_deepseek_v3_dense_mla_matches_transformers(device, kv_format, bound, rope):
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
         DeepseekV3Attention,
@@ -153,7 +162,7 @@ def test_deepseek_v3_dense_mla_matches_transformers(device, kv_format, bound):
     cfg = DeepseekV3Config(hidden_size=128, num_attention_heads=3, num_key_value_heads=3,
                            q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=32,
                            qk_rope_head_dim=64, v_head_dim=32, num_hidden_layers=1,
-                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+                           max_position_embeddings=163840, rope_parameters=dict(rope))
     cfg._attn_implementation = "eager"
     torch.manual_seed(3)
     attn = DeepseekV3Attention(cfg, layer_idx=0).float().eval()
@@ -174,3 +183,19 @@ def test_deepseek_v3_dense_mla_matches_transformers(device, kv_format, bound):
                                  device=device)
     got = _run_ours(layer, x, kv_format, device)
     assert _rel(got, want) < bound, _rel(got, want)
+
+
+def test_yarn_rope_matches_transformers():
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+
+    cfg = DeepseekV3Config(hidden_size=128, num_attention_heads=2, q_lora_rank=64,
+                           kv_lora_rank=512, qk_nope_head_dim=32, qk_rope_head_dim=64,
+                           v_head_dim=32, num_hidden_layers=1, max_position_embeddings=163840,
+                           rope_parameters=dict(YARN))
+    pos = torch.tensor([[0, 1, 77, 5000, 100000]])
+    cos, sin = DeepseekV3RotaryEmbedding(cfg)(torch.zeros(1, 5, 128), pos)
+    ours = from_hf_config(cfg.to_dict())
+    assert ours.yarn_factor == 40.0 and ours.yarn_rope_mscale == 1.0
+    c, s = rope_cos_sin(pos, ours)
+    assert torch.allclose(c, cos[..., :32], atol=1e-4) and torch.allclose(s, sin[..., :32], atol=1e-4)

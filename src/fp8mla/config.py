@@ -46,6 +46,10 @@ class MLAConfig:
     yarn_factor: float = 1.0
     yarn_mscale_all_dim: float = 0.0
     yarn_original_max_position: int = 0
+    yarn_rope_mscale: float = 0.0  # rope_parameters["mscale"] (0: absent)
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_truncate: bool = True
 
     def __post_init__(self) -> None:
         for field in (
@@ -122,19 +126,19 @@ PRESETS: dict[str, MLAConfig] = {
         hidden_size=7168, index_n_heads=64, index_head_dim=128, index_topk=2048,
         rope_theta=10000.0, rope_interleave=True, indexer_rope_interleave=False,
         indexer_hadamard=True, yarn_factor=40.0, yarn_mscale_all_dim=1.0,
-        yarn_original_max_position=4096,
+        yarn_original_max_position=4096, yarn_rope_mscale=1.0,
     ),
     "deepseek_v3": MLAConfig(
         name="deepseek_v3", num_heads=128, q_lora_rank=1536, kv_lora_rank=512,
         qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, num_layers=61,
         hidden_size=7168, rope_theta=10000.0, rope_interleave=True, yarn_factor=40.0,
-        yarn_mscale_all_dim=1.0, yarn_original_max_position=4096,
+        yarn_mscale_all_dim=1.0, yarn_original_max_position=4096, yarn_rope_mscale=1.0,
     ),
     "kimi_k2": MLAConfig(
         name="kimi_k2", num_heads=64, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
         qk_rope_head_dim=64, v_head_dim=128, num_layers=61, hidden_size=7168,
         rope_theta=50000.0, rope_interleave=True, yarn_factor=32.0, yarn_mscale_all_dim=1.0,
-        yarn_original_max_position=4096,
+        yarn_original_max_position=4096, yarn_rope_mscale=1.0,
     ),
 }
 
@@ -170,6 +174,10 @@ def _rope_fields(cfg: Mapping[str, Any], default_theta: float) -> dict[str, Any]
         out["yarn_factor"] = float(params.get("factor", 1.0))
         out["yarn_mscale_all_dim"] = float(params.get("mscale_all_dim", 0.0) or 0.0)
         out["yarn_original_max_position"] = int(params.get("original_max_position_embeddings", 0))
+        out["yarn_rope_mscale"] = float(params.get("mscale", 0.0) or 0.0)
+        out["yarn_beta_fast"] = float(params.get("beta_fast", 32.0) or 32.0)
+        out["yarn_beta_slow"] = float(params.get("beta_slow", 1.0) or 1.0)
+        out["yarn_truncate"] = bool(params.get("truncate", True))
     return out
 
 
@@ -217,6 +225,7 @@ def from_hf_config(path_or_dict: str | os.PathLike | Mapping[str, Any]) -> MLACo
         indexer_rope_interleave=base.indexer_rope_interleave,
         indexer_hadamard=base.indexer_hadamard,
         yarn_factor=1.0, yarn_mscale_all_dim=0.0, yarn_original_max_position=0,
+        yarn_rope_mscale=0.0,
     )
     if base.is_sparse:
         fields.update(index_n_heads=cfg["index_n_heads"], index_head_dim=cfg["index_head_dim"],

@@ -23,6 +23,8 @@ not implemented yet (the constructor says so).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -42,15 +44,47 @@ BACKENDS = ("fp8mla", "reference")
 ATTN_MODES = ("native", "gather_cast", "full_cast")
 
 
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _inv_freq(cfg: MLAConfig, device) -> tuple[torch.Tensor, float]:
+    """RoPE inverse frequencies of the 64 rope dims and the factor cos/sin are scaled by.
+    YaRN (DeepSeek-V3 / V3.2 / Kimi-K2): frequencies blend interpolation (÷ factor) and
+    extrapolation along a linear ramp between the dims where beta_fast and beta_slow rotations
+    fit the original context (arXiv 2309.00071; the form transformers implements)."""
+    exps = torch.arange(0, ROPE_DIM, 2, dtype=torch.float32, device=device) / ROPE_DIM
+    extrapolated = 1.0 / (cfg.rope_theta ** exps)
+    if cfg.yarn_factor <= 1.0:
+        return extrapolated, 1.0
+
+    def dim_of(rotations: float) -> float:
+        return (ROPE_DIM * math.log(cfg.yarn_original_max_position / (rotations * 2 * math.pi))
+                / (2 * math.log(cfg.rope_theta)))
+
+    low, high = dim_of(cfg.yarn_beta_fast), dim_of(cfg.yarn_beta_slow)
+    if cfg.yarn_truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, ROPE_DIM - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(ROPE_DIM // 2, dtype=torch.float32, device=device) - low)
+            / (high - low)).clamp(0, 1)
+    keep = 1.0 - ramp  # weight of the extrapolated (original) frequency
+    inv = extrapolated / cfg.yarn_factor * (1.0 - keep) + extrapolated * keep
+    if cfg.yarn_rope_mscale and cfg.yarn_mscale_all_dim:
+        attention = (_yarn_mscale(cfg.yarn_factor, cfg.yarn_rope_mscale)
+                     / _yarn_mscale(cfg.yarn_factor, cfg.yarn_mscale_all_dim))
+    else:
+        attention = _yarn_mscale(cfg.yarn_factor)
+    return inv, attention
+
+
 def rope_cos_sin(positions: torch.Tensor, cfg: MLAConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [..., 32] for the 64 RoPE dims (one angle per dim pair)."""
-    if cfg.yarn_factor > 1.0:
-        raise NotImplementedError("rope: YaRN frequency scaling is not implemented in "
-                                  "DSAAttention yet (the kernels take any softmax_scale)")
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, ROPE_DIM, 2, dtype=torch.float32,
-                                                 device=positions.device) / ROPE_DIM))
+    """cos, sin of shape [..., 32] for the 64 RoPE dims (one angle per dim pair), YaRN included."""
+    inv, attention = _inv_freq(cfg, positions.device)
     ang = positions.float()[..., None] * inv
-    return ang.cos(), ang.sin()
+    return ang.cos() * attention, ang.sin() * attention
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
