@@ -199,3 +199,59 @@ def test_yarn_rope_matches_transformers():
     assert ours.yarn_factor == 40.0 and ours.yarn_rope_mscale == 1.0
     c, s = rope_cos_sin(pos, ours)
     assert torch.allclose(c, cos[..., :32], atol=1e-4) and torch.allclose(s, sin[..., :32], atol=1e-4)
+
+
+def test_deepseek_v32_layer_and_indexer_match_transformers(device):
+    from transformers import DeepseekV32Config
+    from transformers.models.deepseek_v32.modeling_deepseek_v32 import (
+        DeepseekV32Attention,
+        DeepseekV32RotaryEmbedding,
+    )
+
+    def make(topk):
+        cfg = DeepseekV32Config(hidden_size=128, num_attention_heads=2, num_key_value_heads=2,
+                                q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=32,
+                                qk_rope_head_dim=64, v_head_dim=32, index_n_heads=4,
+                                index_head_dim=128, index_topk=topk, num_hidden_layers=1,
+                                max_position_embeddings=163840, rope_parameters=dict(YARN))
+        cfg._attn_implementation = "eager"
+        torch.manual_seed(5)
+        return cfg, DeepseekV32Attention(cfg, layer_idx=0).float().eval()
+
+    x = torch.randn(2, PREFILL + DECODE, 128)
+    b, t, _ = x.shape
+    pos = torch.arange(t)[None].expand(b, t)
+    mask = torch.full((t, t), torch.finfo(torch.float32).min).triu(1)[None, None].expand(b, 1, t, t)
+    cfg, attn = make(64)  # top-k covers the context: the layer output must match
+    cos, sin = DeepseekV32RotaryEmbedding(cfg)(x, pos)
+    with torch.no_grad():
+        want = attn(x, (cos, sin), mask.contiguous(), position_ids=pos)[0]
+    ours = from_hf_config(cfg.to_dict())
+    assert ours.indexer_hadamard and not ours.indexer_rope_interleave
+    layer = DSAAttention.from_hf(attn, ours, rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    got = _run_ours(layer, x, "fp8_ds_mla", device)
+    assert _rel(got, want) < 4e-2, _rel(got, want)
+    # top-k below the context: our FP8 indexer (Hadamard, half-split RoPE) picks transformers' sets
+    cfg, attn = make(4)
+    with torch.no_grad():
+        q_resid = attn.q_a_layernorm(attn.q_a_proj(x))
+        ref = attn.indexer(x, q_resid, (cos, sin), mask[:, 0].contiguous(), pos)
+    layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()),
+                                 rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    ic = IndexKeyCache(8, 4, device=device)
+    table = build_block_table([[5, 1, 6], [0, 7, 2]], device=device)
+    x_d, pos_d = x.to(device), pos.to(device)
+    with torch.no_grad():
+        qr = _rms_norm(layer.q_a_proj(x_d), layer.q_a_layernorm, layer.eps)
+        c, s = rope_cos_sin(pos_d, layer.cfg)
+        slots = table.gather(1, (pos_d // 4).long()).long() * 4 + pos_d % 4
+        mine = layer._indexer(x_d, qr, c, s, ic, 0, slots, table, pos_d).cpu()
+    agree = total = 0
+    for r in range(b):
+        for i in range(t):
+            want_set = {int(p) for p in ref[r, i] if p <= i}
+            agree += len(want_set & {int(p) for p in mine[r, i] if p >= 0})
+            total += len(want_set)
+    assert agree / total >= 0.9, f"indexer set overlap {agree}/{total}"

@@ -17,8 +17,8 @@ same caches (the independent check). ``attn_mode`` switches the attention's cach
 motivating deployment's baselines (``full_cast``: the whole FP8 pool cast to BF16 each call;
 ``gather_cast``: the listed rows gathered, then cast) for the demo's comparison. Accuracy
 against transformers (tests/test_layer.py): bf16 cache within 1e-2 relative error, fp8_ds_mla
-within 4e-2 (measured 0.5% and 2.6%). DeepSeek-V3.2's Hadamard transform of the indexer inputs is
-not implemented yet (the constructor says so).
+within 4e-2 (measured 0.5% and 2.6%). DeepSeek-V3.2's indexer applies an orthonormal Hadamard
+transform to q_I and k_I before FP8 quantization (dot products unchanged).
 """
 
 from __future__ import annotations
@@ -80,6 +80,14 @@ def _inv_freq(cfg: MLAConfig, device) -> tuple[torch.Tensor, float]:
     return inv, attention
 
 
+def _hadamard(n: int, device) -> torch.Tensor:
+    """The n × n Sylvester Hadamard matrix scaled to be orthonormal (n a power of two)."""
+    h = torch.ones(1, 1, device=device)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / math.sqrt(n)
+
+
 def rope_cos_sin(positions: torch.Tensor, cfg: MLAConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape [..., 32] for the 64 RoPE dims (one angle per dim pair), YaRN included."""
     inv, attention = _inv_freq(cfg, positions.device)
@@ -127,9 +135,6 @@ class DSAAttention(nn.Module):
         if config.is_sparse and config.index_head_dim != INDEX_HEAD_DIM:
             raise ValueError(f"config: index_head_dim must be {INDEX_HEAD_DIM}, got "
                              f"{config.index_head_dim}")
-        if config.is_sparse and config.indexer_hadamard:
-            raise NotImplementedError("config: the indexer's Hadamard transform (DeepSeek-V3.2) "
-                                      "is not implemented in DSAAttention yet")
         self.cfg, self.backend, self.eps = config, backend, rms_norm_eps
         self.attn_mode = "native"  # or a baseline: "gather_cast", "full_cast" (fp8 caches)
         h, nope, v = config.num_heads, config.qk_nope_head_dim, config.v_head_dim
@@ -290,6 +295,9 @@ class DSAAttention(nn.Module):
         k = self.k_norm(self.wk(hidden)).float()
         k = torch.cat([apply_rope(k[..., None, :ROPE_DIM], cos, sin,
                                   cfg.indexer_rope_interleave)[..., 0, :], k[..., ROPE_DIM:]], -1)
+        if cfg.indexer_hadamard:  # orthonormal: q·k unchanged, outliers spread before FP8
+            hadamard = _hadamard(INDEX_HEAD_DIM, q.device)
+            q, k = q @ hadamard, k @ hadamard
         if index_cache is None:
             raise ValueError("index_cache: required for a DSA model's layer")
         index_cache.store(layer, k.reshape(-1, INDEX_HEAD_DIM).to(torch.bfloat16),
