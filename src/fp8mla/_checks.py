@@ -60,6 +60,17 @@ def check_int(name: str, value: object, *, lo: int | None = None, hi: int | None
     return value
 
 
+def check_slot_range(name: str, slots: torch.Tensor, num_slots: int) -> None:
+    """Every entry of ``slots`` in [-1, num_slots) (−1 skips), or a ValueError naming ``name``
+    and the first offending extreme. Reads the tensor on the host (a device sync)."""
+    if not slots.numel():
+        return
+    lo, hi = int(slots.min()), int(slots.max())
+    if lo < -1 or hi >= num_slots:
+        raise ValueError(f"{name}: expected slots in [-1, {num_slots}) (−1 skips), got "
+                         f"{lo if lo < -1 else hi}")
+
+
 def check_page_size(page_size: object) -> int:
     check_int("page_size", page_size, lo=1, hi=256)
     if page_size & (page_size - 1):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 import torch
-import triton
 
-from fp8mla._checks import check_int, check_page_size, check_tensor
+from fp8mla import formats
+from fp8mla._checks import check_int, check_page_size, check_slot_range, check_tensor
 from fp8mla.formats import (
     INDEX_HEAD_DIM,
     INDEX_ROW_BYTES,
@@ -22,7 +22,6 @@ from fp8mla.formats import (
     KVFormat,
     dequantize_index_keys,
     dequantize_kv,
-    kv_format,
 )
 from fp8mla.kernels.store import (
     FMT_BF16,
@@ -39,13 +38,8 @@ _FORMAT_IDS = {"bf16": FMT_BF16, "fp8": FMT_FP8, "fp8_ds_mla": FMT_DS_MLA}
 
 def _check_slots(slots: torch.Tensor, n_tokens: int, num_slots: int, check: bool) -> torch.Tensor:
     check_tensor("slot_mapping", slots, dtype=(torch.int32, torch.int64), shape=(n_tokens,))
-    if check and n_tokens:
-        lo, hi = int(slots.min()), int(slots.max())
-        if lo < -1 or hi >= num_slots:
-            bad = lo if lo < -1 else hi
-            raise ValueError(
-                f"slot_mapping: expected slots in [-1, {num_slots}) (−1 skips), got {bad}"
-            )
+    if check:
+        check_slot_range("slot_mapping", slots, num_slots)
     return slots.contiguous()
 
 
@@ -68,7 +62,7 @@ class PagedKVCache:
         fp8_scale: float = 1.0,
         device: str | torch.device = "cpu",
     ) -> None:
-        self.fmt = _kv_format(kv_format, scale_policy)
+        self.fmt = formats.kv_format(kv_format, scale_policy)
         self.num_pages = check_int("num_pages", num_pages, lo=1)
         self.page_size = check_page_size(page_size)
         self.num_layers = check_int("num_layers", num_layers, lo=1)
@@ -197,12 +191,6 @@ class IndexKeyCache:
         return dequantize_index_keys(*self.read(layer))
 
 
-def _kv_format(name: str | KVFormat, policy: str | None) -> KVFormat:
-    if isinstance(name, str) and name == "fp8_ds_mla" and policy is None:
-        policy = "pow2"
-    return kv_format(name, policy)
-
-
 class PageAllocator:
     """A free list of physical pages (lowest id first)."""
 
@@ -251,6 +239,3 @@ def slot_mapping(block_table: torch.Tensor, positions: torch.Tensor, page_size: 
     pages = block_table[batch_index.long(), positions.long() // page_size].long()
     return pages * page_size + positions.long() % page_size
 
-
-def cdiv(a: int, b: int) -> int:
-    return triton.cdiv(a, b)

@@ -18,9 +18,9 @@ import math
 import torch
 import triton
 
-from fp8mla import numerics
+from fp8mla import formats, numerics
 from fp8mla._checks import check_int, check_page_size, check_tensor, same_device
-from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat, kv_format
+from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 from fp8mla.kernels.decode import (
     FMT_BF16,
     FMT_DS_MLA,
@@ -130,7 +130,7 @@ class DecodePlan:
         self.causal = causal
         self.num_heads = check_int("num_heads", num_heads, lo=1, hi=128)
         self.s_q = check_int("s_q", s_q, lo=1, hi=4)
-        self.fmt = kv_format if isinstance(kv_format, KVFormat) else kv_format_of(kv_format)
+        self.fmt = formats.kv_format(kv_format)
         self.page_size = check_page_size(page_size)
         self.device = torch.device(device)
         self.softmax_scale = KV_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
@@ -258,12 +258,6 @@ class DecodePlan:
         return out, lse
 
 
-def kv_format_of(name: str) -> KVFormat:
-    """`kv_format` with fp8_ds_mla's scale policy left at its default (decoding does not
-    depend on it)."""
-    return kv_format(name)
-
-
 def dense_decode(
     q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
     cache_seqlens: torch.Tensor, *, kv_format: str | KVFormat, softmax_scale: float | None = None,
@@ -280,7 +274,7 @@ def dense_decode(
     from fp8mla import baselines
 
     check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
-    fmt = kv_format if isinstance(kv_format, KVFormat) else kv_format_of(kv_format)
+    fmt = formats.kv_format(kv_format)
     rows = as_cache_rows(kv_cache, fmt)
     if backend != "fp8mla":
         return baselines.dense_decode(backend, q, rows, block_table, cache_seqlens, fmt=fmt,

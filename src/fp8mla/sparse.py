@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from fp8mla import numerics
-from fp8mla._checks import check_int, check_tensor
-from fp8mla.decode import DecodePlan, kv_format_of
+from fp8mla import formats, numerics
+from fp8mla._checks import check_int, check_slot_range, check_tensor
+from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, KVFormat
 
 __all__ = ["SparsePlan", "sparse_decode", "sparse_prefill"]
@@ -101,12 +101,7 @@ class SparsePlan(DecodePlan):
 
     @staticmethod
     def _validate(indices: torch.Tensor, lengths: torch.Tensor, num_slots: int) -> None:
-        if indices.numel():
-            lo, hi = int(indices.min()), int(indices.max())
-            if lo < -1 or hi >= num_slots:
-                bad = lo if lo < -1 else hi
-                raise ValueError(
-                    f"indices: expected slots in [-1, {num_slots}) (−1 skips), got {bad}")
+        check_slot_range("indices", indices, num_slots)
         if lengths.numel():
             lo, hi = int(lengths.min()), int(lengths.max())
             if lo < 0 or hi > indices.shape[1]:
@@ -125,7 +120,7 @@ def sparse_prefill(
     [tokens, heads, 512], lse float32 [tokens, heads])."""
     check_tensor("q", q, dtype=torch.bfloat16, ndim=3)
     check_tensor("indices", indices, dtype=torch.int32, ndim=2)
-    fmt = kv_format if isinstance(kv_format, KVFormat) else kv_format_of(kv_format)
+    fmt = formats.kv_format(kv_format)
     plan = SparsePlan(num_queries=q.shape[0], num_heads=q.shape[1], topk=indices.shape[1],
                       kv_format=fmt, softmax_scale=softmax_scale, device=q.device)
     return plan.run(q, kv_cache, indices, topk_length, fp8_scale=fp8_scale, check=check)
