@@ -17,7 +17,7 @@ from fp8mla import reference
 from fp8mla.bench.decode import _graphed
 from fp8mla.bench.harness import Record, time_us
 from fp8mla.cache import IndexKeyCache, build_block_table
-from fp8mla.formats import KV_DIM, LATENT_DIM, kv_format, quantize_kv
+from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
 from fp8mla.indexer import indexer_logits_paged
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
@@ -61,11 +61,9 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     plan = SparsePlan(num_queries=t, num_heads=heads, topk=topk, kv_format=fmt, device=device)
     fn = lambda: plan.run(q, rows, idx, check=False)
     out, lse = fn()
-    kv = None
-    for r in range(min(t, 2)):  # reference on two queries
-        if kv is None:
-            from fp8mla.formats import dequantize_kv
-            kv = dequantize_kv(rows[idx[:2].flatten().long()], fmt).view(2, topk, KV_DIM)
+    n_ref = min(t, 2)  # the reference on the first queries
+    kv = dequantize_kv(rows[idx[:n_ref].flatten().long()], fmt).view(n_ref, topk, KV_DIM)
+    for r in range(n_ref):
         s = (q[r].float() @ kv[r].T) * KV_DIM ** -0.5
         assert_close(out[r], torch.softmax(s, -1) @ kv[r][:, :LATENT_DIM], name="sparse out")
     us = time_us(_timed(fn, device))

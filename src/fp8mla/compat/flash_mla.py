@@ -88,10 +88,11 @@ def _check_config(meta: FlashMLASchedMeta, cfg: FlashMLASchedMeta.Config) -> Non
 
 def _finish(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | None,
             h_q: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copy out of the plan's buffers, apply the attention sink, −inf → +inf (FlashMLA)."""
-    out = out.clone()
-    lse = lse.clone()
-    if attn_sink is not None:
+    """Fresh tensors out of the plan's buffers: the attention sink applied, lse −inf → +inf
+    (FlashMLA's convention for a query with nothing to attend)."""
+    if attn_sink is None:
+        out = out.clone()
+    else:
         if attn_sink.dtype != torch.float32 or attn_sink.shape != (h_q,):
             raise ValueError(f"attn_sink: expected float32 [{h_q}], got {attn_sink.dtype} "
                              f"{list(attn_sink.shape)}")
