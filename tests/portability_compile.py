@@ -87,7 +87,7 @@ def compile_target(cc):
                 "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
                 "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d,
                 "PREFETCH": cfg.prefetch and fmt != "bf16", "SPARSE": False,
-                "CAUSAL": True,
+                "CAUSAL": True, "SWAP": cfg.swap, "CVT_ONCE": cfg.cvt_once and hw,
             }, cc, cfg.num_warps, cfg.num_stages)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
         cfg = decode_config(cc, fmt, 8, 1)
@@ -96,6 +96,7 @@ def compile_target(cc):
             "HEADS": cfg.heads_per_block, "BLOCK_N": cfg.block_n, "DIRECT": False,
             "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0 if hw else 256.0,
             "WORDS_2D": cfg.words_2d, "PREFETCH": False, "SPARSE": True, "CAUSAL": True,
+            "SWAP": cfg.swap, "CVT_ONCE": cfg.cvt_once and hw,
         }, cc, cfg.num_warps, cfg.num_stages)
         lines.append(row(f"sparse/{fmt}/H8", cc, k))
         k = compile_for(_store_kv_kernel, STORE_SIG, {

@@ -185,3 +185,19 @@ def test_non_causal_mtp_sees_every_token(device):
                                             576 ** -0.5)
         assert_close(out[:, i:i + 1], ro, name=f"query {i}")
         assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "fp8_ds_mla"])
+@pytest.mark.parametrize("block_n", [16, 64])
+def test_swapped_mma_orientation_agrees(device, fmt, block_n):
+    """SWAP (tokens as MMA rows) and CVT_ONCE compute the same attention, causal MTP included."""
+    from fp8mla.runtime import DecodeConfig
+
+    cache, table, seqlens = paged_cache(fmt, [130, 3, 0, 64], 16, device=device, seed=31)
+    q = _q(4, 2, 5, device, 32)
+    plan = DecodePlan(batch=4, num_heads=5, s_q=2, kv_format=fmt, page_size=16,
+                      cache_seqlens=seqlens, device=device, num_splits=3,
+                      config=DecodeConfig(block_n=block_n, heads_per_block=8, num_warps=4,
+                                          num_stages=2, swap=True, cvt_once=True))
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)

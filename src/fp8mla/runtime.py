@@ -61,6 +61,11 @@ class DecodeConfig:
     # FP8: load tile i + 1 into registers before converting tile i. Off: on the H200 it made
     # B=64 ctx=8K H=16 slower (358 vs 232 us), B=1 ctx=128K fp8_ds_mla slightly faster (85 vs 89)
     prefetch: bool = False
+    # SWAP: the tile's tokens as MMA rows (scores kv · qᵀ, accumulators [512, BLOCK_M]); lets
+    # SM90 use wgmma with the converted tile from registers for any head count
+    swap: bool = False
+    # FP8 on SM89+: convert each tile once (else the compiler converts it once per MMA layout)
+    cvt_once: bool = False
 
 
 def _pow2(n: int) -> int:

@@ -92,9 +92,10 @@ def _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT: tl.constexp
 
 @triton.jit
 def _fp8_lanes(words, scales, FORMAT: tl.constexpr, HW_FP8: tl.constexpr,
-               SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_N: tl.constexpr):
+               SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_N: tl.constexpr,
+               CVT_ONCE: tl.constexpr):
     """Latent lanes 0..3, each fp16 [BLOCK_N, 128]; fp8_ds_mla tiles scaled to true values."""
-    k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+    k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8, CVT_ONCE)
     if FORMAT == FMT_DS_MLA:
         s = scales
         if not HW_FP8:
@@ -145,6 +146,47 @@ def _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT: tl
 
 
 @triton.jit
+def _scores_t(qt0, qt1, qt2, qt3, qrt0, qrt1, qrt2, qrt3, k0, k1, k2, k3, rope,
+              FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """`_scores` transposed (SWAP): kv · qᵀ, [BLOCK_N, BLOCK_M] fp32, the tile as MMA rows."""
+    st = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
+    st = mma(k0, qt0, st, DOT_F32)
+    st = mma(k1, qt1, st, DOT_F32)
+    st = mma(k2, qt2, st, DOT_F32)
+    st = mma(k3, qt3, st, DOT_F32)
+    if FORMAT == FMT_FP8:
+        r0, r1, r2, r3 = e4m3x4_to_f16(rope, HW_FP8)
+        st = mma(r0, qrt0, st, DOT_F32)
+        st = mma(r1, qrt1, st, DOT_F32)
+        st = mma(r2, qrt2, st, DOT_F32)
+        st = mma(r3, qrt3, st, DOT_F32)
+    else:
+        st = mma(rope, qrt0, st, DOT_F32)
+    return st
+
+
+@triton.jit
+def _online_update_t(st, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+                     k0, k1, k2, k3, DOT_F32: tl.constexpr):
+    """`_online_update` transposed (SWAP): scores [BLOCK_N, BLOCK_M], accumulators
+    [128, BLOCK_M] += kvᵀ · p."""
+    ok = (offs_n[:, None] < visible[None, :]) & mask_n[:, None]
+    st = tl.where(ok, st * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(st, axis=0))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(st - m_safe[None, :])
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, axis=0)
+    pm = p.to(k0.dtype)
+    acc0 = mma(tl.trans(k0), pm, acc0 * alpha[None, :], DOT_F32)
+    acc1 = mma(tl.trans(k1), pm, acc1 * alpha[None, :], DOT_F32)
+    acc2 = mma(tl.trans(k2), pm, acc2 * alpha[None, :], DOT_F32)
+    acc3 = mma(tl.trans(k3), pm, acc3 * alpha[None, :], DOT_F32)
+    return m_new, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
                    k0, k1, k2, k3, DOT_F32: tl.constexpr):
     """One tile of the online softmax (base 2; entries past a row's causal limit or invalid are
@@ -165,6 +207,24 @@ def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, 
 
 
 @triton.jit
+def _attend_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, offs_n, mask_n,
+                 visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, FORMAT: tl.constexpr,
+                 HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, SWAP: tl.constexpr):
+    """Scores and online-softmax update for one tile of latent lanes k0..3 and rope."""
+    if SWAP:
+        st = _scores_t(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
+                       HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
+        return _online_update_t(st, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1,
+                                acc2, acc3, k0, k1, k2, k3, DOT_F32)
+    else:
+        qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT, HW_FP8,
+                     DOT_F32, BLOCK_M, BLOCK_N)
+        return _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1,
+                              acc2, acc3, k0, k1, k2, k3, DOT_F32)
+
+
+@triton.jit
 def _mla_decode_kernel(
     q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr,
     block_table_ptr, seqlens_ptr,
@@ -178,7 +238,7 @@ def _mla_decode_kernel(
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, PREFETCH: tl.constexpr,
-    SPARSE: tl.constexpr, CAUSAL: tl.constexpr,
+    SPARSE: tl.constexpr, CAUSAL: tl.constexpr, SWAP: tl.constexpr, CVT_ONCE: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -223,6 +283,9 @@ def _mla_decode_kernel(
         else:
             kv_mult = 1.0
     qk_scale = softmax_scale * kv_mult * LOG2E
+    if SWAP:  # q as the MMAs' B operand ([dims, rows]); accumulators [128, BLOCK_M]
+        q0, q1, q2, q3 = tl.trans(q0), tl.trans(q1), tl.trans(q2), tl.trans(q3)
+        qr0, qr1, qr2, qr3 = tl.trans(qr0), tl.trans(qr1), tl.trans(qr2), tl.trans(qr3)
 
     # --- this program's token chunk (from the device-side length) --------------------------
     seqlen = tl.load(seqlens_ptr + b)
@@ -237,10 +300,14 @@ def _mla_decode_kernel(
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc0 = tl.zeros((BLOCK_M, 128), tl.float32)
-    acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
-    acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
-    acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
+    if SWAP:
+        ACC_SHAPE: tl.constexpr = (128, BLOCK_M)
+    else:
+        ACC_SHAPE: tl.constexpr = (BLOCK_M, 128)
+    acc0 = tl.zeros(ACC_SHAPE, tl.float32)
+    acc1 = tl.zeros(ACC_SHAPE, tl.float32)
+    acc2 = tl.zeros(ACC_SHAPE, tl.float32)
+    acc3 = tl.zeros(ACC_SHAPE, tl.float32)
     if PREFETCH:
         # FP8 rows pass through registers (conversion) rather than an async copy: load tile
         # i + 1 before working on tile i so its latency hides behind the math.
@@ -255,12 +322,11 @@ def _mla_decode_kernel(
                                                        mask_x, FORMAT, ROW_WORDS, WORDS_2D,
                                                        BLOCK_N)
             k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
-                                        BLOCK_N)
-            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
-                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                k0, k1, k2, k3, DOT_F32)
+                                        BLOCK_N, CVT_ONCE)
+            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_tile(
+                q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, offs_n, mask_n,
+                visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, FORMAT, HW_FP8, DOT_F32,
+                BLOCK_M, BLOCK_N, SWAP)
             offs_n, mask_n, words, scales, rope = offs_x, mask_x, words_x, scales_x, rope_x
     else:
         for n0 in range(start, end, BLOCK_N):
@@ -272,12 +338,14 @@ def _mla_decode_kernel(
                 words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
                                                      FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
                 k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
-                                            BLOCK_N)
-            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
-                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                k0, k1, k2, k3, DOT_F32)
+                                            BLOCK_N, CVT_ONCE)
+            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_tile(
+                q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, offs_n, mask_n,
+                visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, FORMAT, HW_FP8, DOT_F32,
+                BLOCK_M, BLOCK_N, SWAP)
+
+    if SWAP:
+        acc0, acc1, acc2, acc3 = tl.trans(acc0), tl.trans(acc1), tl.trans(acc2), tl.trans(acc3)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0

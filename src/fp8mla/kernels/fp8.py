@@ -18,7 +18,9 @@ SW_DEQUANT_SCALE = 256.0
 
 
 @triton.jit
-def e4m3x4_to_f16_hw(words):
+def e4m3x4_to_f16_hw(words, PURE: tl.constexpr = True):
+    # PURE=False forbids the compiler to duplicate the conversion: Triton otherwise re-runs it
+    # once per layout its uses need (the two MMAs of attention read a tile in two layouts)
     return tl.inline_asm_elementwise(
         """
         {
@@ -34,7 +36,7 @@ def e4m3x4_to_f16_hw(words):
         "=h,=h,=h,=h,r",
         [words],
         dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
-        is_pure=True,
+        is_pure=PURE,
         pack=1,
     )
 
@@ -52,10 +54,11 @@ def e4m3x4_to_f16_sw(words):
 
 
 @triton.jit
-def e4m3x4_to_f16(words, HW_FP8: tl.constexpr):
-    """Four fp16 lanes of e4m3 words: exact values (HW_FP8) or values · 2⁻⁸ (software)."""
+def e4m3x4_to_f16(words, HW_FP8: tl.constexpr, ONCE: tl.constexpr = False):
+    """Four fp16 lanes of e4m3 words: exact values (HW_FP8) or values · 2⁻⁸ (software).
+    ONCE: convert once and move the fp16 results between layouts (hardware path only)."""
     if HW_FP8:
-        return e4m3x4_to_f16_hw(words)
+        return e4m3x4_to_f16_hw(words, not ONCE)
     else:
         return e4m3x4_to_f16_sw(words)
 
