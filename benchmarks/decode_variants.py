@@ -15,44 +15,63 @@ import json
 import sys
 from dataclasses import asdict, replace
 
+import torch
+
 from fp8mla.bench.decode import DecodeCase, run_case
 from fp8mla.bench.harness import env_info, read_ceiling_tbps
 from fp8mla.runtime import decode_config
 
+# (case, format, [(label, DecodeConfig overrides, num_splits or None), ...]); the launcher's
+# default configuration and split count are always timed first.
+PLAN = [
+    (DecodeCase(64, 8192, 16), "fp8", [
+        ("splits4", {}, 4), ("splits8", {}, 8), ("splits12", {}, 12),
+        ("bn32 s3 splits4", dict(block_n=32, num_stages=3), 4),
+        ("bn32 s4 splits4", dict(block_n=32, num_stages=4), 4),
+        ("bn64 s3 splits4", dict(num_stages=3), 4),
+        ("bn64 w8 splits4", dict(num_warps=8), 4),
+        ("bn128 w8 splits4", dict(block_n=128, num_warps=8), 4),
+    ]),
+    (DecodeCase(1, 131072, 8), "fp8", [
+        ("splits128", {}, 128), ("splits192", {}, 192),
+        ("bn32 s3", dict(block_n=32, num_stages=3), None),
+        ("bn32 s4", dict(block_n=32, num_stages=4), None),
+        ("bn64 s3", dict(num_stages=3), None),
+        ("bn64 w8", dict(num_warps=8), None),
+    ]),
+    (DecodeCase(64, 8192, 128), "fp8", [
+        ("bn64 splits1", dict(block_n=64), 1), ("bn64 splits2", dict(block_n=64), 2),
+        ("bn64", dict(block_n=64), None),
+        ("h32 bn64 w4 splits1", dict(heads_per_block=32, block_n=64, num_warps=4), 1),
+        ("h64 bn128 w8 splits1", dict(block_n=128), 1),
+    ]),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", [
+        ("splits4", {}, 4),
+        ("bn32 s3 splits4", dict(block_n=32, num_stages=3), 4),
+        ("bn64 s2 splits4", dict(block_n=64, num_stages=2), 4),
+    ]),
+    (DecodeCase(64, 8192, 16), "bf16", [("splits4", {}, 4), ("bn64 splits4", dict(block_n=64), 4)]),
+]
 
-def variants(case: DecodeCase, fmt: str):
+
+def variants(case: DecodeCase, fmt: str, extra):
     """(label, config or None for the default, num_splits or None for the scheduler's)."""
     base = decode_config(90, fmt, case.heads, case.s_q)
     yield "default", None, None
-    if case.heads <= 16:
-        for bn, warps, stages in ((64, 4, 2), (64, 4, 3), (128, 8, 2)):
-            cfg = replace(base, block_n=bn, num_warps=warps, num_stages=stages, swap=True)
-            yield f"swap bn{bn} w{warps} s{stages}", cfg, None
-            if fmt != "bf16" and (bn, warps, stages) in ((64, 4, 2), (128, 8, 2)):
-                yield (f"swap+once bn{bn} w{warps} s{stages}",
-                       replace(cfg, cvt_once=True), None)
-        if fmt != "bf16":
-            yield "once", replace(base, cvt_once=True), None
-        if case.batch == 1:
-            for splits in (66, 132, 512):
-                yield f"swap bn64 w4 s2 splits{splits}", replace(
-                    base, block_n=64, num_warps=4, num_stages=2, swap=True), splits
-    else:
-        for heads, bn, warps in ((64, 64, 8), (32, 64, 4), (32, 128, 8), (16, 128, 8)):
-            cfg = replace(base, heads_per_block=heads, block_n=bn, num_warps=warps, swap=True)
-            yield f"swap h{heads} bn{bn} w{warps}", cfg, None
-            if fmt != "bf16":
-                yield f"swap+once h{heads} bn{bn} w{warps}", replace(cfg, cvt_once=True), None
-        yield "default bn64", replace(base, block_n=64), None
+    for label, over, splits in extra:
+        yield label, replace(base, **over), splits
 
 
-CASES = [
-    (DecodeCase(64, 8192, 16), "fp8"),
-    (DecodeCase(1, 131072, 8), "fp8"),
-    (DecodeCase(64, 8192, 128), "fp8"),
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
-    (DecodeCase(64, 8192, 16), "bf16"),
-]
+def kernel_resources() -> dict:
+    """Registers and spills of the decode kernel compiled last (Triton's in-memory cache)."""
+    try:
+        from fp8mla.kernels.decode import _mla_decode_kernel
+        cache = _mla_decode_kernel.device_caches[torch.cuda.current_device()][0]
+        k = list(cache.values())[-1]
+        k._init_handles()
+        return {"regs": k.n_regs, "spills": k.n_spills, "shared": k.metadata.shared}
+    except Exception as e:  # noqa: BLE001 — informative only
+        return {"resources_error": str(e)[:100]}
 
 
 def main() -> int:
@@ -62,16 +81,18 @@ def main() -> int:
     ceiling = read_ceiling_tbps()
     print(f"{env['gpu']} triton {env['triton']} ceiling {ceiling:.2f} TB/s", flush=True)
     rows = []
-    for case, fmt in CASES[:2] if quick else CASES:
-        for label, cfg, splits in variants(case, fmt):
+    for case, fmt, extra in PLAN[:2] if quick else PLAN:
+        for label, cfg, splits in variants(case, fmt, extra):
             row = {"case": case.name(f"dense_decode/{fmt}", fmt), "variant": label,
                    "config": asdict(cfg) if cfg else None, "splits": splits}
             try:
                 rec = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)[-1]
+                row.update(kernel_resources())
                 row.update(us=rec.us, TBps=rec.TBps, TFLOPS=rec.TFLOPS,
                            ratio=round(rec.TBps / ceiling, 3), note=rec.note)
                 print(f"{row['case']:<42} {label:<28} {rec.us:8.1f} us {rec.TBps:5.2f} TB/s "
-                      f"{rec.TFLOPS:6.1f} TFLOPS", flush=True)
+                      f"{rec.TFLOPS:6.1f} TFLOPS  regs {row.get('regs')} spills "
+                      f"{row.get('spills')} smem {row.get('shared')}", flush=True)
             except Exception as e:  # noqa: BLE001 — record and go on
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 print(f"{row['case']:<42} {label:<28} ERROR {row['error'][:120]}", flush=True)

@@ -3,7 +3,8 @@
     ncu -k regex:_mla_decode --launch-skip 2 --launch-count 1 \
         python benchmarks/profile_decode.py FMT BATCH CTX HEADS [key=value ...]
 
-key=value pairs override fields of the launcher's DecodeConfig (block_n, num_warps, swap, ...).
+key=value pairs override fields of the launcher's DecodeConfig (block_n, num_warps, swap, ...)
+and, as splits=N, the split count.
 """
 
 import sys
@@ -15,15 +16,18 @@ from fp8mla.runtime import DecodeConfig, decode_config
 
 fmt_name, batch, ctx, heads = sys.argv[1], *map(int, sys.argv[2:5])
 types = {f.name: f.type for f in fields(DecodeConfig)}
-over = {}
+over, splits = {}, None
 for kv in sys.argv[5:]:
     k, v = kv.split("=")
-    over[k] = v in ("1", "True", "true") if types[k] in (bool, "bool") else int(v)
+    if k == "splits":
+        splits = int(v)
+    else:
+        over[k] = v in ("1", "True", "true") if types[k] in (bool, "bool") else int(v)
 case = DecodeCase(batch, ctx, heads)
 fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name)
 cfg = replace(decode_config(90, fmt_name, heads, 1), **over)
 plan = DecodePlan(batch=batch, num_heads=heads, kv_format=fmt, page_size=case.page_size,
-                  cache_seqlens=seqlens, device="cuda", config=cfg)
+                  cache_seqlens=seqlens, device="cuda", config=cfg, num_splits=splits)
 for _ in range(3):
     plan.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
 print("profiled", fmt_name, batch, ctx, heads, cfg, "splits", plan.num_splits)
