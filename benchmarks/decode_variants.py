@@ -25,32 +25,22 @@ from fp8mla.runtime import decode_config
 # default configuration and split count are always timed first.
 PLAN = [
     (DecodeCase(64, 8192, 16), "fp8", [
-        ("splits4", {}, 4), ("splits8", {}, 8), ("splits12", {}, 12),
-        ("bn32 s3 splits4", dict(block_n=32, num_stages=3), 4),
-        ("bn32 s4 splits4", dict(block_n=32, num_stages=4), 4),
-        ("bn64 s3 splits4", dict(num_stages=3), 4),
-        ("bn64 w8 splits4", dict(num_warps=8), 4),
-        ("bn128 w8 splits4", dict(block_n=128, num_warps=8), 4),
+        ("maxnreg168", dict(maxnreg=168), None), ("maxnreg128", dict(maxnreg=128), None),
+        ("bn32 maxnreg168", dict(block_n=32, maxnreg=168), None),
+        ("bn32 maxnreg128", dict(block_n=32, maxnreg=128), None),
+        ("bn32 s3 maxnreg168", dict(block_n=32, num_stages=3, maxnreg=168), None),
     ]),
     (DecodeCase(1, 131072, 8), "fp8", [
-        ("splits128", {}, 128), ("splits192", {}, 192),
-        ("bn32 s3", dict(block_n=32, num_stages=3), None),
-        ("bn32 s4", dict(block_n=32, num_stages=4), None),
-        ("bn64 s3", dict(num_stages=3), None),
-        ("bn64 w8", dict(num_warps=8), None),
-    ]),
-    (DecodeCase(64, 8192, 128), "fp8", [
-        ("bn64 splits1", dict(block_n=64), 1), ("bn64 splits2", dict(block_n=64), 2),
-        ("bn64", dict(block_n=64), None),
-        ("h32 bn64 w4 splits1", dict(heads_per_block=32, block_n=64, num_warps=4), 1),
-        ("h64 bn128 w8 splits1", dict(block_n=128), 1),
+        ("maxnreg168", dict(maxnreg=168), None),
+        ("bn32 maxnreg128", dict(block_n=32, maxnreg=128), None),
+        ("bn32 s3 maxnreg168", dict(block_n=32, num_stages=3, maxnreg=168), None),
     ]),
     (DecodeCase(64, 8192, 16), "fp8_ds_mla", [
-        ("splits4", {}, 4),
-        ("bn32 s3 splits4", dict(block_n=32, num_stages=3), 4),
-        ("bn64 s2 splits4", dict(block_n=64, num_stages=2), 4),
+        ("maxnreg168", dict(maxnreg=168), None),
+        ("bn32 maxnreg128", dict(block_n=32, maxnreg=128), None),
     ]),
-    (DecodeCase(64, 8192, 16), "bf16", [("splits4", {}, 4), ("bn64 splits4", dict(block_n=64), 4)]),
+    (DecodeCase(64, 8192, 16), "bf16", [("maxnreg128", dict(maxnreg=128), None)]),
+    (DecodeCase(64, 8192, 128), "fp8", [("maxnreg128 w8 bn32", dict(block_n=32, maxnreg=128), None)]),
 ]
 
 

@@ -66,12 +66,26 @@ def test_baselines_match_reference(device, backend, fmt):
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
-def test_scheduler_fills_the_gpu_without_tiny_splits():
-    assert choose_num_splits(1, 1, 131072, 132) == 256  # B=1 at 128K: capped at MAX_SPLITS
-    assert choose_num_splits(64, 1, 8192, 132) == 5  # 320 programs ≈ 2.4 per SM
-    assert choose_num_splits(64, 2, 8192, 132) == 3
-    assert choose_num_splits(1, 1, 300, 132) == 2  # never below 256 tokens per split
-    assert choose_num_splits(256, 1, 100, 132) == 1
+def test_scheduler_fills_whole_waves_without_tiny_splits():
+    # H200: 132 SMs × 2 programs each = 264 slots
+    assert choose_num_splits(1, 1, 131072, 264) == 256  # B=1 at 128K: capped at MAX_SPLITS
+    assert choose_num_splits(64, 1, 8192, 264) == 4  # 256 programs: one wave (5 would be 1.2)
+    assert choose_num_splits(64, 2, 8192, 132) == 1  # 128 programs on 132 one-program SMs
+    assert choose_num_splits(64, 2, 8192, 264) == 2
+    assert choose_num_splits(1, 1, 300, 264) == 2  # never below 256 tokens per split
+    assert choose_num_splits(256, 1, 100, 264) == 1
+    # more programs than slots: a few splits balance the last wave, not dozens
+    assert 1 < choose_num_splits(300, 1, 8192, 264) <= 8
+
+
+def test_resident_programs_from_kernel_resources():
+    from fp8mla.runtime import resident_programs
+
+    assert resident_programs(90, 4, 255, 57344) == 2  # the fp8 H16 kernel: registers bound
+    assert resident_programs(90, 4, 128, 94208) == 2  # bf16 at 64 tokens: shared memory bound
+    assert resident_programs(90, 8, 246, 184320) == 1
+    assert resident_programs(89, 4, 64, 16384) == 5  # 99 KB parts
+    assert resident_programs(90, 4, 32, 0) == 16  # warps bound (64 per SM)
 
 
 def test_plan_workspace_independent_of_pool_and_lengths(device):

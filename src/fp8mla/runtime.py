@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["interpreting", "Target", "target_for", "DecodeConfig", "decode_config"]
+__all__ = ["interpreting", "Target", "target_for", "DecodeConfig", "decode_config",
+           "resident_programs"]
 
 
 def interpreting() -> bool:
@@ -66,6 +67,27 @@ class DecodeConfig:
     swap: bool = False
     # FP8 on SM89+: convert each tile once (else the compiler converts it once per MMA layout)
     cvt_once: bool = False
+    # register cap per thread (ptxas -maxrregcount): fewer registers, more programs per SM
+    maxnreg: int | None = None
+
+
+# Per-SM limits by compute capability (CUDA C++ Programming Guide, "Technical Specifications per
+# Compute Capability"): shared memory per SM in bytes (1 KB of it reserved per block) and
+# resident warps per SM. Registers: 64K 32-bit per SM on all of them, allocated per warp in
+# units of 256.
+_SM_SHARED = {80: 167936, 86: 102400, 87: 167936, 89: 102400, 90: 233472, 100: 233472,
+              103: 233472, 120: 102400, 121: 102400}
+_SM_WARPS = {80: 64, 86: 48, 87: 48, 89: 48, 90: 64, 100: 64, 103: 64, 120: 48, 121: 48}
+
+
+def resident_programs(cc: int, num_warps: int, regs_per_thread: int, shared_bytes: int) -> int:
+    """Programs (thread blocks) of a kernel one SM holds at once: the tightest of registers,
+    shared memory and warps (at least 1)."""
+    warp_regs = -(-regs_per_thread * 32 // 256) * 256
+    by_regs = (65536 // max(1, warp_regs)) // num_warps
+    by_smem = _SM_SHARED.get(cc, 102400) // (shared_bytes + 1024)
+    by_warps = _SM_WARPS.get(cc, 48) // num_warps
+    return max(1, min(by_regs, by_smem, by_warps, 32))
 
 
 def _pow2(n: int) -> int:
@@ -89,9 +111,12 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeCo
     heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, max_m // s_q_p2))
     block_m = s_q_p2 * heads
     num_warps = 8 if block_m >= 64 else 4
-    # block_n / stages / words_2d: the best of benchmarks/results sweeps on the H200 (fp8:
-    # 223 us vs 284 us with the first guess at B=64 ctx=8K H=16; fp8_ds_mla: 305 vs 329)
-    block_n = 32 if kv_format == "bf16" or block_m > 16 else 64
-    num_stages = 3 if kv_format == "fp8_ds_mla" and block_m <= 16 else 2
+    # block_n / stages / words_2d: the best of the H200 sweeps in benchmarks/results (B=64
+    # ctx=8K, 4 splits: fp8 H16 180 us with 64 vs 188 with 32; fp8_ds_mla 232 (2 stages) vs
+    # 247 (3); bf16 175 vs 224; H128 fp8 707 vs 1338 at 64 heads per program). 64 heads ×
+    # 64 tokens needs 184 KB of shared memory: SM90 only.
+    fp8 = kv_format != "bf16"
+    block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
+    num_stages = 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8")

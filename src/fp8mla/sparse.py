@@ -43,6 +43,8 @@ class SparsePlan(DecodePlan):
         kv_format: ``bf16`` / ``fp8`` / ``fp8_ds_mla``. softmax_scale: default 576^-0.5.
     """
 
+    sparse = True
+
     def __init__(self, *, num_queries: int, num_heads: int, topk: int,
                  kv_format: str | KVFormat, softmax_scale: float | None = None,
                  device: str | torch.device = "cuda", num_splits: int | None = None,
@@ -51,7 +53,6 @@ class SparsePlan(DecodePlan):
         super().__init__(batch=num_queries, num_heads=num_heads, s_q=1, kv_format=kv_format,
                          page_size=1, max_seqlen=topk, softmax_scale=softmax_scale,
                          device=device, num_splits=num_splits, config=config)
-        self.sparse = True
         self._full_length = torch.full((num_queries,), topk, dtype=torch.int32,
                                        device=self.device)
 
