@@ -1,9 +1,10 @@
 """Property-based fuzzing of every public kernel against the float32 references.
 
 Derandomized (CI-stable) with a bounded example count per kernel: FP8MLA_FUZZ_EXAMPLES
-(default 10) raises it, e.g. for a GPU run. Inputs: random batch, s_q, heads, lengths (0
-included), page sizes, shuffled block tables, formats and scale policies, top-k widths and −1
-patterns; unowned pages poisoned (tests/helpers.py).
+(default 10) raises it and FP8MLA_FUZZ_SCALE multiplies the size bounds, e.g. for a GPU run.
+Inputs: random batch, s_q, heads, lengths (0 included), page sizes, shuffled block tables,
+formats and scale policies, top-k widths and −1 patterns; unowned pages poisoned
+(tests/helpers.py).
 """
 
 import os
@@ -22,6 +23,9 @@ from fp8mla.topk import topk_indices
 from helpers import paged_cache
 
 EXAMPLES = int(os.environ.get("FP8MLA_FUZZ_EXAMPLES", "10"))
+# FP8MLA_FUZZ_SCALE multiplies the size bounds (lengths, heads up to 128, top-k widths, row
+# lengths): 1 under the interpreter, ~20 on a GPU for full-size shapes
+SCALE = int(os.environ.get("FP8MLA_FUZZ_SCALE", "1"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,8 +34,8 @@ FORMATS = st.sampled_from([("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2")
 
 
 @FUZZ
-@given(fmt=FORMATS, lens=st.lists(st.integers(0, 150), min_size=1, max_size=3),
-       s_q=st.integers(1, 4), heads=st.integers(1, 20),
+@given(fmt=FORMATS, lens=st.lists(st.integers(0, 150 * SCALE), min_size=1, max_size=3),
+       s_q=st.integers(1, 4), heads=st.integers(1, min(128, 20 * SCALE)),
        page_size=st.sampled_from([1, 2, 16, 64]), splits=st.sampled_from([None, 1, 3, 7]),
        seed=st.integers(0, 2**16))
 def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
@@ -49,8 +53,8 @@ def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
 
 
 @FUZZ
-@given(fmt=FORMATS, tokens=st.integers(1, 4), heads=st.integers(1, 20),
-       topk=st.integers(1, 80), skip=st.floats(0, 1), seed=st.integers(0, 2**16),
+@given(fmt=FORMATS, tokens=st.integers(1, 4), heads=st.integers(1, min(128, 20 * SCALE)),
+       topk=st.integers(1, 80 * SCALE), skip=st.floats(0, 1), seed=st.integers(0, 2**16),
        use_length=st.booleans())
 def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
     cache, _, _ = paged_cache(fmt[0], [40], 16, policy=fmt[1], device=DEVICE, seed=seed)
@@ -72,7 +76,7 @@ def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
 
 
 @FUZZ
-@given(rows=st.integers(1, 4), heads=st.integers(1, 64), seq=st.integers(1, 200),
+@given(rows=st.integers(1, 4), heads=st.integers(1, 64), seq=st.integers(1, 200 * SCALE),
        fp8_q=st.booleans(), seed=st.integers(0, 2**16), data=st.data())
 def test_fuzz_indexer(rows, heads, seq, fp8_q, seed, data):
     g = torch.Generator().manual_seed(seed)
@@ -90,7 +94,7 @@ def test_fuzz_indexer(rows, heads, seq, fp8_q, seed, data):
 
 
 @FUZZ
-@given(rows=st.integers(1, 3), length=st.integers(1, 3000), k=st.integers(1, 300),
+@given(rows=st.integers(1, 3), length=st.integers(1, 3000 * SCALE), k=st.integers(1, min(2048, 300 * SCALE)),
        distinct=st.integers(1, 50), neg_inf=st.floats(0, 1), seed=st.integers(0, 2**16))
 def test_fuzz_topk(rows, length, k, distinct, neg_inf, seed):
     g = torch.Generator().manual_seed(seed)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call: the GPU test suite, GPU-sized fuzzing, the CUDA-graph soak, and
+# compute-sanitizer (memcheck over the kernel tests, racecheck over decode). Usage:
+#   bash benchmarks/gpu_reliability.sh            (logs and JSON under $OUT, packed in one tar)
+set -uo pipefail
+OUT=${OUT:-.out}; W=$OUT/reliability; mkdir -p "$W"
+export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$W/gpu.txt"
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$W/gpu.txt"
+run() {  # name timeout command...: log to $W/name.log, exit status to $W/status.txt
+  local name=$1 t=$2; shift 2
+  local t0=$SECONDS
+  timeout "$t" "$@" > "$W/$name.log" 2>&1
+  echo "$name rc=$? seconds=$((SECONDS - t0))" | tee -a "$W/status.txt"
+  tail -3 "$W/$name.log"
+}
+run pytest 240 python3 -m pytest tests -q -p no:cacheprovider --deselect tests/test_portability.py
+FP8MLA_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-60} FP8MLA_FUZZ_SCALE=20 \
+  run fuzz 120 python3 -m pytest tests/test_fuzz.py -q -p no:cacheprovider --hypothesis-show-statistics
+run soak 120 python3 benchmarks/soak.py "$W/soak.json" --steps 10000
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1  # every tensor its own allocation: memcheck sees overruns
+run memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+  python3 -m pytest -q -p no:cacheprovider tests/test_decode.py tests/test_sparse.py \
+  tests/test_indexer_topk.py tests/test_formats_cache.py tests/test_compat.py
+run racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \
+  python3 -m pytest -q -p no:cacheprovider tests/test_decode.py -k "matches_reference"
+unset PYTORCH_NO_CUDA_MEMORY_CACHING
+if [ -n "${VARIANTS:-}" ]; then run variants 120 python3 benchmarks/decode_variants.py "$W/variants.json"; fi
+tar -czf "$OUT/reliability.tar.gz" -C "$OUT" reliability && cat "$W/status.txt"
