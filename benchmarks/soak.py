@@ -8,7 +8,8 @@ and attends over the cache (`DecodePlan.run`, check=False). Between replays the 
 edits the static inputs in place: block table, lengths, slot mapping, q and the new tokens.
 Every 100th step the output is compared with the float32 reference on the dequantized cache.
 Device memory allocated by PyTorch is recorded after the first check (one-time allocations such
-as cuBLAS's workspace are made by then) and after the last replay, and must not grow. Results (steps, checks, worst errors, memory, pages reused) go to OUT.json.
+as cuBLAS's workspace are made by then) and after the last replay, and must not grow. Results
+(steps, checks, worst errors, memory, pages reused) go to OUT.json.
 """
 
 from __future__ import annotations
@@ -131,7 +132,8 @@ def main() -> int:
         "page_allocations": allocations[0],
         "max_abs_err_out": worst_out, "max_abs_err_lse": worst_lse,
         "memory_allocated_after_capture": mem0, "memory_allocated_first_check": mem_first,
-        "memory_allocated_end": mem1, "memory_growth_bytes": mem1 - mem_first, "seconds": round(time.time() - t0, 1),
+        "memory_allocated_end": mem1, "memory_growth_bytes": mem1 - mem_first,
+        "seconds": round(time.time() - t0, 1),
         "gpu": torch.cuda.get_device_name() if gpu else "cpu (interpreter)",
         "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
     }
