@@ -30,14 +30,15 @@ DECODE_SIG = {
     "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
     "stride_qb": "i32", "stride_qs": "i32", "stride_qh": "i32", "stride_bt": "i32",
     "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", "stride_lb": "i32",
-    "stride_ls": "i32", "softmax_scale": "fp32", "num_heads": "i32", "num_splits": "i32",
-    "page_shift": "i32", "num_slots": "i32",
+    "stride_ls": "i32", "stride_lh": "i32", "softmax_scale": "fp32", "lse_empty": "fp32",
+    "num_heads": "i32", "num_splits": "i32", "page_shift": "i32", "num_slots": "i32",
 }
 COMBINE_SIG = {
     "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32", "out_ptr": "*bf16",
     "lse_ptr": "*fp32", "max_ptr": "*fp32",
     "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", "stride_lb": "i32",
-    "stride_ls": "i32", "num_splits": "i32", "num_heads": "i32",
+    "stride_ls": "i32", "stride_lh": "i32", "lse_empty": "fp32", "num_splits": "i32",
+    "num_heads": "i32",
 }
 STORE_SIG = {
     "latent_ptr": "*bf16", "rope_ptr": "*bf16", "slot_ptr": "*i64", "scale_ptr": "*fp32",
@@ -85,9 +86,8 @@ def compile_target(cc):
                 "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,
                 "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
                 "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
-                "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d,
-                "PREFETCH": cfg.prefetch and fmt != "bf16", "SPARSE": False,
-                "CAUSAL": True, "SWAP": cfg.swap, "CVT_ONCE": cfg.cvt_once and hw,
+                "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": False,
+                "CAUSAL": True,
             }, cc, cfg.num_warps, cfg.num_stages)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
         cfg = decode_config(cc, fmt, 8, 1)
@@ -95,8 +95,7 @@ def compile_target(cc):
             "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": 1, "S_Q_P2": 1,
             "HEADS": cfg.heads_per_block, "BLOCK_N": cfg.block_n, "DIRECT": False,
             "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0 if hw else 256.0,
-            "WORDS_2D": cfg.words_2d, "PREFETCH": False, "SPARSE": True, "CAUSAL": True,
-            "SWAP": cfg.swap, "CVT_ONCE": cfg.cvt_once and hw,
+            "WORDS_2D": cfg.words_2d, "SPARSE": True, "CAUSAL": True,
         }, cc, cfg.num_warps, cfg.num_stages)
         lines.append(row(f"sparse/{fmt}/H8", cc, k))
         k = compile_for(_store_kv_kernel, STORE_SIG, {

@@ -173,8 +173,8 @@ def test_unknown_backend_lists_valid_ones(small):
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
 @pytest.mark.parametrize("words_2d", [False, True])
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_tile_load_variants_agree(device, fmt, words_2d, prefetch):
+@pytest.mark.parametrize("stages", [2, 3])
+def test_tile_load_variants_agree(device, fmt, words_2d, stages):
     from fp8mla.runtime import DecodeConfig
 
     cache, table, seqlens = paged_cache(fmt, [100, 5, 0], 16, device=device, seed=11)
@@ -182,8 +182,7 @@ def test_tile_load_variants_agree(device, fmt, words_2d, prefetch):
     plan = DecodePlan(batch=3, num_heads=8, kv_format=fmt, page_size=16, cache_seqlens=seqlens,
                       device=device, num_splits=7,
                       config=DecodeConfig(block_n=32, heads_per_block=16, num_warps=4,
-                                          num_stages=2, words_2d=words_2d,
-                                          prefetch=prefetch))
+                                          num_stages=stages, words_2d=words_2d))
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
@@ -201,17 +200,34 @@ def test_non_causal_mtp_sees_every_token(device):
         assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp8", "fp8_ds_mla"])
-@pytest.mark.parametrize("block_n", [16, 64])
-def test_swapped_mma_orientation_agrees(device, fmt, block_n):
-    """SWAP (tokens as MMA rows) and CVT_ONCE compute the same attention, causal MTP included."""
-    from fp8mla.runtime import DecodeConfig
 
-    cache, table, seqlens = paged_cache(fmt, [130, 3, 0, 64], 16, device=device, seed=31)
-    q = _q(4, 2, 5, device, 32)
-    plan = DecodePlan(batch=4, num_heads=5, s_q=2, kv_format=fmt, page_size=16,
-                      cache_seqlens=seqlens, device=device, num_splits=3,
-                      config=DecodeConfig(block_n=block_n, heads_per_block=8, num_warps=4,
-                                          num_stages=2, swap=True, cvt_once=True))
-    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
-    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_writes_given_outputs_in_any_layout(device, splits):
+    """out / lse given: written in place (lse through a transposed view, FlashMLA's
+    [batch, heads, s_q]); empty_lse=+inf marks the request with nothing to attend."""
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [70, 0, 9], 16, device=device, seed=41)
+    q = _q(3, 2, 4, device, 42)
+    plan = DecodePlan(batch=3, num_heads=4, s_q=2, kv_format="fp8_ds_mla", page_size=16,
+                      cache_seqlens=seqlens, device=device, num_splits=splits)
+    out = torch.full((3, 2, 4, 512), float("nan"), dtype=torch.bfloat16, device=device)
+    lse_bhs = torch.full((3, 4, 2), float("nan"), device=device)
+    o, lse = plan.run(q, cache.layer(0), table, seqlens, out=out, lse=lse_bhs.transpose(1, 2),
+                      empty_lse=float("inf"))
+    assert o.data_ptr() == out.data_ptr() and lse.data_ptr() == lse_bhs.data_ptr()
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse_bhs.transpose(1, 2), rl.masked_fill(rl == float("-inf"), float("inf")),
+                 atol=1e-3, rtol=1e-3, name="lse")
+    assert torch.isinf(lse_bhs[1]).all() and (lse_bhs[1] > 0).all()
+
+
+def test_rejects_bad_given_outputs(small, device):
+    cache, table, seqlens, plan, q = small
+    with pytest.raises(ValueError, match=r"lse: expected shape"):
+        plan.run(q, cache.layer(0), table, seqlens,
+                 lse=torch.empty(9, dtype=torch.float32, device=device))
+    with pytest.raises(TypeError, match=r"out: expected dtype"):
+        plan.run(q, cache.layer(0), table, seqlens,
+                 out=torch.empty(*q.shape[:3], 512, dtype=torch.float32, device=device))
+    with pytest.raises(ValueError, match=r"empty_lse: expected -inf or \+inf"):
+        plan.run(q, cache.layer(0), table, seqlens, empty_lse=0.0)

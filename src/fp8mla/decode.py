@@ -193,7 +193,8 @@ class DecodePlan:
     def run(
         self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
         cache_seqlens: torch.Tensor, *, fp8_scale: torch.Tensor | None = None,
-        check: bool = True,
+        check: bool = True, out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
+        empty_lse: float = float("-inf"),
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend. Graph-safe with ``check=False``.
 
@@ -205,9 +206,13 @@ class DecodePlan:
             ignore it).
         check: validate lengths and block-table entries on the host first (syncs).
         With FP8MLA_CHECK=1 (fp8mla.numerics) inputs and outputs are also checked for NaN/Inf.
-        Returns (out bfloat16 [batch, s_q, num_heads, 512], lse float32 [batch, s_q, num_heads]),
-        the plan's own buffers (overwritten by the next run). A request of length 0 gives out 0
-        and lse −inf.
+        out / lse: where to write instead of the plan's buffers — bfloat16
+            [batch, s_q, num_heads, 512] (last dim contiguous) / float32 [batch, s_q, num_heads],
+            any strides (e.g. a transposed view of FlashMLA's [batch, heads, s_q] layout).
+        empty_lse: the lse of a row with nothing to attend (−inf; FlashMLA returns +inf).
+        Returns (out bfloat16 [batch, s_q, num_heads, 512], lse float32 [batch, s_q, num_heads]):
+        ``out`` / ``lse`` when given, else the plan's own buffers (overwritten by the next run).
+        A request of length 0 gives out 0 and lse ``empty_lse``.
         """
         check_tensor("q", q, dtype=torch.bfloat16, device=self.device, contiguous_last=True)
         want = (self.batch, self.s_q, self.num_heads, KV_DIM)
@@ -225,8 +230,9 @@ class DecodePlan:
             check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
                          device=self.device)
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
+        outputs = self._outputs(out, lse, empty_lse)
         if not numerics.enabled():
-            return self._launch(q, rows, block_table, cache_seqlens, scale)
+            return self._launch(q, rows, block_table, cache_seqlens, scale, *outputs)
         slots = []
         for b, n in enumerate(cache_seqlens.tolist()):
             pos = torch.arange(n, device=block_table.device)
@@ -234,38 +240,52 @@ class DecodePlan:
                          + pos % self.page_size)
         numerics.check_attention_inputs("dense_decode", q, rows.view(-1, self.fmt.row_bytes),
                                         self.fmt, slots, scale)
-        out, lse = self._launch(q, rows, block_table, cache_seqlens, scale)
+        out, lse = self._launch(q, rows, block_table, cache_seqlens, scale, *outputs)
         numerics.check_attention_outputs("dense_decode", out, lse)
         return out, lse
 
-    def _kernel_args(self, q, rows, block_table, cache_seqlens, kv_scale, direct):
+    def _outputs(self, out, lse, empty_lse):
+        """Checked output tensors (the plan's buffers where None) and the empty-row lse."""
+        shape = (self.batch, self.s_q, self.num_heads)
+        if out is None:
+            out = self.out
+        else:
+            check_tensor("out", out, dtype=torch.bfloat16, shape=(*shape, LATENT_DIM),
+                         device=self.device, contiguous_last=True)
+        if lse is None:
+            lse = self.lse
+        else:
+            check_tensor("lse", lse, dtype=torch.float32, shape=shape, device=self.device)
+        if empty_lse not in (float("-inf"), float("inf")):
+            raise ValueError(f"empty_lse: expected -inf or +inf, got {empty_lse!r}")
+        return out, lse, float(empty_lse)
+
+    def _kernel_args(self, q, rows, block_table, cache_seqlens, kv_scale, direct, out=None,
+                     lse=None, empty_lse=float("-inf")):
         """Positional arguments and compile-time parameters of `_mla_decode_kernel`."""
         cfg, t = self.config, self.target
         flat = rows.view(-1, self.fmt.row_bytes)
         u32 = flat.view(torch.int32) if self.fmt.is_fp8 else flat
         f32 = flat.view(torch.float32) if self.fmt.name == "fp8_ds_mla" else u32
         bf16 = flat.view(torch.bfloat16) if self.fmt.name != "fp8" else u32
-        out, lse = self.out, self.lse
+        out = self.out if out is None else out
+        lse = self.lse if lse is None else lse
         args = (
             q, u32, bf16, f32, kv_scale, block_table, cache_seqlens,
             out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
             q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-            self.softmax_scale, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
-            flat.shape[0],
+            lse.stride(2), self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
+            self.page_size.bit_length() - 1, flat.shape[0],
         )
         meta = dict(
             FORMAT=_FORMAT_IDS[self.fmt.name], HW_FP8=t.hw_fp8, DOT_F32=t.interpreted,
             S_Q=self.s_q, S_Q_P2=1 << (self.s_q - 1).bit_length(),
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
-            WORDS_2D=cfg.words_2d, PREFETCH=cfg.prefetch and self.fmt.is_fp8,
-            SPARSE=self.sparse, CAUSAL=self.causal, SWAP=cfg.swap,
-            CVT_ONCE=cfg.cvt_once and self.fmt.is_fp8 and t.hw_fp8,
+            WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
-        if cfg.maxnreg and not t.interpreted:
-            meta["maxnreg"] = cfg.maxnreg
         return args, meta
 
     def _programs_per_sm(self) -> int:
@@ -291,20 +311,24 @@ class DecodePlan:
             return 2
         return resident_programs(self.target.cc, self.config.num_warps, regs, shared)
 
-    def _launch(self, q, rows, block_table, cache_seqlens, kv_scale):
+    def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
+                empty_lse=float("-inf")):
         """Launch without checks. kv_scale: float32 [1] multiplying every cache value (bf16 and
         fp8 formats; the fp8 format's scale, or the scale of an fp8 pool cast to bf16). For a
         sparse plan, block_table is the [queries, topk] index list and cache_seqlens the
-        per-query topk_length."""
-        out, lse = self.out, self.lse
+        per-query topk_length. out / lse / empty_lse: as in `run` (the plan's buffers where
+        None)."""
+        out = self.out if out is None else out
+        lse = self.lse if lse is None else lse
         direct = self.num_splits == 1
-        args, meta = self._kernel_args(q, rows, block_table, cache_seqlens, kv_scale, direct)
+        args, meta = self._kernel_args(q, rows, block_table, cache_seqlens, kv_scale, direct,
+                                       out, lse, empty_lse)
         _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
         if not direct:
             _combine_splits_kernel[(self.batch, self.s_q, self.num_heads * LATENT_DIM // 128)](
                 self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
                 out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-                self.num_splits, self.num_heads,
+                lse.stride(2), empty_lse, self.num_splits, self.num_heads,
                 S_Q=self.s_q, SPLITS_P2=triton.next_power_of_2(self.num_splits), DIM=LATENT_DIM,
                 BLOCK_D=128, BLOCK_S=16, num_warps=4,
             )

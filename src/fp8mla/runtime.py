@@ -59,16 +59,6 @@ class DecodeConfig:
     num_warps: int
     num_stages: int
     words_2d: bool = False  # FP8 rows as one [BLOCK_N, 128]-word load instead of [BLOCK_N, 4, 32]
-    # FP8: load tile i + 1 into registers before converting tile i. Off: on the H200 it made
-    # B=64 ctx=8K H=16 slower (358 vs 232 us), B=1 ctx=128K fp8_ds_mla slightly faster (85 vs 89)
-    prefetch: bool = False
-    # SWAP: the tile's tokens as MMA rows (scores kv · qᵀ, accumulators [512, BLOCK_M]); lets
-    # SM90 use wgmma with the converted tile from registers for any head count
-    swap: bool = False
-    # FP8 on SM89+: convert each tile once (else the compiler converts it once per MMA layout)
-    cvt_once: bool = False
-    # register cap per thread (ptxas -maxrregcount): fewer registers, more programs per SM
-    maxnreg: int | None = None
 
 
 # Per-SM limits by compute capability (CUDA C++ Programming Guide, "Technical Specifications per

@@ -17,7 +17,7 @@ import torch
 from fp8mla import formats, numerics
 from fp8mla._checks import check_int, check_slot_range, check_tensor
 from fp8mla.decode import DecodePlan
-from fp8mla.formats import KV_DIM, KVFormat
+from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 
 __all__ = ["SparsePlan", "sparse_decode", "sparse_prefill"]
 
@@ -58,7 +58,9 @@ class SparsePlan(DecodePlan):
 
     def run(self, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
             topk_length: torch.Tensor | None = None, *, fp8_scale: torch.Tensor | None = None,
-            check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+            check: bool = True, out: torch.Tensor | None = None,
+            lse: torch.Tensor | None = None,
+            empty_lse: float = float("-inf")) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend. Graph-safe with ``check=False``.
 
         q: [num_queries, num_heads, 576] bfloat16 (last dim contiguous).
@@ -67,9 +69,13 @@ class SparsePlan(DecodePlan):
         indices: int32 [num_queries, topk], slots, −1 = skip.
         topk_length: int32 [num_queries], optional: only the first topk_length[t] entries count.
         fp8_scale: float32 [1], the ``fp8`` format's per-tensor scale.
+        out / lse: where to write instead of the plan's buffers — bfloat16
+            [num_queries, num_heads, 512] (last dim contiguous) / float32
+            [num_queries, num_heads], any strides. empty_lse: the lse of a query with no valid
+            index (−inf; FlashMLA returns +inf).
         Returns (out bfloat16 [num_queries, num_heads, 512], lse float32
-        [num_queries, num_heads]) — views of the plan's buffers. A query with no valid index gets
-        out 0 and lse −inf.
+        [num_queries, num_heads]): ``out`` / ``lse`` when given, else views of the plan's
+        buffers. A query with no valid index gets out 0 and lse ``empty_lse``.
         """
         check_tensor("q", q, dtype=torch.bfloat16, shape=(self.batch, self.num_heads, KV_DIM),
                      device=self.device, contiguous_last=True)
@@ -95,7 +101,16 @@ class SparsePlan(DecodePlan):
                 slots.append(sl[(sl >= 0) & (sl < rows.shape[0])])
             numerics.check_attention_inputs("sparse_attention", q, rows.view(rows.shape[0], -1),
                                             self.fmt, slots, scale)
-        out, lse = self._launch(q.unsqueeze(1), rows, indices, lengths, scale)
+        if out is not None:
+            check_tensor("out", out, dtype=torch.bfloat16,
+                         shape=(self.batch, self.num_heads, LATENT_DIM), device=self.device,
+                         contiguous_last=True)
+        if lse is not None:
+            check_tensor("lse", lse, dtype=torch.float32, shape=(self.batch, self.num_heads),
+                         device=self.device)
+        outputs = self._outputs(None if out is None else out.unsqueeze(1),
+                                None if lse is None else lse.unsqueeze(1), empty_lse)
+        out, lse = self._launch(q.unsqueeze(1), rows, indices, lengths, scale, *outputs)
         if diagnose:
             numerics.check_attention_outputs("sparse_attention", out, lse)
         return out[:, 0], lse[:, 0]

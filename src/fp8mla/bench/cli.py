@@ -50,9 +50,9 @@ def _sweep(case, fmt, env, ceiling):
 
     base = decode_config(90, fmt, case.heads, case.s_q)
     rows = []
-    for bn, warps, prefetch in itertools.product((32, 64), (4, 8), (False, True)):
+    for bn, warps, stages in itertools.product((32, 64), (4, 8), (2, 3)):
         cfg = DecodeConfig(block_n=bn, heads_per_block=base.heads_per_block, num_warps=warps,
-                           num_stages=base.num_stages, words_2d=base.words_2d, prefetch=prefetch)
+                           num_stages=stages, words_2d=base.words_2d)
         try:
             rec = run_case(case, fmt, env, ceiling, config=cfg)[-1]  # the graph replay
         except Exception as e:  # a configuration that does not compile or fit: record it

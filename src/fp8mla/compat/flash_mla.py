@@ -86,19 +86,16 @@ def _check_config(meta: FlashMLASchedMeta, cfg: FlashMLASchedMeta.Config) -> Non
             )
 
 
-def _finish(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | None,
-            h_q: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fresh tensors out of the plan's buffers: the attention sink applied, lse −inf → +inf
-    (FlashMLA's convention for a query with nothing to attend)."""
+def _apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | None,
+                h_q: int) -> torch.Tensor:
+    """out [.., h_q, 512] scaled by e^lse / (e^lse + e^sink) per head (lse [.., h_q], +inf
+    where nothing was attended: out stays 0); out itself without a sink."""
     if attn_sink is None:
-        out = out.clone()
-    else:
-        if attn_sink.dtype != torch.float32 or attn_sink.shape != (h_q,):
-            raise ValueError(f"attn_sink: expected float32 [{h_q}], got {attn_sink.dtype} "
-                             f"{list(attn_sink.shape)}")
-        factor = torch.sigmoid(lse - attn_sink)  # e^lse / (e^lse + e^sink)
-        out = (out.float() * factor.unsqueeze(-1)).to(out.dtype)
-    return out, lse.masked_fill(lse == float("-inf"), float("inf"))
+        return out
+    if attn_sink.dtype != torch.float32 or attn_sink.shape != (h_q,):
+        raise ValueError(f"attn_sink: expected float32 [{h_q}], got {attn_sink.dtype} "
+                         f"{list(attn_sink.shape)}")
+    return (out.float() * torch.sigmoid(lse - attn_sink).unsqueeze(-1)).to(out.dtype)
 
 
 def flash_mla_with_kvcache(
@@ -145,6 +142,11 @@ def flash_mla_with_kvcache(
     cfg = FlashMLASchedMeta.Config(b, s_q, h_q, k_cache.shape[1], k_cache.shape[2], causal,
                                    is_fp8_kvcache, indices.shape[-1] if sparse else None)
     _check_config(meta, cfg)
+    # fresh outputs, as FlashMLA returns; the kernels write lse straight into its [b, h_q, s_q]
+    # layout, +inf for a query with nothing to attend
+    out = torch.empty(b, s_q, h_q, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(b, h_q, s_q, dtype=torch.float32, device=q.device)
+    inf = float("inf")
     if sparse:
         if causal:
             raise ValueError("causal: must be False when indices is given (sparse attention)")
@@ -159,10 +161,16 @@ def flash_mla_with_kvcache(
             if topk_length.dtype != torch.int32 or topk_length.shape != (b,):
                 raise ValueError(f"topk_length: expected int32 [{b}], got {topk_length.dtype} "
                                  f"{list(topk_length.shape)}")
-            lengths = topk_length.repeat_interleave(s_q)
-        out, lse = meta.plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
-                                 indices.reshape(b * s_q, -1).contiguous(), lengths, check=False)
-        out, lse = out.view(b, s_q, h_q, LATENT_DIM), lse.view(b, s_q, h_q)
+            lengths = topk_length if s_q == 1 else topk_length.repeat_interleave(s_q)
+        flat_out = out.view(b * s_q, h_q, LATENT_DIM)
+        if s_q == 1:  # lse [b, h_q, 1] is the plan's [queries, h_q]
+            meta.plan.run(q[:, 0], k_cache, indices[:, 0], lengths,
+                          check=False, out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
+        else:  # queries b·s_q do not map onto [b, h_q, s_q] with strides: one transpose
+            _, plan_lse = meta.plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
+                                        indices.reshape(b * s_q, -1), lengths, check=False,
+                                        out=flat_out, empty_lse=inf)
+            lse.copy_(plan_lse.view(b, s_q, h_q).transpose(1, 2))
     else:
         if topk_length is not None or attn_sink is not None:
             raise ValueError("topk_length, attn_sink: only with indices (sparse attention)")
@@ -173,10 +181,10 @@ def flash_mla_with_kvcache(
                                    page_size=k_cache.shape[1],
                                    max_seqlen=block_table.shape[1] * k_cache.shape[1],
                                    softmax_scale=scale, device=q.device, causal=causal or s_q == 1)
-        out, lse = meta.plan.run(q, k_cache, block_table, cache_seqlens, check=False)
+        meta.plan.run(q, k_cache, block_table, cache_seqlens, check=False, out=out,
+                      lse=lse.transpose(1, 2), empty_lse=inf)
     meta.have_initialized, meta.config = True, cfg
-    out, lse = _finish(out, lse, attn_sink, h_q)
-    return out, lse.transpose(1, 2).contiguous()
+    return _apply_sink(out, lse.transpose(1, 2), attn_sink, h_q), lse
 
 
 def flash_mla_sparse_fwd(
@@ -205,7 +213,6 @@ def flash_mla_sparse_fwd(
     s_q, h_q = q.shape[0], q.shape[1]
     plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1], kv_format=fmt,
                       softmax_scale=sm_scale, device=q.device)
-    out, lse = plan.run(q, kv, indices[:, 0].contiguous(), topk_length, check=False)
-    max_logits = plan.max_logits[:, 0].clone()
-    out, lse = _finish(out, lse, attn_sink, h_q)
-    return out, max_logits, lse
+    out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=False, empty_lse=float("inf"))
+    # the plan is this call's own: its buffers are fresh tensors
+    return _apply_sink(out, lse, attn_sink, h_q), plan.max_logits[:, 0], lse

@@ -92,10 +92,9 @@ def _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT: tl.constexp
 
 @triton.jit
 def _fp8_lanes(words, scales, FORMAT: tl.constexpr, HW_FP8: tl.constexpr,
-               SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_N: tl.constexpr,
-               CVT_ONCE: tl.constexpr):
+               SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_N: tl.constexpr):
     """Latent lanes 0..3, each fp16 [BLOCK_N, 128]; fp8_ds_mla tiles scaled to true values."""
-    k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8, CVT_ONCE)
+    k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
     if FORMAT == FMT_DS_MLA:
         s = scales
         if not HW_FP8:
@@ -146,47 +145,6 @@ def _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT: tl
 
 
 @triton.jit
-def _scores_t(qt0, qt1, qt2, qt3, qrt0, qrt1, qrt2, qrt3, k0, k1, k2, k3, rope,
-              FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """`_scores` transposed (SWAP): kv · qᵀ, [BLOCK_N, BLOCK_M] fp32, the tile as MMA rows."""
-    st = tl.zeros((BLOCK_N, BLOCK_M), tl.float32)
-    st = mma(k0, qt0, st, DOT_F32)
-    st = mma(k1, qt1, st, DOT_F32)
-    st = mma(k2, qt2, st, DOT_F32)
-    st = mma(k3, qt3, st, DOT_F32)
-    if FORMAT == FMT_FP8:
-        r0, r1, r2, r3 = e4m3x4_to_f16(rope, HW_FP8)
-        st = mma(r0, qrt0, st, DOT_F32)
-        st = mma(r1, qrt1, st, DOT_F32)
-        st = mma(r2, qrt2, st, DOT_F32)
-        st = mma(r3, qrt3, st, DOT_F32)
-    else:
-        st = mma(rope, qrt0, st, DOT_F32)
-    return st
-
-
-@triton.jit
-def _online_update_t(st, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                     k0, k1, k2, k3, DOT_F32: tl.constexpr):
-    """`_online_update` transposed (SWAP): scores [BLOCK_N, BLOCK_M], accumulators
-    [128, BLOCK_M] += kvᵀ · p."""
-    ok = (offs_n[:, None] < visible[None, :]) & mask_n[:, None]
-    st = tl.where(ok, st * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(st, axis=0))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(st - m_safe[None, :])
-    alpha = tl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + tl.sum(p, axis=0)
-    pm = p.to(k0.dtype)
-    acc0 = mma(tl.trans(k0), pm, acc0 * alpha[None, :], DOT_F32)
-    acc1 = mma(tl.trans(k1), pm, acc1 * alpha[None, :], DOT_F32)
-    acc2 = mma(tl.trans(k2), pm, acc2 * alpha[None, :], DOT_F32)
-    acc3 = mma(tl.trans(k3), pm, acc3 * alpha[None, :], DOT_F32)
-    return m_new, l_i, acc0, acc1, acc2, acc3
-
-
-@triton.jit
 def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
                    k0, k1, k2, k3, DOT_F32: tl.constexpr):
     """One tile of the online softmax (base 2; entries past a row's causal limit or invalid are
@@ -207,24 +165,6 @@ def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, 
 
 
 @triton.jit
-def _attend_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, offs_n, mask_n,
-                 visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, FORMAT: tl.constexpr,
-                 HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, SWAP: tl.constexpr):
-    """Scores and online-softmax update for one tile of latent lanes k0..3 and rope."""
-    if SWAP:
-        st = _scores_t(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
-                       HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-        return _online_update_t(st, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1,
-                                acc2, acc3, k0, k1, k2, k3, DOT_F32)
-    else:
-        qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT, HW_FP8,
-                     DOT_F32, BLOCK_M, BLOCK_N)
-        return _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1,
-                              acc2, acc3, k0, k1, k2, k3, DOT_F32)
-
-
-@triton.jit
 def _mla_decode_kernel(
     q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr,
     block_table_ptr, seqlens_ptr,
@@ -232,13 +172,13 @@ def _mla_decode_kernel(
     stride_qb, stride_qs, stride_qh,
     stride_bt,
     stride_ob, stride_os, stride_oh,
-    stride_lb, stride_ls,
-    softmax_scale, num_heads, num_splits, page_shift, num_slots,
+    stride_lb, stride_ls, stride_lh,
+    softmax_scale, lse_empty, num_heads, num_splits, page_shift, num_slots,
     FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
-    SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr, PREFETCH: tl.constexpr,
-    SPARSE: tl.constexpr, CAUSAL: tl.constexpr, SWAP: tl.constexpr, CVT_ONCE: tl.constexpr,
+    SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
+    SPARSE: tl.constexpr, CAUSAL: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -283,9 +223,6 @@ def _mla_decode_kernel(
         else:
             kv_mult = 1.0
     qk_scale = softmax_scale * kv_mult * LOG2E
-    if SWAP:  # q as the MMAs' B operand ([dims, rows]); accumulators [128, BLOCK_M]
-        q0, q1, q2, q3 = tl.trans(q0), tl.trans(q1), tl.trans(q2), tl.trans(q3)
-        qr0, qr1, qr2, qr3 = tl.trans(qr0), tl.trans(qr1), tl.trans(qr2), tl.trans(qr3)
 
     # --- this program's token chunk (from the device-side length) --------------------------
     seqlen = tl.load(seqlens_ptr + b)
@@ -300,52 +237,25 @@ def _mla_decode_kernel(
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
-    if SWAP:
-        ACC_SHAPE: tl.constexpr = (128, BLOCK_M)
-    else:
-        ACC_SHAPE: tl.constexpr = (BLOCK_M, 128)
-    acc0 = tl.zeros(ACC_SHAPE, tl.float32)
-    acc1 = tl.zeros(ACC_SHAPE, tl.float32)
-    acc2 = tl.zeros(ACC_SHAPE, tl.float32)
-    acc3 = tl.zeros(ACC_SHAPE, tl.float32)
-    if PREFETCH:
-        # FP8 rows pass through registers (conversion) rather than an async copy: load tile
-        # i + 1 before working on tile i so its latency hides behind the math.
-        offs_n, mask_n, slot = _tile_slots(bt_row, start, end, page_shift, num_slots, BLOCK_N,
-                                           SPARSE)
-        words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT,
-                                             ROW_WORDS, WORDS_2D, BLOCK_N)
-        for n0 in range(start, end, BLOCK_N):
-            offs_x, mask_x, slot_x = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift,
-                                                 num_slots, BLOCK_N, SPARSE)
-            words_x, scales_x, rope_x = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot_x,
-                                                       mask_x, FORMAT, ROW_WORDS, WORDS_2D,
-                                                       BLOCK_N)
+    acc0 = tl.zeros((BLOCK_M, 128), tl.float32)
+    acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
+    acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
+    acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
+                                          BLOCK_N, SPARSE)
+        if FORMAT == FMT_BF16:
+            k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
+        else:
+            words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
+                                                 FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
             k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
-                                        BLOCK_N, CVT_ONCE)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_tile(
-                q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, offs_n, mask_n,
-                visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, FORMAT, HW_FP8, DOT_F32,
-                BLOCK_M, BLOCK_N, SWAP)
-            offs_n, mask_n, words, scales, rope = offs_x, mask_x, words_x, scales_x, rope_x
-    else:
-        for n0 in range(start, end, BLOCK_N):
-            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
-                                              BLOCK_N, SPARSE)
-            if FORMAT == FMT_BF16:
-                k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
-            else:
-                words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
-                                                     FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
-                k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
-                                            BLOCK_N, CVT_ONCE)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_tile(
-                q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, offs_n, mask_n,
-                visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, FORMAT, HW_FP8, DOT_F32,
-                BLOCK_M, BLOCK_N, SWAP)
-
-    if SWAP:
-        acc0, acc1, acc2, acc3 = tl.trans(acc0), tl.trans(acc1), tl.trans(acc2), tl.trans(acc3)
+                                        BLOCK_N)
+        qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
+                     HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
+        m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
+            qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+            k0, k1, k2, k3, DOT_F32)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0
@@ -353,9 +263,10 @@ def _mla_decode_kernel(
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
     if DIRECT:
         o_row = out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh
-        l_off = b.to(tl.int64) * stride_lb + qi * stride_ls + head
-        tl.store(lse_ptr + l_off, lse, mask=row_ok)
-        tl.store(max_ptr + l_off, m_i / LOG2E, mask=row_ok)  # max scaled score (−inf if none)
+        l_off = b.to(tl.int64) * stride_lb + qi * stride_ls + head * stride_lh
+        tl.store(lse_ptr + l_off, tl.where(has, lse, lse_empty), mask=row_ok)
+        m_off = (b * S_Q + qi).to(tl.int64) * num_heads + head  # max: [batch, S_Q, heads]
+        tl.store(max_ptr + m_off, m_i / LOG2E, mask=row_ok)  # max scaled score (−inf if none)
         om = row_ok[:, None]
         tl.store(o_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
                  (acc0 * inv[:, None]).to(tl.bfloat16), mask=om)
@@ -385,8 +296,8 @@ def _mla_decode_kernel(
 @triton.jit
 def _combine_splits_kernel(
     part_out_ptr, part_lse_ptr, part_max_ptr, out_ptr, lse_ptr, max_ptr,
-    stride_ob, stride_os, stride_oh, stride_lb, stride_ls,
-    num_splits, num_heads,
+    stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
+    lse_empty, num_splits, num_heads,
     S_Q: tl.constexpr, SPLITS_P2: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
@@ -420,9 +331,8 @@ def _combine_splits_kernel(
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh + offs_d,
              o.to(tl.bfloat16))
     if d0 == 0:
-        lse = tl.where(has, mx_safe + tl.log(tl.where(has, total, 1.0)), float("-inf"))
-        l_off = b.to(tl.int64) * stride_lb + qi * stride_ls + head
-        tl.store(lse_ptr + l_off, lse)
+        lse = tl.where(has, mx_safe + tl.log(tl.where(has, total, 1.0)), lse_empty)
+        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head * stride_lh, lse)
         m_s = tl.load(part_max_ptr + row0 + offs_s * row_step, mask=offs_s < num_splits,
                       other=float("-inf"))
-        tl.store(max_ptr + l_off, tl.max(m_s, axis=0))
+        tl.store(max_ptr + (b * S_Q + qi).to(tl.int64) * num_heads + head, tl.max(m_s, axis=0))

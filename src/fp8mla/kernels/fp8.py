@@ -18,9 +18,7 @@ SW_DEQUANT_SCALE = 256.0
 
 
 @triton.jit
-def e4m3x4_to_f16_hw(words, PURE: tl.constexpr = True):
-    # PURE=False forbids the compiler to duplicate the conversion: Triton otherwise re-runs it
-    # once per layout its uses need (the two MMAs of attention read a tile in two layouts)
+def e4m3x4_to_f16_hw(words):
     return tl.inline_asm_elementwise(
         """
         {
@@ -36,7 +34,7 @@ def e4m3x4_to_f16_hw(words, PURE: tl.constexpr = True):
         "=h,=h,=h,=h,r",
         [words],
         dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
-        is_pure=PURE,
+        is_pure=True,
         pack=1,
     )
 
@@ -54,11 +52,10 @@ def e4m3x4_to_f16_sw(words):
 
 
 @triton.jit
-def e4m3x4_to_f16(words, HW_FP8: tl.constexpr, ONCE: tl.constexpr = False):
-    """Four fp16 lanes of e4m3 words: exact values (HW_FP8) or values · 2⁻⁸ (software).
-    ONCE: convert once and move the fp16 results between layouts (hardware path only)."""
+def e4m3x4_to_f16(words, HW_FP8: tl.constexpr):
+    """Four fp16 lanes of e4m3 words: exact values (HW_FP8) or values · 2⁻⁸ (software)."""
     if HW_FP8:
-        return e4m3x4_to_f16_hw(words, not ONCE)
+        return e4m3x4_to_f16_hw(words)
     else:
         return e4m3x4_to_f16_sw(words)
 
