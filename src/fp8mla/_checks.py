@@ -27,13 +27,16 @@ def check_tensor(
             want = " or ".join(str(d).replace("torch.", "") for d in allowed)
             raise TypeError(f"{name}: expected dtype {want}, got {str(t.dtype).replace('torch.', '')}")
     if shape is not None:
-        ok = t.dim() == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape, strict=False))
+        have = tuple(t.shape)
+        ok = have == tuple(shape) or (len(have) == len(shape) and all(
+            s is None or s == d for s, d in zip(shape, have, strict=True)))
         if not ok:
             want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
             raise ValueError(f"{name}: expected shape {want}, got {list(t.shape)}")
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {list(t.shape)}")
-    if device is not None and not same_device(t.device, torch.device(device)):
+    if device is not None and t.device != device and not same_device(t.device,
+                                                                    torch.device(device)):
         raise ValueError(f"{name}: expected device {device}, got {t.device}")
     if contiguous_last and t.dim() and t.stride(-1) != 1:
         raise ValueError(f"{name}: expected a contiguous last dimension, got strides {t.stride()}")

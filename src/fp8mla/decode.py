@@ -244,19 +244,23 @@ class DecodePlan:
         numerics.check_attention_outputs("dense_decode", out, lse)
         return out, lse
 
-    def _outputs(self, out, lse, empty_lse):
-        """Checked output tensors (the plan's buffers where None) and the empty-row lse."""
-        shape = (self.batch, self.s_q, self.num_heads)
+    def _outputs(self, out, lse, empty_lse, per_query=False):
+        """Checked output tensors (the plan's buffers where None) and the empty-row lse, shaped
+        [batch, s_q, heads, ..]; ``per_query``: given as [queries, heads, ..] (sparse)."""
+        shape = (self.batch, self.num_heads) if per_query else (self.batch, self.s_q,
+                                                                   self.num_heads)
         if out is None:
             out = self.out
         else:
             check_tensor("out", out, dtype=torch.bfloat16, shape=(*shape, LATENT_DIM),
                          device=self.device, contiguous_last=True)
+            out = out.unsqueeze(1) if per_query else out
         if lse is None:
             lse = self.lse
         else:
             check_tensor("lse", lse, dtype=torch.float32, shape=shape, device=self.device)
-        if empty_lse not in (float("-inf"), float("inf")):
+            lse = lse.unsqueeze(1) if per_query else lse
+        if empty_lse != float("-inf") and empty_lse != float("inf"):
             raise ValueError(f"empty_lse: expected -inf or +inf, got {empty_lse!r}")
         return out, lse, float(empty_lse)
 

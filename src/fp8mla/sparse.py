@@ -17,7 +17,7 @@ import torch
 from fp8mla import formats, numerics
 from fp8mla._checks import check_int, check_slot_range, check_tensor
 from fp8mla.decode import DecodePlan
-from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
+from fp8mla.formats import KV_DIM, KVFormat
 
 __all__ = ["SparsePlan", "sparse_decode", "sparse_prefill"]
 
@@ -101,15 +101,7 @@ class SparsePlan(DecodePlan):
                 slots.append(sl[(sl >= 0) & (sl < rows.shape[0])])
             numerics.check_attention_inputs("sparse_attention", q, rows.view(rows.shape[0], -1),
                                             self.fmt, slots, scale)
-        if out is not None:
-            check_tensor("out", out, dtype=torch.bfloat16,
-                         shape=(self.batch, self.num_heads, LATENT_DIM), device=self.device,
-                         contiguous_last=True)
-        if lse is not None:
-            check_tensor("lse", lse, dtype=torch.float32, shape=(self.batch, self.num_heads),
-                         device=self.device)
-        outputs = self._outputs(None if out is None else out.unsqueeze(1),
-                                None if lse is None else lse.unsqueeze(1), empty_lse)
+        outputs = self._outputs(out, lse, empty_lse, per_query=True)
         out, lse = self._launch(q.unsqueeze(1), rows, indices, lengths, scale, *outputs)
         if diagnose:
             numerics.check_attention_outputs("sparse_attention", out, lse)

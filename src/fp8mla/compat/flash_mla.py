@@ -74,7 +74,7 @@ def _kv_format(k_cache: torch.Tensor, is_fp8_kvcache: bool) -> str:
 
 
 def _check_config(meta: FlashMLASchedMeta, cfg: FlashMLASchedMeta.Config) -> None:
-    if not meta.have_initialized:
+    if not meta.have_initialized or meta.config == cfg:
         return
     for field in dataclasses.fields(cfg):
         have, want = getattr(meta.config, field.name), getattr(cfg, field.name)
