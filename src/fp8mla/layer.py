@@ -23,6 +23,7 @@ transform to q_I and k_I before FP8 quantization (dot products unchanged).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -48,11 +49,13 @@ def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-def _inv_freq(cfg: MLAConfig, device) -> tuple[torch.Tensor, float]:
+@functools.lru_cache(maxsize=64)
+def _inv_freq(cfg: MLAConfig, device: torch.device) -> tuple[torch.Tensor, float]:
     """RoPE inverse frequencies of the 64 rope dims and the factor cos/sin are scaled by.
     YaRN (DeepSeek-V3 / V3.2 / Kimi-K2): frequencies blend interpolation (÷ factor) and
     extrapolation along a linear ramp between the dims where beta_fast and beta_slow rotations
-    fit the original context (arXiv 2309.00071; the form transformers implements)."""
+    fit the original context (arXiv 2309.00071; the form transformers implements). Cached per
+    (config, device): every layer of every step reuses one tensor (read-only)."""
     exps = torch.arange(0, ROPE_DIM, 2, dtype=torch.float32, device=device) / ROPE_DIM
     extrapolated = 1.0 / (cfg.rope_theta ** exps)
     if cfg.yarn_factor <= 1.0:
@@ -92,6 +95,8 @@ def rope_cos_sin(positions: torch.Tensor, cfg: MLAConfig) -> tuple[torch.Tensor,
     """cos, sin of shape [..., 32] for the 64 RoPE dims (one angle per dim pair), YaRN included."""
     inv, attention = _inv_freq(cfg, positions.device)
     ang = positions.float()[..., None] * inv
+    if attention == 1.0:
+        return ang.cos(), ang.sin()
     return ang.cos() * attention, ang.sin() * attention
 
 
@@ -237,8 +242,10 @@ class DSAAttention(nn.Module):
 
         w_kv = self.kv_b_proj.weight.view(h, nope + cfg.v_head_dim, LATENT_DIM)
         w_uk, w_uv = w_kv[:, :nope], w_kv[:, nope:]
-        q_lat = torch.einsum("bshn,hnr->bshr", q_nope.float(), w_uk.float())
-        q_kernel = torch.cat([q_lat, q_rot.float()], dim=-1).to(torch.bfloat16)
+        # absorbed projections in the weights' dtype: matmuls accumulate in float32 and round
+        # once, as an fp32 product rounded to bf16 would (no fp32 copies of the weights)
+        q_lat = torch.einsum("bshn,hnr->bshr", q_nope, w_uk)
+        q_kernel = torch.cat([q_lat.to(torch.bfloat16), q_rot.to(torch.bfloat16)], dim=-1)
 
         lengths = positions[:, -1] + 1
         if topk_override is not None:  # causal: a token never sees later positions
@@ -255,7 +262,7 @@ class DSAAttention(nn.Module):
         idx = torch.where(chosen >= 0, pages.long() * ps + chosen % ps, -1).to(torch.int32)
         o_lat = self._attend(q_kernel.view(b * s, h, KV_DIM), kv_cache, layer,
                              idx.view(b * s, -1))
-        o = torch.einsum("bshr,hvr->bshv", o_lat.view(b, s, h, LATENT_DIM).float(), w_uv.float())
+        o = torch.einsum("bshr,hvr->bshv", o_lat.view(b, s, h, LATENT_DIM).to(w_uv.dtype), w_uv)
         return self.o_proj(o.reshape(b, s, -1).to(hidden.dtype))
 
     def _attend(self, q, kv_cache, layer, idx):
