@@ -1,0 +1,97 @@
+"""Registers, spills, shared memory and the SASS instruction mix of the decode kernel's main
+loop for sm_90, compiled on the CPU (no GPU): the offline half of tuning the kernel.
+
+    python benchmarks/sass_decode.py FMT HEADS_PER_BLOCK BLOCK_N STAGES WORDS_2D NUM_WARPS
+    e.g. python benchmarks/sass_decode.py fp8 16 64 2 1 4
+
+Uses the installed Triton and the cuobjdump / nvdisasm its wheel carries; put another Triton
+first on PYTHONPATH to see what that version generates (the H200 runs triton 3.6). On the H200
+the fp8 B=64 H=16 kernel measured ≈ 6 cycles per issued instruction per warp at 2 programs per
+SM, so loop instructions × 6 / clock ≈ the time of one tile (BENCHMARKS.md).
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from fp8mla.kernels.decode import _mla_decode_kernel  # noqa: E402
+from portability_compile import DECODE_SIG, FORMAT_IDS, ROW_BYTES  # noqa: E402
+
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+
+def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
+                   num_warps: int):
+    fn = _mla_decode_kernel
+    constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
+                  "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
+                  "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
+                  "SPARSE": False, "CAUSAL": True}
+    sig = {**DECODE_SIG, **{k: "constexpr" for k in constexprs}}
+    # what a launch with real tensors specializes: 16-byte aligned pointers and strides
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in DECODE_SIG.items()
+             if v.startswith("*") or k.startswith("stride")}
+    src = ASTSource(fn=fn, signature=sig, attrs=attrs,
+                    constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps, "num_stages": stages})
+
+
+def loop_mix(sass: str) -> tuple[int, Counter]:
+    """Instruction count and opcode mix of the longest backward branch's body (the tile loop)."""
+    label_at, pending, instrs = {}, [], []
+    for line in sass.split("\n"):
+        label = re.match(r"^\s*(\.L_x_\d+):", line)
+        if label:
+            pending.append(label.group(1))
+            continue
+        addr = re.search(r"/\*([0-9a-f]{4,})\*/", line)
+        if addr:
+            for name in pending:
+                label_at[name] = int(addr.group(1), 16)
+            pending = []
+            instrs.append((int(addr.group(1), 16), line))
+    lo = hi = 0
+    for addr, line in instrs:
+        target = re.search(r"BRA\s+`\((\.L_x_\d+)\)", line)
+        if target and label_at.get(target.group(1), addr) < addr and addr - label_at[
+                target.group(1)] > hi - lo:
+            lo, hi = label_at[target.group(1)], addr
+    ops = Counter()
+    body = [line for addr, line in instrs if lo <= addr <= hi]
+    for line in body:
+        text = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r"^.*?\*/\s*", "", line).strip())
+        ops[text.split()[0].split(".")[0] if text else "?"] += 1
+    return len(body), ops
+
+
+def main() -> None:
+    fmt, heads, block_n, stages, words_2d, warps = sys.argv[1:7]
+    kernel = compile_decode(fmt, int(heads), int(block_n), int(stages), words_2d == "1",
+                            int(warps))
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(kernel.asm["cubin"])
+    usage = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-resource-usage", f.name],
+                           capture_output=True, text=True, check=True).stdout
+    sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name], capture_output=True,
+                          text=True, check=True).stdout
+    os.unlink(f.name)
+    field = lambda name: (re.search(rf"{name}:(\d+)", usage) or [None, "?"])[1]  # noqa: E731
+    n, ops = loop_mix(sass)
+    print(f"triton {triton.__version__} sm_90 {fmt} heads/program {heads} block_n {block_n} "
+          f"stages {stages} warps {warps}: registers {field('REG')}, stack {field('STACK')}, "
+          f"local {field('LOCAL')}, shared {kernel.metadata.shared} B")
+    print(f"tile loop: {n} instructions per thread: "
+          + ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
+
+
+if __name__ == "__main__":
+    main()
