@@ -112,8 +112,9 @@ def compile_target(cc):
             INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
                           "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0},
             cc)))
-    lines.append(row("topk", cc, compile_for(_topk_kernel, TOPK_SIG, {
-        "BLOCK": 1024, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc)))
+    for block, warps in ((1024, 4), (8192, 16)):  # the smallest and largest launches
+        lines.append(row(f"topk/{block}", cc, compile_for(_topk_kernel, TOPK_SIG, {
+            "BLOCK": block, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc, num_warps=warps)))
     return lines
 
 

@@ -111,6 +111,22 @@ def test_topk_matches_reference_sets_with_tie_rule(device, k):
         assert torch.all(chosen[1:] > chosen[:-1]), "positions ascend"
 
 
+def test_topk_rows_longer_than_one_block(device):
+    """Rows past MAX_BLOCK take several loop steps per pass: ties and the threshold straddle
+    the step boundary, and lengths end mid-step."""
+    from fp8mla.topk import MAX_BLOCK
+
+    n = MAX_BLOCK + 1500
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 40, (2, n), generator=g).float()  # heavy ties everywhere
+    x[0, MAX_BLOCK - 300:MAX_BLOCK + 300] = 100.0  # a plateau across the boundary
+    lengths = torch.tensor([n, MAX_BLOCK + 7], dtype=torch.int32)
+    out = topk_indices(x.to(device), 700, lengths=lengths.to(device)).cpu()
+    for r in range(2):
+        ref = reference.topk_indices(x[r:r + 1, : int(lengths[r])], 700)[0]
+        assert set(out[r].tolist()) == set(ref.tolist()), f"row {r}"
+
+
 def test_topk_slots_and_lengths(device):
     x = torch.randn(4, 64)
     table = torch.tensor([[5, 2, 7, 1], [3, 0, 6, 4]], dtype=torch.int32)

@@ -39,7 +39,8 @@ def _expected():
         yield "store/index_keys", cc
         yield "indexer/Hi32", cc
         yield "indexer/Hi64", cc
-        yield "topk", cc
+        yield "topk/1024", cc
+        yield "topk/8192", cc
 
 
 @pytest.mark.parametrize("what,cc", list(_expected()))
