@@ -14,6 +14,7 @@ from triton.compiler import ASTSource
 
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.kernels.indexer import _indexer_logits_kernel
+from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.kernels.store import _store_index_keys_kernel, _store_kv_kernel
 from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.runtime import decode_config
@@ -55,6 +56,8 @@ TOPK_SIG = {
     "logits_ptr": "*fp32", "out_ptr": "*i32", "block_table_ptr": "*i32", "length_ptr": "*i32",
     "stride_lr": "i32", "stride_or": "i32", "stride_bt": "i32", "k": "i32", "page_size": "i32",
 }
+ROPE_SIG = {"x_ptr": "*bf16", "out_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
+            "num_rows": "i32", "stride_xr": "i32", "stride_or": "i32"}
 KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr": "*fp32",
             "stride_kt": "i32", "page_size": "i32"}
 
@@ -112,6 +115,9 @@ def compile_target(cc):
             INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
                           "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0},
             cc)))
+    lines.append(row("rope", cc, compile_for(_rope_kernel, ROPE_SIG, {
+        "ROWS_PER_TOKEN": 8, "D": 128, "ROPE_FIRST": True, "INTERLEAVE": True, "BLOCK_R": 16},
+        cc)))
     for block, warps in ((1024, 4), (8192, 16)):  # the smallest and largest launches
         lines.append(row(f"topk/{block}", cc, compile_for(_topk_kernel, TOPK_SIG, {
             "BLOCK": block, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc, num_warps=warps)))

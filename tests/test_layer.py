@@ -12,7 +12,7 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (  # noqa: E402
 )
 
 from fp8mla.cache import IndexKeyCache, PagedKVCache, build_block_table  # noqa: E402
-from fp8mla.config import from_hf_config  # noqa: E402
+from fp8mla.config import from_hf_config, preset  # noqa: E402
 from fp8mla.layer import DSAAttention, _rms_norm, rope_cos_sin  # noqa: E402
 
 PREFILL, DECODE = 9, 3
@@ -255,3 +255,22 @@ def test_deepseek_v32_layer_and_indexer_match_transformers(device):
             agree += len(want_set & {int(p) for p in mine[r, i] if p >= 0})
             total += len(want_set)
     assert agree / total >= 0.9, f"indexer set overlap {agree}/{total}"
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+@pytest.mark.parametrize("heads,dim", [(1, 64), (3, 64), (5, 128)])
+def test_fused_rope_matches_the_torch_form(device, interleave, heads, dim):
+    """rope_rows (one kernel: rope dims first, the rest copied) equals apply_rope + cat, on a
+    strided slice as the layer passes it."""
+    from fp8mla.layer import apply_rope, rope_rows
+
+    g = torch.Generator().manual_seed(heads * dim + interleave)
+    wide = torch.randn(2, 3, heads, dim + 32, generator=g).bfloat16().to(device)
+    x = wide[..., 32:]  # last dim contiguous, rows strided
+    pos = torch.tensor([[0, 5, 900], [7, 8, 70000]], device=device)
+    cos, sin = rope_cos_sin(pos, preset("glm5"))
+    got = rope_rows(x, cos, sin, interleave)
+    want = torch.cat([apply_rope(x[..., :64].float(), cos, sin, interleave),
+                      x[..., 64:].float()], dim=-1)
+    assert got.dtype == torch.float32 and got.shape == x.shape
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)

@@ -39,6 +39,7 @@ def _expected():
         yield "store/index_keys", cc
         yield "indexer/Hi32", cc
         yield "indexer/Hi64", cc
+        yield "rope", cc
         yield "topk/1024", cc
         yield "topk/8192", cc
 

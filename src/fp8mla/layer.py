@@ -27,6 +27,7 @@ import functools
 import math
 
 import torch
+import triton
 from torch import nn
 
 from fp8mla import reference
@@ -36,10 +37,11 @@ from fp8mla.cache import IndexKeyCache, PagedKVCache
 from fp8mla.config import MLAConfig
 from fp8mla.formats import INDEX_HEAD_DIM, KV_DIM, LATENT_DIM, ROPE_DIM
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
+from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.sparse import sparse_prefill
 from fp8mla.topk import topk_indices
 
-__all__ = ["DSAAttention", "rope_cos_sin", "apply_rope"]
+__all__ = ["DSAAttention", "rope_cos_sin", "apply_rope", "rope_rows"]
 
 BACKENDS = ("fp8mla", "reference")
 ATTN_MODES = ("native", "gather_cast", "full_cast")
@@ -110,6 +112,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
     else:
         a, b = x[..., :32], x[..., 32:]
     return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+
+
+def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
+    """`apply_rope` fused into one kernel, which also copies the rest of the row: x [..., n, D]
+    (D = 64, or 128 with the rope dims first — the indexer's q and k; last dim contiguous),
+    cos / sin [..., 32] per token. Returns float32 [..., n, D]."""
+    *lead, n, d = x.shape
+    rows = x.reshape(-1, d)
+    out = torch.empty(rows.shape, dtype=torch.float32, device=x.device)
+    if rows.shape[0]:
+        block_r = 16
+        _rope_kernel[(triton.cdiv(rows.shape[0], block_r),)](
+            rows, out, cos.reshape(-1, 32).contiguous(), sin.reshape(-1, 32).contiguous(),
+            rows.shape[0], rows.stride(0), out.stride(0), ROWS_PER_TOKEN=n, D=d,
+            ROPE_FIRST=True, INTERLEAVE=interleave, BLOCK_R=block_r)
+    return out.view(*lead, n, d)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -232,10 +250,11 @@ class DSAAttention(nn.Module):
 
         q_resid = _rms_norm(self.q_a_proj(hidden), self.q_a_layernorm, self.eps)
         q = self.q_b_proj(q_resid).view(b, s, h, nope + ROPE_DIM)
-        q_nope, q_rot = q[..., :nope], apply_rope(q[..., nope:], cos, sin, cfg.rope_interleave)
+        rope = apply_rope if self.backend == "reference" else rope_rows
+        q_nope, q_rot = q[..., :nope], rope(q[..., nope:], cos, sin, cfg.rope_interleave)
         ckv = self.kv_a_proj_with_mqa(hidden)
         c = _rms_norm(ckv[..., :LATENT_DIM], self.kv_a_layernorm, self.eps)
-        k_rot = apply_rope(ckv[..., None, LATENT_DIM:], cos, sin, cfg.rope_interleave)[..., 0, :]
+        k_rot = rope(ckv[..., None, LATENT_DIM:], cos, sin, cfg.rope_interleave)[..., 0, :]
         kv_cache.store(layer, c.reshape(-1, LATENT_DIM).to(torch.bfloat16),
                        k_rot.reshape(-1, ROPE_DIM).to(torch.bfloat16), slots.reshape(-1),
                        check=check)
@@ -296,12 +315,19 @@ class DSAAttention(nn.Module):
         cfg = self.cfg
         b, s, _ = hidden.shape
         hi = cfg.index_n_heads
-        q = self.wq_b(q_resid).view(b, s, hi, INDEX_HEAD_DIM).float()
-        q = torch.cat([apply_rope(q[..., :ROPE_DIM], cos, sin, cfg.indexer_rope_interleave),
-                       q[..., ROPE_DIM:]], dim=-1)
-        k = self.k_norm(self.wk(hidden)).float()
-        k = torch.cat([apply_rope(k[..., None, :ROPE_DIM], cos, sin,
-                                  cfg.indexer_rope_interleave)[..., 0, :], k[..., ROPE_DIM:]], -1)
+        q = self.wq_b(q_resid).view(b, s, hi, INDEX_HEAD_DIM)
+        k = self.k_norm(self.wk(hidden))
+        if self.backend == "reference":
+            q = q.float()
+            q = torch.cat([apply_rope(q[..., :ROPE_DIM], cos, sin, cfg.indexer_rope_interleave),
+                           q[..., ROPE_DIM:]], dim=-1)
+            k = k.float()
+            k = torch.cat([apply_rope(k[..., None, :ROPE_DIM], cos, sin,
+                                      cfg.indexer_rope_interleave)[..., 0, :],
+                           k[..., ROPE_DIM:]], -1)
+        else:  # rope dims first, the rest copied, float32 out: one kernel each
+            q = rope_rows(q, cos, sin, cfg.indexer_rope_interleave)
+            k = rope_rows(k[..., None, :], cos, sin, cfg.indexer_rope_interleave)[..., 0, :]
         if cfg.indexer_hadamard:  # orthonormal: q·k unchanged, outliers spread before FP8
             hadamard = _hadamard(INDEX_HEAD_DIM, q.device)
             q, k = q @ hadamard, k @ hadamard
