@@ -15,6 +15,7 @@ from triton.compiler import ASTSource
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.kernels.indexer import _indexer_logits_kernel
 from fp8mla.kernels.rope import _rope_kernel
+from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel
 from fp8mla.kernels.store import _store_index_keys_kernel, _store_kv_kernel
 from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.runtime import decode_config
@@ -58,6 +59,10 @@ TOPK_SIG = {
 }
 ROPE_SIG = {"x_ptr": "*bf16", "out_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
             "num_rows": "i32", "stride_xr": "i32", "stride_or": "i32"}
+NORM_SIG = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "stride_x": "i32",
+            "stride_o": "i32", "n": "i32", "eps": "fp32"}
+QUANT_SIG = {"x_ptr": "*fp32", "q_ptr": "*u8", "scale_ptr": "*fp32", "num_rows": "i32",
+             "stride_x": "i32", "stride_q": "i32"}
 KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr": "*fp32",
             "stride_kt": "i32", "page_size": "i32"}
 
@@ -115,6 +120,10 @@ def compile_target(cc):
             INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
                           "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0},
             cc)))
+    lines.append(row("rms_norm", cc, compile_for(_rms_norm_kernel, NORM_SIG, {"BLOCK": 2048},
+                                                 cc)))
+    lines.append(row("quant_rows", cc, compile_for(_quant_rows_kernel, QUANT_SIG, {
+        "DIM": 128, "BLOCK_R": 8}, cc)))
     lines.append(row("rope", cc, compile_for(_rope_kernel, ROPE_SIG, {
         "ROWS_PER_TOKEN": 8, "D": 128, "ROPE_FIRST": True, "INTERLEAVE": True, "BLOCK_R": 16},
         cc)))

@@ -274,3 +274,29 @@ def test_fused_rope_matches_the_torch_form(device, interleave, heads, dim):
                       x[..., 64:].float()], dim=-1)
     assert got.dtype == torch.float32 and got.shape == x.shape
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [128, 512, 1536])  # 1536: DeepSeek's q_lora_rank, not a power of 2
+def test_fused_rms_norm_matches_transformers_form(device, n):
+    from fp8mla.layer import rms_norm
+
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(3, 5, n + 64, generator=g) * 3).bfloat16().to(device)[..., 64:]
+    w = (1 + 0.1 * torch.randn(n, generator=g)).bfloat16().to(device)
+    got, want = rms_norm(x, w, 1e-6), _rms_norm(x, w, 1e-6)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    # the same roundings; only the fp32 sum's order differs: at most one bf16 ulp apart
+    torch.testing.assert_close(got.float(), want.float(), rtol=8e-3, atol=0)
+
+
+def test_fused_row_quantization_matches_torch(device):
+    from fp8mla.layer import quantize_rows_e4m3
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 7, 128, generator=g) * torch.rand(2, 3, 7, 1, generator=g) * 40
+    x[0, 0, 0] = 0.0  # amax floored at 1e-4
+    q8, scale = quantize_rows_e4m3(x.to(device))
+    want_scale = x.abs().amax(-1).clamp_min(1e-4) / 448.0
+    torch.testing.assert_close(scale.cpu(), want_scale, rtol=0, atol=0)
+    want = (x / want_scale[..., None]).to(torch.float8_e4m3fn)
+    assert torch.equal(q8.cpu().view(torch.uint8), want.view(torch.uint8))

@@ -40,6 +40,8 @@ def _expected():
         yield "indexer/Hi32", cc
         yield "indexer/Hi64", cc
         yield "rope", cc
+        yield "rms_norm", cc
+        yield "quant_rows", cc
         yield "topk/1024", cc
         yield "topk/8192", cc
 

@@ -38,6 +38,7 @@ from fp8mla.config import MLAConfig
 from fp8mla.formats import INDEX_HEAD_DIM, KV_DIM, LATENT_DIM, ROPE_DIM
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.kernels.rope import _rope_kernel
+from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel
 from fp8mla.sparse import sparse_prefill
 from fp8mla.topk import topk_indices
 
@@ -134,6 +135,35 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`_rms_norm` (transformers' form, roundings included) in one kernel. x [..., n] (last
+    dim contiguous) and weight [n] of one dtype; returns [..., n] in that dtype."""
+    if x.dtype != weight.dtype:
+        return _rms_norm(x, weight, eps)
+    n = x.shape[-1]
+    rows = x.reshape(-1, n)
+    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    if rows.shape[0]:
+        _rms_norm_kernel[(rows.shape[0],)](rows, weight, out, rows.stride(0), out.stride(0), n,
+                                           eps, BLOCK=triton.next_power_of_2(n),
+                                           num_warps=4 if n <= 2048 else 8)
+    return out.view(x.shape)
+
+
+def quantize_rows_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row FP8: x [..., D] (D a power of two) → (e4m3 [..., D], float32 scale [...]) with
+    scale = max(amax, 1e-4) / 448 — the indexer's q_I, in one kernel."""
+    d = x.shape[-1]
+    rows = x.reshape(-1, d)
+    q = torch.empty(rows.shape, dtype=torch.uint8, device=x.device)
+    scale = torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)
+    if rows.shape[0]:
+        block_r = 8
+        _quant_rows_kernel[(triton.cdiv(rows.shape[0], block_r),)](
+            rows, q, scale, rows.shape[0], rows.stride(0), q.stride(0), DIM=d, BLOCK_R=block_r)
+    return q.view(torch.float8_e4m3fn).view(x.shape), scale.view(x.shape[:-1])
 
 
 class DSAAttention(nn.Module):
@@ -248,12 +278,13 @@ class DSAAttention(nn.Module):
         slots = (block_table.gather(1, (positions // ps).long()).long() * ps
                  + positions.long() % ps)  # [B, S]
 
-        q_resid = _rms_norm(self.q_a_proj(hidden), self.q_a_layernorm, self.eps)
+        norm = _rms_norm if self.backend == "reference" else rms_norm
+        q_resid = norm(self.q_a_proj(hidden), self.q_a_layernorm, self.eps)
         q = self.q_b_proj(q_resid).view(b, s, h, nope + ROPE_DIM)
         rope = apply_rope if self.backend == "reference" else rope_rows
         q_nope, q_rot = q[..., :nope], rope(q[..., nope:], cos, sin, cfg.rope_interleave)
         ckv = self.kv_a_proj_with_mqa(hidden)
-        c = _rms_norm(ckv[..., :LATENT_DIM], self.kv_a_layernorm, self.eps)
+        c = norm(ckv[..., :LATENT_DIM], self.kv_a_layernorm, self.eps)
         k_rot = rope(ckv[..., None, LATENT_DIM:], cos, sin, cfg.rope_interleave)[..., 0, :]
         kv_cache.store(layer, c.reshape(-1, LATENT_DIM).to(torch.bfloat16),
                        k_rot.reshape(-1, ROPE_DIM).to(torch.bfloat16), slots.reshape(-1),
@@ -371,9 +402,7 @@ class DSAAttention(nn.Module):
         """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe)."""
         cfg = self.cfg
         b, s = positions.shape
-        amax = q.abs().amax(-1).clamp_min(1e-4)  # per (token, head)
-        q_scale = amax / 448.0
-        q8 = (q / q_scale[..., None]).to(torch.float8_e4m3fn)
+        q8, q_scale = quantize_rows_e4m3(q)  # per (token, head)
         lengths = (positions[:, -1] + 1).to(torch.int32)
         max_len = block_table.shape[1] * index_cache.page_size
         with torch.profiler.record_function("fp8mla::indexer"):

@@ -36,15 +36,20 @@ def _store_kv_kernel(
         elif FORMAT == FMT_FP8:
             s = tl.load(scale_ptr)
             row = u8_ptr + slot * ROW_BYTES
-            tl.store(row + offs_l, e4m3_encode(lat / s).to(tl.uint8))
-            tl.store(row + LATENT + offs_r, e4m3_encode(rope.to(tl.float32) / s).to(tl.uint8))
+            # IEEE divisions (`/` compiles to div.full.f32, within 2 ulp): codes bit-identical
+            # to the reference encoder's
+            tl.store(row + offs_l, e4m3_encode(tl.math.div_rn(lat, s + tl.zeros_like(lat)))
+                     .to(tl.uint8))
+            rope_f = rope.to(tl.float32)
+            tl.store(row + LATENT + offs_r,
+                     e4m3_encode(tl.math.div_rn(rope_f, s + tl.zeros_like(rope_f))).to(tl.uint8))
         else:
             tiles = tl.reshape(lat, (LATENT // TILE, TILE))
             amax = tl.maximum(tl.max(tl.abs(tiles), axis=1), 1e-4)
-            scale = amax / 448.0
+            scale = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
             if POW2:
                 scale = pow2_ceil(scale)
-            q = e4m3_encode(tiles / scale[:, None])
+            q = e4m3_encode(tl.math.div_rn(tiles, scale[:, None] + tl.zeros_like(tiles)))
             row = u8_ptr + slot * ROW_BYTES
             tl.store(row + offs_l, tl.reshape(q, (LATENT,)).to(tl.uint8))
             offs_s = tl.arange(0, LATENT // TILE)
@@ -67,9 +72,10 @@ def _store_index_keys_kernel(
         off = slot % page_size
         offs = tl.arange(0, DIM)
         k = tl.load(keys_ptr + t * stride_kt + offs).to(tl.float32)
-        scale = tl.maximum(tl.max(tl.abs(k), axis=0), 1e-4) / 448.0
+        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(k), axis=0), 1e-4), 448.0)
         if POW2:
             scale = pow2_ceil(scale)
         page_bytes = page_size * (DIM + 4)
-        tl.store(u8_ptr + page * page_bytes + off * DIM + offs, e4m3_encode(k / scale).to(tl.uint8))
+        tl.store(u8_ptr + page * page_bytes + off * DIM + offs,
+                 e4m3_encode(tl.math.div_rn(k, scale + tl.zeros_like(k))).to(tl.uint8))
         tl.store(f32_ptr + page * (page_bytes // 4) + page_size * (DIM // 4) + off, scale)
