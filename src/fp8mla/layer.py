@@ -303,13 +303,16 @@ class DSAAttention(nn.Module):
             chosen = torch.where(chosen <= positions[..., None], chosen, -1)
         elif cfg.is_sparse:
             chosen = self._indexer(hidden, q_resid, cos, sin, index_cache, layer, slots,
-                                   block_table, positions, check)
+                                   block_table, positions, check, kv_page_size=ps)
         else:  # dense MLA: every visible token
             span = torch.arange(int(lengths.max()), device=hidden.device)
             chosen = torch.where(span <= positions[..., None], span, -1)
-        # positions → slots (−1 stays −1)
-        pages = block_table.gather(1, (chosen.clamp_min(0) // ps).view(b, -1).long()).view_as(chosen)
-        idx = torch.where(chosen >= 0, pages.long() * ps + chosen % ps, -1).to(torch.int32)
+        if chosen.dtype == torch.int32:  # the paged indexer's top-k emitted slots already
+            idx = chosen
+        else:  # positions → slots (−1 stays −1)
+            pages = block_table.gather(1, (chosen.clamp_min(0) // ps).view(b, -1).long())
+            idx = torch.where(chosen >= 0, pages.view_as(chosen).long() * ps + chosen % ps,
+                              -1).to(torch.int32)
         o_lat = self._attend(q_kernel.view(b * s, h, KV_DIM), kv_cache, layer,
                              idx.view(b * s, -1))
         o = torch.einsum("bshr,hvr->bshv", o_lat.view(b, s, h, LATENT_DIM).to(w_uv.dtype), w_uv)
@@ -341,8 +344,10 @@ class DSAAttention(nn.Module):
                                   fp8_scale=kv_scale, check=False)[0]
 
     def _indexer(self, hidden, q_resid, cos, sin, index_cache, layer, slots, block_table,
-                 positions, check=True):
-        """Top-k token positions [B, S, index_topk] (−1 padded) per new token."""
+                 positions, check=True, kv_page_size=None):
+        """Top-k per new token, −1 padded: token positions int64 [B, S, index_topk], or — on
+        the paged decode path when the KV cache pages like the index cache — their KV slots,
+        int32, straight from the top-k kernel."""
         cfg = self.cfg
         b, s, _ = hidden.shape
         hi = cfg.index_n_heads
@@ -369,7 +374,8 @@ class DSAAttention(nn.Module):
         # ReLU(c·x) = c·ReLU(x) for c > 0: the score scale and the head average fold into w
         w = self.weights_proj(hidden).float() * (hi ** -0.5) * (INDEX_HEAD_DIM ** -0.5)
         if self.backend == "fp8mla" and s <= 4:
-            return self._indexer_paged(q, w, index_cache, layer, block_table, positions)
+            return self._indexer_paged(q, w, index_cache, layer, block_table, positions,
+                                       slots_too=kv_page_size == index_cache.page_size)
         keys, key_scales = index_cache.read(layer)
         out = torch.full((b, s, cfg.index_topk), -1, dtype=torch.int64, device=hidden.device)
         for r in range(b):
@@ -398,8 +404,9 @@ class DSAAttention(nn.Module):
             out[r] = top
         return out
 
-    def _indexer_paged(self, q, w, index_cache, layer, block_table, positions):
-        """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe)."""
+    def _indexer_paged(self, q, w, index_cache, layer, block_table, positions, slots_too):
+        """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe).
+        slots_too: return slots (int32) instead of positions (int64)."""
         cfg = self.cfg
         b, s = positions.shape
         q8, q_scale = quantize_rows_e4m3(q)  # per (token, head)
@@ -411,5 +418,10 @@ class DSAAttention(nn.Module):
                                           max_len=max_len, check=False)
         visible = (positions + 1).reshape(-1).to(torch.int32)
         with torch.profiler.record_function("fp8mla::topk"):
+            if slots_too:
+                top = topk_indices(logits, cfg.index_topk, lengths=visible,
+                                   block_table=block_table, page_size=index_cache.page_size,
+                                   rows_per_request=s)
+                return top.view(b, s, -1)
             top = topk_indices(logits, cfg.index_topk, lengths=visible)
         return top.view(b, s, -1).long()
