@@ -15,8 +15,8 @@ import sys
 
 import torch
 
-from fp8mla.bench.decode import DecodeCase, _graphed, make_problem
-from fp8mla.bench.harness import env_info, time_us
+from fp8mla.bench.decode import DecodeCase, make_problem
+from fp8mla.bench.harness import env_info, graphed, time_us
 from fp8mla.compat import flash_mla
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, kv_format, quantize_kv
@@ -68,7 +68,7 @@ def main() -> int:
         if not torch.equal(out_c.view_as(out_n), out_n):  # the same kernel and schedule
             raise AssertionError(f"{name}: compat output differs from the native call")
         row = {"case": name, **env}
-        for mode, wrap in (("eager", lambda f: f), ("graph", _graphed)):
+        for mode, wrap in (("eager", lambda f: f), ("graph", graphed)):
             tn, tc = time_us(wrap(native)), time_us(wrap(compat))
             row[f"native_{mode}_us"], row[f"compat_{mode}_us"] = round(tn, 2), round(tc, 2)
             row[f"overhead_{mode}_pct"] = round(100 * (tc / tn - 1), 2)

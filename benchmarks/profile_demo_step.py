@@ -10,6 +10,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from fp8mla.bench.harness import graphed
 from fp8mla.demo import DemoConfig, build, decode_step
 
 p = argparse.ArgumentParser()
@@ -22,21 +23,14 @@ cfg, layers, kv, ic, table, hidden = build(dc, torch.device("cuda"))
 for layer in layers:
     layer.attn_mode = args.mode
 step = lambda: decode_step(layers, kv, ic, table, hidden, dc.context)
-s = torch.cuda.Stream()
-s.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(s):
-    step()
-torch.cuda.current_stream().wait_stream(s)
-g = torch.cuda.CUDAGraph()
-with torch.cuda.graph(g):
-    step()
+replay = graphed(step)
 for _ in range(3):
-    g.replay()
+    replay()
 torch.cuda.synchronize()
 reps = 5
 with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
     for _ in range(reps):
-        g.replay()
+        replay()
     torch.cuda.synchronize()
 per = defaultdict(lambda: [0.0, 0])
 for e in prof.events():

@@ -22,6 +22,7 @@ import time
 import torch
 
 from fp8mla import reference
+from fp8mla.bench.harness import graphed
 from fp8mla.cache import PageAllocator, PagedKVCache
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM
@@ -90,18 +91,7 @@ def main() -> int:
         return finished
 
     advance()
-    replay = step
-    if gpu:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            step()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        torch.cuda.synchronize()
-        replay = graph.replay
+    replay = graphed(step) if gpu else step  # the warm-ups store the same token again
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     mem0 = torch.cuda.memory_allocated() if gpu else 0
     checks, worst_out, worst_lse, finished, t0 = 0, 0.0, 0.0, 0, time.time()

@@ -120,20 +120,11 @@ def profile_step(fn) -> dict[str, float]:
 
 
 def _time_step(step, device, repeats):
-    import torch
 
     if device.type == "cuda":
-        import triton
+        from fp8mla.bench.harness import graphed, time_us
 
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        return 1000.0 * triton.testing.do_bench(graph.replay, return_mode="median"), "CUDA graph"
+        return time_us(graphed(step)), "CUDA graph"
     step()  # warm-up
     times = []
     for _ in range(repeats):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8mla import reference
-from fp8mla.bench.harness import Record, time_us
+from fp8mla.bench.harness import Record, graphed, time_us
 from fp8mla.cache import build_block_table
 from fp8mla.decode import DecodePlan, dense_decode
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
@@ -83,20 +83,6 @@ def _check(case, fmt, rows, table, seqlens, q, scale, out, lse, max_check: int =
     assert_close(lse[:b], rl, atol=1e-3, rtol=1e-3, name=f"{case} {fmt} lse")
 
 
-def _graphed(fn):
-    """``fn`` captured in a CUDA graph (after two warm-up calls on a side stream): its replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
-
-
 def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
              backends=("fp8mla",), config: DecodeConfig | None = None,
              num_splits: int | None = None, kind: str | None = None) -> list[Record]:
@@ -116,7 +102,7 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
             note = (f"splits={plan.num_splits} block_n={c.block_n} heads/block="
                     f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}"
                     f" words_2d={c.words_2d} programs/SM={plan.programs_per_sm}")
-            timed = [("fp8mla", fn), ("fp8mla_graph", _graphed(fn))]
+            timed = [("fp8mla", fn), ("fp8mla_graph", graphed(fn))]
         else:
             fn = lambda b=backend: dense_decode(q, rows, table, seqlens, kv_format=fmt,
                                                 fp8_scale=scale, backend=b, check=False)

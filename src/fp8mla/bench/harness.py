@@ -17,7 +17,7 @@ import triton
 
 from fp8mla.kernels.stream import _stream_read_kernel
 
-__all__ = ["Record", "time_us", "read_ceiling_tbps", "env_info", "write_records"]
+__all__ = ["Record", "time_us", "graphed", "read_ceiling_tbps", "env_info", "write_records"]
 
 
 @dataclass
@@ -42,6 +42,21 @@ def time_us(fn, *, warmup_ms: int = 50, rep_ms: int = 300) -> float:
     """Median time of ``fn()`` in microseconds."""
     return 1000.0 * triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
                                             return_mode="median")
+
+
+def graphed(fn):
+    """``fn`` captured once in a CUDA graph (after two warm-up calls on a side stream, which
+    also compile its kernels): the graph's replay, a callable."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 def read_ceiling_tbps(gib: float = 4.0) -> float:

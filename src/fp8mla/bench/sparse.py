@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 
 from fp8mla import reference
-from fp8mla.bench.decode import _graphed
-from fp8mla.bench.harness import Record, time_us
+from fp8mla.bench.harness import Record, graphed, time_us
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
 from fp8mla.indexer import indexer_logits_paged
@@ -33,7 +32,7 @@ POOL_TOKENS = 1 << 20
 
 def _timed(fn, device):
     """A CUDA graph replay of fn on the GPU (fn itself elsewhere: CPU smoke runs)."""
-    return _graphed(fn) if torch.device(device).type == "cuda" else fn
+    return graphed(fn) if torch.device(device).type == "cuda" else fn
 
 
 def _record(case, backend, us, moved, flops, ceiling, env, note=None):
