@@ -125,7 +125,7 @@ def compile_target(cc):
     lines.append(row("quant_rows", cc, compile_for(_quant_rows_kernel, QUANT_SIG, {
         "DIM": 128, "BLOCK_R": 8}, cc)))
     lines.append(row("rope", cc, compile_for(_rope_kernel, ROPE_SIG, {
-        "ROWS_PER_TOKEN": 8, "D": 128, "ROPE_FIRST": True, "INTERLEAVE": True, "BLOCK_R": 16},
+        "ROWS_PER_TOKEN": 8, "D": 128, "INTERLEAVE": True, "BLOCK_R": 16},
         cc)))
     for block, warps in ((1024, 4), (8192, 16)):  # the smallest and largest launches
         lines.append(row(f"topk/{block}", cc, compile_for(_topk_kernel, TOPK_SIG, {

@@ -300,3 +300,16 @@ def test_fused_row_quantization_matches_torch(device):
     torch.testing.assert_close(scale.cpu(), want_scale, rtol=0, atol=0)
     want = (x / want_scale[..., None]).to(torch.float8_e4m3fn)
     assert torch.equal(q8.cpu().view(torch.uint8), want.view(torch.uint8))
+
+
+def test_fused_row_helpers_reject_bad_input(device):
+    from fp8mla.layer import quantize_rows_e4m3, rope_rows
+
+    cos = sin = torch.zeros(2, 32, device=device)
+    with pytest.raises(ValueError, match=r"x: expected \[\.\.\., n, 64\] or \[\.\.\., n, 128\], got"):
+        rope_rows(torch.zeros(2, 1, 96, device=device), cos, sin, True)
+    with pytest.raises(ValueError, match=r"cos: expected shape \[2, 32\], got \[3, 32\]"):
+        rope_rows(torch.zeros(2, 1, 64, device=device), torch.zeros(3, 32, device=device), sin,
+                  True)
+    with pytest.raises(ValueError, match=r"x: expected a power-of-two last dimension"):
+        quantize_rows_e4m3(torch.zeros(4, 96, device=device))

@@ -264,16 +264,14 @@ class DecodePlan:
             raise ValueError(f"empty_lse: expected -inf or +inf, got {empty_lse!r}")
         return out, lse, float(empty_lse)
 
-    def _kernel_args(self, q, rows, block_table, cache_seqlens, kv_scale, direct, out=None,
-                     lse=None, empty_lse=float("-inf")):
+    def _kernel_args(self, q, rows, block_table, cache_seqlens, kv_scale, direct, out, lse,
+                     empty_lse):
         """Positional arguments and compile-time parameters of `_mla_decode_kernel`."""
         cfg, t = self.config, self.target
         flat = rows.view(-1, self.fmt.row_bytes)
         u32 = flat.view(torch.int32) if self.fmt.is_fp8 else flat
         f32 = flat.view(torch.float32) if self.fmt.name == "fp8_ds_mla" else u32
         bf16 = flat.view(torch.bfloat16) if self.fmt.name != "fp8" else u32
-        out = self.out if out is None else out
-        lse = self.lse if lse is None else lse
         args = (
             q, u32, bf16, f32, kv_scale, block_table, cache_seqlens,
             out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
@@ -306,7 +304,8 @@ class DecodePlan:
         lens = torch.empty(self.batch, dtype=torch.int32, device=dev)
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
-        args, meta = self._kernel_args(q, rows, table, lens, self.lse, direct=False)
+        args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
+                                       float("-inf"))
         try:
             kernel = _mla_decode_kernel.warmup(*args, grid=(1,), **meta)
             kernel._init_handles()  # loads the binary: sets n_regs (Triton 3.6–3.9)

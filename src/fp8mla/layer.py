@@ -119,7 +119,14 @@ def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave:
     """`apply_rope` fused into one kernel, which also copies the rest of the row: x [..., n, D]
     (D = 64, or 128 with the rope dims first — the indexer's q and k; last dim contiguous),
     cos / sin [..., 32] per token. Returns float32 [..., n, D]."""
+    check_tensor("x", x, contiguous_last=True)
+    if x.dim() < 2 or x.shape[-1] not in (ROPE_DIM, INDEX_HEAD_DIM):
+        raise ValueError(f"x: expected [..., n, {ROPE_DIM}] or [..., n, {INDEX_HEAD_DIM}], got "
+                         f"{list(x.shape)}")
     *lead, n, d = x.shape
+    for name, t in (("cos", cos), ("sin", sin)):
+        check_tensor(name, t, dtype=torch.float32, shape=(*lead, ROPE_DIM // 2),
+                     device=x.device)
     rows = x.reshape(-1, d)
     out = torch.empty(rows.shape, dtype=torch.float32, device=x.device)
     if rows.shape[0]:
@@ -127,7 +134,7 @@ def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave:
         _rope_kernel[(triton.cdiv(rows.shape[0], block_r),)](
             rows, out, cos.reshape(-1, 32).contiguous(), sin.reshape(-1, 32).contiguous(),
             rows.shape[0], rows.stride(0), out.stride(0), ROWS_PER_TOKEN=n, D=d,
-            ROPE_FIRST=True, INTERLEAVE=interleave, BLOCK_R=block_r)
+            INTERLEAVE=interleave, BLOCK_R=block_r)
     return out.view(*lead, n, d)
 
 
@@ -155,7 +162,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def quantize_rows_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row FP8: x [..., D] (D a power of two) → (e4m3 [..., D], float32 scale [...]) with
     scale = max(amax, 1e-4) / 448 — the indexer's q_I, in one kernel."""
-    d = x.shape[-1]
+    check_tensor("x", x, contiguous_last=True)
+    d = x.shape[-1] if x.dim() else 0
+    if d < 1 or d & (d - 1):
+        raise ValueError(f"x: expected a power-of-two last dimension, got shape {list(x.shape)}")
     rows = x.reshape(-1, d)
     q = torch.empty(rows.shape, dtype=torch.uint8, device=x.device)
     scale = torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)

@@ -2,8 +2,8 @@
 
 Row r of x (D = 64 or 128 dims) belongs to token r // ROWS_PER_TOKEN, whose angles give
 cos / sin [tokens, 32]. Pairs are (2i, 2i+1) with INTERLEAVE, else (i, i+32); either way the
-output holds [a·cos − b·sin | b·cos + a·sin] (transformers' layout for both conventions). With
-D = 128 the rope dims are the first 64 (ROPE_FIRST) or the last 64, the rest copied. float32 out.
+output holds [a·cos − b·sin | b·cos + a·sin] (transformers' layout for both conventions). The
+rope dims are the row's first 64; with D = 128 the other 64 are copied. float32 out.
 """
 
 import triton
@@ -12,27 +12,24 @@ import triton.language as tl
 
 @triton.jit
 def _rope_kernel(x_ptr, out_ptr, cos_ptr, sin_ptr, num_rows, stride_xr, stride_or,
-                 ROWS_PER_TOKEN: tl.constexpr, D: tl.constexpr, ROPE_FIRST: tl.constexpr,
-                 INTERLEAVE: tl.constexpr, BLOCK_R: tl.constexpr):
+                 ROWS_PER_TOKEN: tl.constexpr, D: tl.constexpr, INTERLEAVE: tl.constexpr,
+                 BLOCK_R: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ok = (rows < num_rows)[:, None]
     i = tl.arange(0, 32)[None, :]
     x_row = x_ptr + rows.to(tl.int64)[:, None] * stride_xr
     o_row = out_ptr + rows.to(tl.int64)[:, None] * stride_or
-    r0: tl.constexpr = 0 if ROPE_FIRST else D - 64  # first rope dim
     if INTERLEAVE:
-        a = tl.load(x_row + r0 + 2 * i, mask=ok, other=0.0).to(tl.float32)
-        b = tl.load(x_row + r0 + 2 * i + 1, mask=ok, other=0.0).to(tl.float32)
+        a = tl.load(x_row + 2 * i, mask=ok, other=0.0).to(tl.float32)
+        b = tl.load(x_row + 2 * i + 1, mask=ok, other=0.0).to(tl.float32)
     else:
-        a = tl.load(x_row + r0 + i, mask=ok, other=0.0).to(tl.float32)
-        b = tl.load(x_row + r0 + 32 + i, mask=ok, other=0.0).to(tl.float32)
+        a = tl.load(x_row + i, mask=ok, other=0.0).to(tl.float32)
+        b = tl.load(x_row + 32 + i, mask=ok, other=0.0).to(tl.float32)
     token = (rows // ROWS_PER_TOKEN).to(tl.int64)[:, None]
     c = tl.load(cos_ptr + token * 32 + i, mask=ok, other=0.0)
     s = tl.load(sin_ptr + token * 32 + i, mask=ok, other=0.0)
-    tl.store(o_row + r0 + i, a * c - b * s, mask=ok)
-    tl.store(o_row + r0 + 32 + i, b * c + a * s, mask=ok)
-    if D == 128:
-        k0: tl.constexpr = 64 if ROPE_FIRST else 0  # the copied half
-        j = tl.arange(0, 64)[None, :]
-        tl.store(o_row + k0 + j, tl.load(x_row + k0 + j, mask=ok, other=0.0).to(tl.float32),
-                 mask=ok)
+    tl.store(o_row + i, a * c - b * s, mask=ok)
+    tl.store(o_row + 32 + i, b * c + a * s, mask=ok)
+    if D == 128:  # the copied half
+        j = 64 + tl.arange(0, 64)[None, :]
+        tl.store(o_row + j, tl.load(x_row + j, mask=ok, other=0.0).to(tl.float32), mask=ok)
