@@ -19,23 +19,29 @@ SW_DEQUANT_SCALE = 256.0
 
 @triton.jit
 def e4m3x4_to_f16_hw(words):
+    # two words per instance: byte j of words e and e+1 gathered into one 16-bit pair (prmt),
+    # converted to an f16x2 that already holds lane j's elements e, e+1 — the register pairs an
+    # fp16 MMA operand takes, so no repacking follows
     return tl.inline_asm_elementwise(
         """
         {
-        .reg .b16 lo, hi;
-        .reg .b32 a, b;
-        mov.b32 {lo, hi}, $4;
-        cvt.rn.f16x2.e4m3x2 a, lo;
-        cvt.rn.f16x2.e4m3x2 b, hi;
-        mov.b32 {$0, $1}, a;
-        mov.b32 {$2, $3}, b;
+        .reg .b32 x, y;
+        .reg .b16 x0, x1, y0, y1;
+        prmt.b32 x, $4, $5, 0x5140;
+        prmt.b32 y, $4, $5, 0x7362;
+        mov.b32 {x0, x1}, x;
+        mov.b32 {y0, y1}, y;
+        cvt.rn.f16x2.e4m3x2 $0, x0;
+        cvt.rn.f16x2.e4m3x2 $1, x1;
+        cvt.rn.f16x2.e4m3x2 $2, y0;
+        cvt.rn.f16x2.e4m3x2 $3, y1;
         }
         """,
-        "=h,=h,=h,=h,r",
+        "=r,=r,=r,=r,r,r",
         [words],
         dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
         is_pure=True,
-        pack=1,
+        pack=2,
     )
 
 
