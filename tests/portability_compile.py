@@ -127,9 +127,9 @@ def compile_target(cc):
     lines.append(row("rope", cc, compile_for(_rope_kernel, ROPE_SIG, {
         "ROWS_PER_TOKEN": 8, "D": 128, "INTERLEAVE": True, "BLOCK_R": 16},
         cc)))
-    for block, warps in ((1024, 4), (8192, 16)):  # the smallest and largest launches
+    for block, warps, one in ((1024, 4, True), (8192, 16, False)):  # smallest, largest
         lines.append(row(f"topk/{block}", cc, compile_for(_topk_kernel, TOPK_SIG, {
-            "BLOCK": block, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc, num_warps=warps)))
+            "BLOCK": block, "ONE_BLOCK": one, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc, num_warps=warps)))
     return lines
 
 

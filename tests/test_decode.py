@@ -72,7 +72,8 @@ def test_scheduler_fills_whole_waves_without_tiny_splits():
     assert choose_num_splits(64, 1, 8192, 264) == 4  # 256 programs: one wave (5 would be 1.2)
     assert choose_num_splits(64, 2, 8192, 132) == 1  # 128 programs on 132 one-program SMs
     assert choose_num_splits(64, 2, 8192, 264) == 2
-    assert choose_num_splits(1, 1, 300, 264) == 2  # never below 256 tokens per split
+    assert choose_num_splits(1, 1, 300, 264) == 5  # one 64-token tile per split at most
+    assert choose_num_splits(1, 1, 4096, 264) == 64  # a short lone request: one tile each
     assert choose_num_splits(256, 1, 100, 264) == 1
     # more programs than slots: a few splits balance the last wave, not dozens
     assert 1 < choose_num_splits(300, 1, 8192, 264) <= 8

@@ -125,6 +125,40 @@ def test_bad_state_dict_names_each_key():
         layer.load_hf_state_dict(sd)
 
 
+def test_shared_step_inputs_and_reloaded_weights(device):
+    """A step's StepInputs shared across layers gives the per-layer result bit for bit, a
+    mismatched one is refused, and weights loaded after a forward are the ones used (the fused
+    projection weight is rebuilt, not stale)."""
+    cfg, attn = _hf(index_topk=8)
+    mcfg = from_hf_config(cfg.to_dict())
+    layer = DSAAttention.from_hf(attn, mcfg, rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    x = torch.randn(2, PREFILL + DECODE, 128)
+    base = _run_ours(layer, x, "bf16", device)
+    kv = PagedKVCache(8, 4, "bf16", device=device)
+    ic = IndexKeyCache(8, 4, device=device)
+    table = build_block_table([[5, 1, 6], [0, 7, 2]], device=device)
+    pos = torch.arange(PREFILL, device=device)[None].expand(2, PREFILL)
+    with torch.no_grad():
+        plain = layer(x[:, :PREFILL].to(device), pos, kv, ic, 0, table)
+        step = layer.step_inputs(pos, table, kv.page_size)
+        shared = layer(x[:, :PREFILL].to(device), pos, kv, ic, 0, table, step=step)
+        assert torch.equal(plain, shared)
+        with pytest.raises(ValueError, match="step: expected the StepInputs"):
+            layer(x[:, :PREFILL].to(device), pos.clone(), kv, ic, 0, table, step=step)
+    _, other = _hf(index_topk=8, seed=1)
+    layer.load_hf_state_dict(other.state_dict())  # written in place
+    wk = torch.randn_like(other.indexer.wk.weight)
+    layer.wk.weight = torch.nn.Parameter(wk.to(device))  # replaced
+    with torch.no_grad():
+        other.indexer.wk.weight.copy_(wk)
+    fresh = DSAAttention.from_hf(other, mcfg, rms_norm_eps=cfg.rms_norm_eps,
+                                 dtype=torch.float32, device=device)
+    reloaded = _run_ours(layer, x, "bf16", device)
+    assert torch.equal(reloaded, _run_ours(fresh, x, "bf16", device))
+    assert not torch.allclose(reloaded, base)
+
+
 def test_forward_bad_input_names_the_argument(device):
     cfg, attn = _hf(index_topk=8)
     layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), dtype=torch.float32,

@@ -34,7 +34,7 @@ from fp8mla.runtime import DecodeConfig, Target, decode_config, resident_program
 __all__ = ["DecodePlan", "dense_decode", "choose_num_splits", "check_paged_inputs"]
 
 _FORMAT_IDS = {"bf16": FMT_BF16, "fp8": FMT_FP8, "fp8_ds_mla": FMT_DS_MLA}
-MIN_SPLIT_TOKENS = 256
+MIN_SPLIT_TILES = 1  # a split is at least one tile; the cost model below weighs the rest
 MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 
@@ -44,13 +44,15 @@ def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
     """Splits per request that minimise the modelled time: waves × (tiles per split + a fixed
     cost per program: q, partial results), where a wave is ``slots`` programs (SMs × programs
     each SM holds at once) and every program of a wave takes as long as its longest. Splits
-    keep at least MIN_SPLIT_TOKENS tokens (smaller ones drown in partial-result traffic); ties
+    hold at least one tile (each program's partial-result traffic is in the fixed cost); ties
     go to fewer splits.
 
     Measured on the H200 (B=64, 8K, 16 heads, 264 slots): 5 splits (1.2 waves) 232 µs,
-    4 splits (one wave) 180 µs, 8 splits (two) 192 µs."""
+    4 splits (one wave) 180 µs, 8 splits (two) 192 µs. A short single request (B=1, 4096
+    tokens, or 2048 sparse indices) runs one tile per split: its time is one tile's latency,
+    not a chain of them."""
     programs = max(1, batch * head_blocks)
-    cap = int(min(MAX_SPLITS, max(1, math.ceil(max_seqlen / MIN_SPLIT_TOKENS))))
+    cap = int(min(MAX_SPLITS, max(1, math.ceil(max_seqlen / (MIN_SPLIT_TILES * block_n)))))
     best, best_cost = 1, None
     for splits in range(1, cap + 1):
         tiles = math.ceil(math.ceil(max(1, max_seqlen) / splits) / block_n)

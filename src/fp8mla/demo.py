@@ -87,8 +87,9 @@ def decode_step(layers, kv, ic, table, hidden, context):
     positions = torch.full((hidden.shape[0], 1), context, dtype=torch.int64,
                            device=hidden.device)
     with torch.no_grad():
+        step = layers[0].step_inputs(positions, table, kv.page_size)  # shared by every layer
         for i, layer in enumerate(layers):
-            hidden = hidden + layer(hidden, positions, kv, ic, i, table, check=False)
+            hidden = hidden + layer(hidden, positions, kv, ic, i, table, check=False, step=step)
     return hidden
 
 

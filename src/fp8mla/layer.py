@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -39,10 +41,10 @@ from fp8mla.formats import INDEX_HEAD_DIM, KV_DIM, LATENT_DIM, ROPE_DIM
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel
-from fp8mla.sparse import sparse_prefill
+from fp8mla.sparse import SparsePlan
 from fp8mla.topk import topk_indices
 
-__all__ = ["DSAAttention", "rope_cos_sin", "apply_rope", "rope_rows"]
+__all__ = ["DSAAttention", "StepInputs", "rope_cos_sin", "apply_rope", "rope_rows"]
 
 BACKENDS = ("fp8mla", "reference")
 ATTN_MODES = ("native", "gather_cast", "full_cast")
@@ -176,6 +178,28 @@ def quantize_rows_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.view(torch.float8_e4m3fn).view(x.shape), scale.view(x.shape[:-1])
 
 
+@dataclass(frozen=True)
+class StepInputs:
+    """What every layer of a step derives from the new tokens' positions and the block table,
+    computed once per step (`DSAAttention.step_inputs`) instead of in each layer (~15 small
+    kernels per layer at B=1). All layers of one model share it: same config, same page size.
+
+    cos / sin: float32 [B, S, 32] RoPE; slots: int64 [B, S] cache slots of the new tokens;
+    lengths: int32 [B] request lengths after the step; visible: int32 [B·S] tokens each new
+    token sees (position + 1).
+    """
+
+    cfg: MLAConfig
+    positions: torch.Tensor
+    block_table: torch.Tensor
+    page_size: int
+    cos: torch.Tensor
+    sin: torch.Tensor
+    slots: torch.Tensor
+    lengths: torch.Tensor
+    visible: torch.Tensor
+
+
 class DSAAttention(nn.Module):
     """One MLA / DSA attention layer.
 
@@ -216,6 +240,26 @@ class DSAAttention(nn.Module):
             self.wk = nn.Linear(config.hidden_size, INDEX_HEAD_DIM, bias=False, **kw)
             self.k_norm = nn.LayerNorm(INDEX_HEAD_DIM, eps=1e-6, **kw)
             self.weights_proj = nn.Linear(config.hidden_size, hi, bias=False, **kw)
+        self._fused_weights: dict[str, tuple] = {}
+        self._plans: OrderedDict[tuple, SparsePlan] = OrderedDict()  # the last few shapes
+
+    def _fused(self, name: str, mods: list[nn.Linear]) -> tuple[torch.Tensor, list[int]]:
+        """One weight [Σ out_features, in] for the Linear layers that read the same input, so a
+        decode step streams them in one GEMM instead of one small launch each. The layers'
+        weights become views into it (no second copy); rebuilt whenever one of them was
+        replaced (``.to()``) or written in place (a state-dict load bumps its version)."""
+        key = tuple((m.weight.data_ptr(), m.weight._version) for m in mods)
+        cached = self._fused_weights.get(name)
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                fused = torch.cat([m.weight.detach() for m in mods])
+                offsets = [0]
+                for m in mods:
+                    offsets.append(offsets[-1] + m.out_features)
+                    m.weight.data = fused[offsets[-2]:offsets[-1]]
+            key = tuple((m.weight.data_ptr(), m.weight._version) for m in mods)
+            cached = self._fused_weights[name] = (key, fused, [m.out_features for m in mods])
+        return cached[1], cached[2]
 
     # --- weights ---------------------------------------------------------------------------
     _HF_KEYS = {
@@ -258,9 +302,25 @@ class DSAAttention(nn.Module):
         return layer
 
     # --- forward ---------------------------------------------------------------------------
+    def step_inputs(self, positions: torch.Tensor, block_table: torch.Tensor,
+                    page_size: int) -> StepInputs:
+        """The per-step tensors of `StepInputs` for positions int [B, S] and block_table int32
+        [B, max_pages] of a cache with ``page_size``; pass the result to every layer's
+        `forward` (``step=``) with the same positions and block_table."""
+        check_tensor("positions", positions, dtype=(torch.int32, torch.int64), ndim=2)
+        check_tensor("block_table", block_table, dtype=torch.int32, ndim=2,
+                     device=positions.device)
+        cos, sin = rope_cos_sin(positions, self.cfg)
+        slots = (block_table.gather(1, (positions // page_size).long()).long() * page_size
+                 + positions.long() % page_size)
+        visible = (positions + 1).to(torch.int32)
+        return StepInputs(self.cfg, positions, block_table, page_size, cos, sin, slots,
+                          visible[:, -1], visible.reshape(-1))
+
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, kv_cache: PagedKVCache,
                 index_cache: IndexKeyCache | None, layer: int, block_table: torch.Tensor,
-                topk_override: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
+                topk_override: torch.Tensor | None = None, check: bool = True,
+                step: StepInputs | None = None) -> torch.Tensor:
         """Attend S new tokens per request (prefill when the context is empty, decode after).
 
         hidden: [B, S, hidden_size]; positions: int [B, S], absolute and consecutive per
@@ -270,6 +330,8 @@ class DSAAttention(nn.Module):
         positions to attend instead of the indexer's choice (tests compare given the same set).
         check: validate cache slots on the host (off for CUDA-graph capture: a decode step of
         S <= 4 tokens then runs without host synchronisation).
+        step: `step_inputs(positions, block_table, kv_cache.page_size)`, shared by the layers
+        of one step (computed here when None).
         Returns [B, S, hidden_size] in hidden's dtype.
         """
         cfg = self.cfg
@@ -284,16 +346,32 @@ class DSAAttention(nn.Module):
             raise TypeError(f"kv_cache: expected a PagedKVCache, got {type(kv_cache).__name__}")
         h, nope = cfg.num_heads, cfg.qk_nope_head_dim
         ps = kv_cache.page_size
-        cos, sin = rope_cos_sin(positions, cfg)
-        slots = (block_table.gather(1, (positions // ps).long()).long() * ps
-                 + positions.long() % ps)  # [B, S]
+        if step is None:
+            step = self.step_inputs(positions, block_table, ps)
+        elif (step.positions is not positions or step.block_table is not block_table
+              or step.page_size != ps or (step.cfg is not cfg and step.cfg != cfg)):
+            raise ValueError("step: expected the StepInputs of these positions, block_table, "
+                             "page size and config (build it with step_inputs), got another's")
+        cos, sin, slots = step.cos, step.sin, step.slots
 
         norm = _rms_norm if self.backend == "reference" else rms_norm
-        q_resid = norm(self.q_a_proj(hidden), self.q_a_layernorm, self.eps)
-        q = self.q_b_proj(q_resid).view(b, s, h, nope + ROPE_DIM)
+        # the projections of hidden in one GEMM, then those of q_resid in another
+        if cfg.is_sparse:
+            w_x, n_x = self._fused("x", [self.q_a_proj, self.kv_a_proj_with_mqa, self.wk,
+                                         self.weights_proj])
+            q_a, ckv, k_index, w_index = nn.functional.linear(hidden, w_x).split(n_x, dim=-1)
+        else:
+            w_x, n_x = self._fused("x", [self.q_a_proj, self.kv_a_proj_with_mqa])
+            q_a, ckv = nn.functional.linear(hidden, w_x).split(n_x, dim=-1)
+        q_resid = norm(q_a, self.q_a_layernorm, self.eps)
+        if cfg.is_sparse:
+            w_q, n_q = self._fused("q", [self.q_b_proj, self.wq_b])
+            q, q_index = nn.functional.linear(q_resid, w_q).split(n_q, dim=-1)
+        else:
+            q = self.q_b_proj(q_resid)
+        q = q.view(b, s, h, nope + ROPE_DIM)
         rope = apply_rope if self.backend == "reference" else rope_rows
         q_nope, q_rot = q[..., :nope], rope(q[..., nope:], cos, sin, cfg.rope_interleave)
-        ckv = self.kv_a_proj_with_mqa(hidden)
         c = norm(ckv[..., :LATENT_DIM], self.kv_a_layernorm, self.eps)
         k_rot = rope(ckv[..., None, LATENT_DIM:], cos, sin, cfg.rope_interleave)[..., 0, :]
         kv_cache.store(layer, c.reshape(-1, LATENT_DIM).to(torch.bfloat16),
@@ -307,15 +385,15 @@ class DSAAttention(nn.Module):
         q_lat = torch.einsum("bshn,hnr->bshr", q_nope, w_uk)
         q_kernel = torch.cat([q_lat.to(torch.bfloat16), q_rot.to(torch.bfloat16)], dim=-1)
 
-        lengths = positions[:, -1] + 1
         if topk_override is not None:  # causal: a token never sees later positions
             chosen = topk_override.to(torch.int64)
             chosen = torch.where(chosen <= positions[..., None], chosen, -1)
         elif cfg.is_sparse:
             chosen = self._indexer(hidden, q_resid, cos, sin, index_cache, layer, slots,
-                                   block_table, positions, check, kv_page_size=ps)
+                                   block_table, positions, check, kv_page_size=ps,
+                                   projected=(q_index, k_index, w_index), step=step)
         else:  # dense MLA: every visible token
-            span = torch.arange(int(lengths.max()), device=hidden.device)
+            span = torch.arange(int(step.lengths.max()), device=hidden.device)
             chosen = torch.where(span <= positions[..., None], span, -1)
         if chosen.dtype == torch.int32:  # the paged indexer's top-k emitted slots already
             idx = chosen
@@ -350,19 +428,37 @@ class DSAAttention(nn.Module):
                     rows = (rows.float() * kv_scale).to(torch.bfloat16)
             fmt = "bf16"
         with torch.profiler.record_function("fp8mla::attention"):
-            return sparse_prefill(q, rows, idx, kv_format=fmt, softmax_scale=scale,
-                                  fp8_scale=kv_scale, check=False)[0]
+            return self._plan(q, idx, fmt).run(q, rows, idx, fp8_scale=kv_scale, check=False)[0]
+
+    def _plan(self, q, idx, fmt) -> SparsePlan:
+        """This layer's sparse plan for the shape (built once: compiling its kernel and
+        sizing its buffers is host work a decode step should not repeat)."""
+        key = (q.shape[0], q.shape[1], idx.shape[1], getattr(fmt, "name", fmt), q.device)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = SparsePlan(num_queries=q.shape[0], num_heads=q.shape[1], topk=idx.shape[1],
+                              kv_format=fmt, softmax_scale=self.cfg.softmax_scale,
+                              device=q.device)
+            self._plans[key] = plan
+            if len(self._plans) > 4:
+                self._plans.popitem(last=False)
+        self._plans.move_to_end(key)
+        return plan
 
     def _indexer(self, hidden, q_resid, cos, sin, index_cache, layer, slots, block_table,
-                 positions, check=True, kv_page_size=None):
+                 positions, check=True, kv_page_size=None, projected=None, step=None):
         """Top-k per new token, −1 padded: token positions int64 [B, S, index_topk], or — on
         the paged decode path when the KV cache pages like the index cache — their KV slots,
-        int32, straight from the top-k kernel."""
+        int32, straight from the top-k kernel. projected: (wq_b q_resid, wk hidden,
+        weights_proj hidden) when the caller's fused GEMMs computed them."""
         cfg = self.cfg
         b, s, _ = hidden.shape
         hi = cfg.index_n_heads
-        q = self.wq_b(q_resid).view(b, s, hi, INDEX_HEAD_DIM)
-        k = self.k_norm(self.wk(hidden))
+        if projected is None:
+            projected = (self.wq_b(q_resid), self.wk(hidden), self.weights_proj(hidden))
+        q_index, k_index, w_index = projected
+        q = q_index.reshape(b, s, hi, INDEX_HEAD_DIM)
+        k = self.k_norm(k_index)
         if self.backend == "reference":
             q = q.float()
             q = torch.cat([apply_rope(q[..., :ROPE_DIM], cos, sin, cfg.indexer_rope_interleave),
@@ -382,9 +478,11 @@ class DSAAttention(nn.Module):
         index_cache.store(layer, k.reshape(-1, INDEX_HEAD_DIM).to(torch.bfloat16),
                           slots.reshape(-1), check=check)
         # ReLU(c·x) = c·ReLU(x) for c > 0: the score scale and the head average fold into w
-        w = self.weights_proj(hidden).float() * (hi ** -0.5) * (INDEX_HEAD_DIM ** -0.5)
+        w = w_index.float() * (hi ** -0.5) * (INDEX_HEAD_DIM ** -0.5)
         if self.backend == "fp8mla" and s <= 4:
-            return self._indexer_paged(q, w, index_cache, layer, block_table, positions,
+            if step is None:
+                step = self.step_inputs(positions, block_table, index_cache.page_size)
+            return self._indexer_paged(q, w, index_cache, layer, block_table, positions, step,
                                        slots_too=kv_page_size == index_cache.page_size)
         keys, key_scales = index_cache.read(layer)
         out = torch.full((b, s, cfg.index_topk), -1, dtype=torch.int64, device=hidden.device)
@@ -414,19 +512,19 @@ class DSAAttention(nn.Module):
             out[r] = top
         return out
 
-    def _indexer_paged(self, q, w, index_cache, layer, block_table, positions, slots_too):
+    def _indexer_paged(self, q, w, index_cache, layer, block_table, positions, step,
+                       slots_too):
         """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe).
         slots_too: return slots (int32) instead of positions (int64)."""
         cfg = self.cfg
         b, s = positions.shape
         q8, q_scale = quantize_rows_e4m3(q)  # per (token, head)
-        lengths = (positions[:, -1] + 1).to(torch.int32)
+        lengths, visible = step.lengths, step.visible
         max_len = block_table.shape[1] * index_cache.page_size
         with torch.profiler.record_function("fp8mla::indexer"):
             logits = indexer_logits_paged(q8, (w * q_scale).reshape(b * s, -1).contiguous(),
                                           index_cache.layer(layer), block_table, lengths,
                                           max_len=max_len, check=False)
-        visible = (positions + 1).reshape(-1).to(torch.int32)
         with torch.profiler.record_function("fp8mla::topk"):
             if slots_too:
                 top = topk_indices(logits, cfg.index_topk, lengths=visible,

@@ -68,6 +68,7 @@ def topk_indices(
         _topk_kernel[(rows,)](
             logits, out, block_table, lengths, logits.stride(0), out.stride(0),
             block_table.stride(0), k, page_size or 1,
-            BLOCK=block, ROWS_PER_REQ=rows_per_request, TO_SLOTS=to_slots, num_warps=warps,
+            BLOCK=block, ONE_BLOCK=length <= block, ROWS_PER_REQ=rows_per_request,
+            TO_SLOTS=to_slots, num_warps=warps,
         )
     return out
