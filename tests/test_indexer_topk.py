@@ -101,7 +101,8 @@ def test_topk_matches_reference_sets_with_tie_rule(device, k):
     x = torch.randn(4, 3000, generator=g)
     x[0, 100:400] = 1.5  # a plateau across the threshold: lower positions win
     x[1, 50:] = float("-inf")  # fewer candidates than k (for k > 50): −1 padding
-    x[2] = torch.randint(0, 4, (3000,), generator=g).float()  # few distinct values
+    x[2] = torch.randint(0, 2, (3000,), generator=g).float()  # two values: ties at k = 2048
+    x[2, 1::2] *= -1.0  # −0.0 among the zeros: equal to +0.0, lower positions win
     x[3, ::3] = float("nan")  # never chosen
     out = topk_indices(x.to(device), k).cpu()
     ref = reference.topk_indices(torch.where(x.isnan(), float("-inf"), x), k)

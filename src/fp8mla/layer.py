@@ -12,6 +12,10 @@ Per layer, for new tokens x at absolute positions p (DESIGN.md §2):
   attended. Index q is quantized to FP8 per (token, head) with its scale folded into the weights;
   index keys are stored FP8 (132-byte layout).
 
+Decode runs the projections of x as one GEMM and those of q_resid as another, with W_UK
+absorbed into q_b_proj's rows on the fp8mla backend (`DSAAttention._fused`); the per-step
+tensors every layer needs (RoPE angles, slots, lengths) come from one `StepInputs`.
+
 `backend="fp8mla"` runs fp8mla's kernels; `backend="reference"` runs the float32 oracles on the
 same caches (the independent check). ``attn_mode`` switches the attention's cache read to the
 motivating deployment's baselines (``full_cast``: the whole FP8 pool cast to BF16 each call;
@@ -24,6 +28,7 @@ transform to q_I and k_I before FP8 quantization (dot products unchanged).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -243,23 +248,45 @@ class DSAAttention(nn.Module):
         self._fused_weights: dict[str, tuple] = {}
         self._plans: OrderedDict[tuple, SparsePlan] = OrderedDict()  # the last few shapes
 
-    def _fused(self, name: str, mods: list[nn.Linear]) -> tuple[torch.Tensor, list[int]]:
-        """One weight [Σ out_features, in] for the Linear layers that read the same input, so a
-        decode step streams them in one GEMM instead of one small launch each. The layers'
-        weights become views into it (no second copy); rebuilt whenever one of them was
-        replaced (``.to()``) or written in place (a state-dict load bumps its version)."""
+    def _fused(self, name: str, mods: list[nn.Linear], build=None) -> tuple[torch.Tensor,
+                                                                             list[int]]:
+        """One weight [Σ rows, in] for projections that read the same input, so a decode step
+        streams them in one GEMM instead of one small launch each: by default the ``mods``
+        weights stacked, which then become views into it (no second copy); ``build()`` → (rows
+        to stack, their sizes) for weights derived from ``mods``. Rebuilt whenever one of the
+        weights was replaced (``.to()``) or written in place (a state-dict load bumps its
+        version)."""
         key = tuple((m.weight.data_ptr(), m.weight._version) for m in mods)
         cached = self._fused_weights.get(name)
         if cached is None or cached[0] != key:
             with torch.no_grad():
-                fused = torch.cat([m.weight.detach() for m in mods])
-                offsets = [0]
-                for m in mods:
-                    offsets.append(offsets[-1] + m.out_features)
-                    m.weight.data = fused[offsets[-2]:offsets[-1]]
+                if build is None:
+                    sizes = [m.out_features for m in mods]
+                    fused = torch.cat([m.weight.detach() for m in mods])
+                    for m, lo in zip(mods, itertools.accumulate([0] + sizes[:-1]), strict=True):
+                        m.weight.data = fused[lo:lo + m.out_features]
+                else:
+                    parts, sizes = build()
+                    fused = torch.cat(parts)
             key = tuple((m.weight.data_ptr(), m.weight._version) for m in mods)
-            cached = self._fused_weights[name] = (key, fused, [m.out_features for m in mods])
+            cached = self._fused_weights[name] = (key, fused, sizes)
         return cached[1], cached[2]
+
+    def _absorbed_q_rows(self) -> tuple[list[torch.Tensor], list[int]]:
+        """Rows of the q_resid GEMM with W_UK absorbed: per head W_UKᵀ·W_q_nope [512, q_lora]
+        (computed in float32, rounded once), then the rope rows of q_b_proj, then the indexer's
+        wq_b. q_lat then comes out of the GEMM directly: no per-head batched matmul of one row
+        (11 µs at B=1 on the H200), for h·(512 − nope)·q_lora more weight bytes."""
+        cfg = self.cfg
+        h, nope = cfg.num_heads, cfg.qk_nope_head_dim
+        w_q = self.q_b_proj.weight.detach().view(h, nope + ROPE_DIM, -1)
+        w_uk = self.kv_b_proj.weight.detach().view(h, nope + cfg.v_head_dim, LATENT_DIM)[:, :nope]
+        absorbed = torch.einsum("hnr,hnq->hrq", w_uk.float(), w_q[:, :nope].float())
+        parts = [absorbed.to(w_q.dtype).reshape(h * LATENT_DIM, -1),
+                 w_q[:, nope:].reshape(h * ROPE_DIM, -1)]
+        if cfg.is_sparse:
+            parts.append(self.wq_b.weight.detach())
+        return parts, [p.shape[0] for p in parts]
 
     # --- weights ---------------------------------------------------------------------------
     _HF_KEYS = {
@@ -364,25 +391,29 @@ class DSAAttention(nn.Module):
             w_x, n_x = self._fused("x", [self.q_a_proj, self.kv_a_proj_with_mqa])
             q_a, ckv = nn.functional.linear(hidden, w_x).split(n_x, dim=-1)
         q_resid = norm(q_a, self.q_a_layernorm, self.eps)
-        if cfg.is_sparse:
-            w_q, n_q = self._fused("q", [self.q_b_proj, self.wq_b])
-            q, q_index = nn.functional.linear(q_resid, w_q).split(n_q, dim=-1)
-        else:
-            q = self.q_b_proj(q_resid)
-        q = q.view(b, s, h, nope + ROPE_DIM)
         rope = apply_rope if self.backend == "reference" else rope_rows
-        q_nope, q_rot = q[..., :nope], rope(q[..., nope:], cos, sin, cfg.rope_interleave)
+        w_kv = self.kv_b_proj.weight.view(h, nope + cfg.v_head_dim, LATENT_DIM)
+        w_uk, w_uv = w_kv[:, :nope], w_kv[:, nope:]
+        q_index = None
+        if self.backend == "reference":  # the plain order: q_b_proj, then W_UK per head
+            q = self.q_b_proj(q_resid).view(b, s, h, nope + ROPE_DIM)
+            q_lat = torch.einsum("bshn,hnr->bshr", q[..., :nope], w_uk)
+            q_rot = q[..., nope:]
+            if cfg.is_sparse:
+                q_index = self.wq_b(q_resid)
+        else:  # one GEMM: [q_lat (W_UK absorbed) | q_rot | indexer q]
+            mods = [self.q_b_proj, self.kv_b_proj] + ([self.wq_b] if cfg.is_sparse else [])
+            w_q, n_q = self._fused("q", mods, build=self._absorbed_q_rows)
+            q_lat, q_rot, *rest = nn.functional.linear(q_resid, w_q).split(n_q, dim=-1)
+            q_lat, q_rot = q_lat.view(b, s, h, LATENT_DIM), q_rot.view(b, s, h, ROPE_DIM)
+            q_index = rest[0] if rest else None
+        q_rot = rope(q_rot, cos, sin, cfg.rope_interleave)
         c = norm(ckv[..., :LATENT_DIM], self.kv_a_layernorm, self.eps)
         k_rot = rope(ckv[..., None, LATENT_DIM:], cos, sin, cfg.rope_interleave)[..., 0, :]
         kv_cache.store(layer, c.reshape(-1, LATENT_DIM).to(torch.bfloat16),
                        k_rot.reshape(-1, ROPE_DIM).to(torch.bfloat16), slots.reshape(-1),
                        check=check)
 
-        w_kv = self.kv_b_proj.weight.view(h, nope + cfg.v_head_dim, LATENT_DIM)
-        w_uk, w_uv = w_kv[:, :nope], w_kv[:, nope:]
-        # absorbed projections in the weights' dtype: matmuls accumulate in float32 and round
-        # once, as an fp32 product rounded to bf16 would (no fp32 copies of the weights)
-        q_lat = torch.einsum("bshn,hnr->bshr", q_nope, w_uk)
         q_kernel = torch.cat([q_lat.to(torch.bfloat16), q_rot.to(torch.bfloat16)], dim=-1)
 
         if topk_override is not None:  # causal: a token never sees later positions

@@ -1,16 +1,18 @@
 """Exact top-k per row by radix select (k up to a few thousand, rows of any length).
 
 Keys: float32 logits mapped to order-preserving uint32 (flip all bits of negatives, the sign bit
-of the rest); −inf and NaN are never candidates. Eight passes find the k-th largest key T four
-bits at a time (a 16-bin histogram of the next digit among elements matching the digits found so
-far; 4-bit digits keep the warp-ballot histogram at ~10 instructions per element, where 8-bit
-digits cost ~90); a last pass, in position order, emits every position with key > T and the
-lowest-positioned ones with key == T until k are taken (one prefix scan of both counts packed
-into one int32). Output positions are in ascending order; a row with fewer than k candidates
-emits them all and pads with −1. Optionally each position p of row r is mapped to its physical
-slot block_table[r // ROWS_PER_REQ, p // page_size] · page_size + p % page_size.
-ONE_BLOCK (row ≤ BLOCK): the row is loaded once and every pass works on registers; otherwise
-each pass re-reads the row (from L2 when it fits). Nothing is allocated per row.
+of the rest; −0 as +0); −inf and NaN are never candidates. Passes find the k-th largest key's
+bits four at a time (a 16-bin histogram of the next digit among keys matching the digits found
+so far; 4-bit digits keep the warp-ballot histogram at ~10 instructions per key, 8-bit ones cost
+~90) and stop once every key with the prefix found belongs to the top k: 3–4 passes on distinct
+logits, all 8 when ties reach the last digit. A last pass, in position order, emits every
+position whose key is above the prefix and the lowest-positioned ones that match it until k are
+taken (one prefix scan of both counts packed into an int32). Output positions are in ascending
+order; a row with fewer than k candidates emits them all and pads with −1. Optionally each
+position p of row r is mapped to its physical slot
+block_table[r // ROWS_PER_REQ, p // page_size] · page_size + p % page_size. ONE_BLOCK
+(row ≤ BLOCK): the row is loaded once and every pass works on registers; otherwise each pass
+re-reads it (from L2 when it fits). Nothing is allocated per row.
 """
 
 import triton
@@ -26,20 +28,18 @@ def _load_keys(row, s0, length, BLOCK: tl.constexpr):
     pos = s0 + tl.arange(0, BLOCK)
     x = tl.load(row + pos, mask=pos < length, other=float("-inf"))
     valid = (pos < length) & (x > float("-inf")) & (x == x)
-    bits = x.to(tl.int32, bitcast=True)
+    bits = tl.where(x == 0.0, 0, x.to(tl.int32, bitcast=True))  # −0 ties with +0, as in torch
     flipped = tl.where(bits < 0, ~bits, bits | (-2147483648))
     return pos, valid, flipped.to(tl.uint32, bitcast=True)
 
 
 @triton.jit
-def _digit_hist(valid, key, prefix, SHIFT: tl.constexpr):
-    """16-bin histogram of key's digit at SHIFT among keys whose higher digits equal prefix
-    (bin NO_MATCH counts the rest)."""
-    if SHIFT + DIGIT_BITS == 32:  # the first digit: no prefix yet (a 32-bit shift is undefined)
-        match = valid
-    else:
-        match = valid & ((key >> (SHIFT + DIGIT_BITS)) == prefix)
-    digit = tl.where(match, (key >> SHIFT) & 15, NO_MATCH).to(tl.int32)
+def _digit_hist(valid, key, prefix, shift):
+    """16-bin histogram of key's 4-bit digit at ``shift`` among keys whose higher bits equal
+    prefix (bin NO_MATCH counts the rest). The higher bits are key >> (shift + 4), taken in two
+    shifts: a 32-bit shift (the first digit, no prefix yet) is undefined, 31 then 1 is 0."""
+    match = valid & (((key >> (shift + 3)) >> 1) == prefix)
+    digit = tl.where(match, (key >> shift) & 15, NO_MATCH).to(tl.int32)
     return tl.histogram(digit, 32)
 
 
@@ -57,12 +57,16 @@ def _topk_kernel(
     if ONE_BLOCK:
         pos1, valid1, key1 = _load_keys(row, 0, length, BLOCK)
 
-    # --- radix select: the k-th largest key, one 4-bit digit per pass ------------------------
+    # --- radix select, one 4-bit digit per pass, down to the prefix P that the k-th largest key
+    # shares with exactly the keys still needed (then every key with prefix P is taken; with
+    # distinct logits that happens after 3-4 passes of 8) ---------------------------------------
     prefix = tl.zeros((), tl.uint32)
-    k_rem = k
+    shift = 32  # bits below the prefix
+    k_rem = k  # keys still needed among those matching the prefix
     n_valid = 0
-    for p in tl.static_range(32 // DIGIT_BITS):
-        shift = 32 - DIGIT_BITS * (p + 1)
+    settled = 0
+    while (shift > 0) & (settled == 0):
+        shift -= DIGIT_BITS
         if ONE_BLOCK:
             hist = _digit_hist(valid1, key1, prefix, shift)
         else:
@@ -71,17 +75,24 @@ def _topk_kernel(
                 pos, valid, key = _load_keys(row, s0, length, BLOCK)
                 hist += _digit_hist(valid, key, prefix, shift)
         hist = tl.where(bins < NO_MATCH, hist, 0)
-        if p == 0:
-            n_valid = tl.sum(hist, axis=0)
-        # bins at or above d hold at_or_above[d] candidates; take the highest d reaching k_rem
-        at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-        d = tl.max(tl.where((at_or_above >= k_rem) & (bins < NO_MATCH), bins, 0), axis=0)
-        above = tl.sum(tl.where(bins > d, hist, 0), axis=0)
+        total = tl.sum(hist, axis=0)
+        n_valid = tl.where(shift == 32 - DIGIT_BITS, total, n_valid)
+        # keys with digit >= d; the k-th largest has the highest d where that reaches k_rem.
+        # at_or_above falls with d, so the keys above that digit are the largest count below
+        # k_rem, and the keys at it the smallest count reaching k_rem minus those above.
+        at_or_above = total - tl.cumsum(hist, axis=0) + hist
+        reach = (at_or_above >= k_rem) & (bins < NO_MATCH)
+        d = tl.max(tl.where(reach, bins, 0), axis=0)
+        above = tl.max(tl.where(reach, 0, at_or_above), axis=0)
+        at_d = tl.min(tl.where(reach, at_or_above, 2147483647), axis=0) - above
         k_rem = k_rem - above
         prefix = (prefix << DIGIT_BITS) | d.to(tl.uint32)
-    # the k-th largest key, or (fewer than k candidates) 0: every valid key is above 0
-    threshold = tl.where(n_valid <= k, 0, prefix)
-    need_eq = tl.where(n_valid <= k, 0, k_rem)  # keys equal to threshold in the top k
+        settled = (at_d == k_rem).to(tl.int32)
+    # fewer than k candidates: all of them (every valid key's prefix is above the 0 prefix)
+    take_all = n_valid <= k
+    prefix = tl.where(take_all, 0, prefix)
+    shift = tl.where(take_all, 0, shift)
+    need_eq = tl.where(take_all, 0, k_rem)  # keys with the prefix that are in the top k
 
     # --- emit positions in order: rank = (# above so far) + min(# equal so far, need_eq) ------
     out_row = out_ptr + r.to(tl.int64) * stride_or
@@ -92,8 +103,9 @@ def _topk_kernel(
             pos, valid, key = pos1, valid1, key1
         else:
             pos, valid, key = _load_keys(row, s0, length, BLOCK)
-        gt = valid & (key > threshold)
-        eq = valid & (key == threshold)
+        high = key >> shift
+        gt = valid & (high > prefix)
+        eq = valid & (high == prefix)
         both = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)  # inclusive
         eq_upto = n_eq + (both >> 16)
         sel = gt | (eq & (eq_upto <= need_eq))
