@@ -88,7 +88,10 @@ def kv_format(name: str | KVFormat, scale_policy: str | None = None) -> KVFormat
 
 def compute_scale(amax: torch.Tensor, policy: str) -> torch.Tensor:
     """float32 dequantization scale for a block whose absolute maximum is ``amax``."""
-    scale = amax.float().clamp_min(AMAX_FLOOR) / FP8_MAX
+    amax = amax.float().clamp_min(AMAX_FLOOR)
+    # a tensor divisor: PyTorch's CUDA kernels multiply by the reciprocal of a scalar one,
+    # which can differ from the IEEE quotient (what the store kernels compute) by an ulp
+    scale = amax / torch.full_like(amax, FP8_MAX)
     if policy == "pow2":
         # ceil to a power of two on the bits (exact; a log2 can round across the power)
         bits = scale.contiguous().view(torch.int32)
