@@ -112,7 +112,7 @@ def compile_target(cc):
         lines.append(row(f"store/{fmt}", cc, k))
     lines.append(row("combine", cc, compile_for(_combine_splits_kernel, COMBINE_SIG,
                                                 {"S_Q": 1, "SPLITS_P2": 256, "DIM": 512,
-                                                 "BLOCK_D": 128, "BLOCK_S": 16}, cc)))
+                                                 "BLOCK_D": 128, "BLOCK_S": 32}, cc)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
     for heads in (32, 64):  # GLM-5, DeepSeek-V3.2 index heads; fp8 q, paged keys (decode)
@@ -127,9 +127,12 @@ def compile_target(cc):
     lines.append(row("rope", cc, compile_for(_rope_kernel, ROPE_SIG, {
         "ROWS_PER_TOKEN": 8, "D": 128, "INTERLEAVE": True, "BLOCK_R": 16},
         cc)))
-    for block, warps, one in ((1024, 4, True), (8192, 16, False)):  # smallest, largest
-        lines.append(row(f"topk/{block}", cc, compile_for(_topk_kernel, TOPK_SIG, {
-            "BLOCK": block, "ONE_BLOCK": one, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc, num_warps=warps)))
+    # the smallest launch, a register-resident row with a tail, the largest (multi-step) one
+    for block, tail, warps, one in ((1024, 0, 4, True), (4096, 256, 8, True),
+                                    (8192, 0, 16, False)):
+        lines.append(row(f"topk/{block}+{tail}", cc, compile_for(_topk_kernel, TOPK_SIG, {
+            "BLOCK": block, "ONE_BLOCK": one, "TAIL": tail, "ROWS_PER_REQ": 1,
+            "TO_SLOTS": True}, cc, num_warps=warps)))
     return lines
 
 

@@ -128,6 +128,25 @@ def test_topk_rows_longer_than_one_block(device):
         assert set(out[r].tolist()) == set(ref.tolist()), f"row {r}"
 
 
+def test_topk_rows_with_a_register_tail(device):
+    """A row just past a power of two (4160 = 4096 + 64, a 65-page table) is held as a 4096
+    block plus a tail: ties straddle the boundary, a length ends inside the tail."""
+    from fp8mla.topk import _block
+
+    n = 4160
+    assert _block(n)[:2] == (4096, 256)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randint(0, 30, (3, n), generator=g).float()
+    x[0, 4000:4160] = 50.0  # a plateau across the block/tail boundary, cut by k
+    x[1] = torch.randn(n, generator=g)
+    lengths = torch.tensor([n, 4097, 4100], dtype=torch.int32)
+    for k in (100, 2048):
+        out = topk_indices(x.to(device), k, lengths=lengths.to(device)).cpu()
+        for r in range(3):
+            ref = reference.topk_indices(x[r:r + 1, : int(lengths[r])], k)[0]
+            assert set(out[r].tolist()) == set(ref.tolist()), f"row {r}, k {k}"
+
+
 def test_topk_slots_and_lengths(device):
     x = torch.randn(4, 64)
     table = torch.tensor([[5, 2, 7, 1], [3, 0, 6, 4]], dtype=torch.int32)

@@ -308,6 +308,13 @@ def test_fused_rope_matches_the_torch_form(device, interleave, heads, dim):
                       x[..., 64:].float()], dim=-1)
     assert got.dtype == torch.float32 and got.shape == x.shape
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+    # bf16 out: the float32 result rounded to nearest even (ties and all), as .to() rounds
+    as_bf16 = rope_rows(x, cos, sin, interleave, out_dtype=torch.bfloat16)
+    assert as_bf16.dtype == torch.bfloat16
+    mismatched = (as_bf16 != got.to(torch.bfloat16)).float().mean().item()
+    assert mismatched < 1e-3, mismatched  # an ulp where float32 sums differ in the last bit
+    with pytest.raises(ValueError, match="out_dtype"):
+        rope_rows(x, cos, sin, interleave, out_dtype=torch.float16)
 
 
 @pytest.mark.parametrize("n", [128, 512, 1536])  # 1536: DeepSeek's q_lora_rank, not a power of 2

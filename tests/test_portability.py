@@ -42,8 +42,9 @@ def _expected():
         yield "rope", cc
         yield "rms_norm", cc
         yield "quant_rows", cc
-        yield "topk/1024", cc
-        yield "topk/8192", cc
+        yield "topk/1024+0", cc
+        yield "topk/4096+256", cc
+        yield "topk/8192+0", cc
 
 
 @pytest.mark.parametrize("what,cc", list(_expected()))

@@ -335,7 +335,8 @@ class DecodePlan:
                 out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
                 lse.stride(2), empty_lse, self.num_splits, self.num_heads,
                 S_Q=self.s_q, SPLITS_P2=triton.next_power_of_2(self.num_splits), DIM=LATENT_DIM,
-                BLOCK_D=128, BLOCK_S=16, num_warps=4,
+                BLOCK_D=128, BLOCK_S=min(32, triton.next_power_of_2(self.num_splits)),
+                num_warps=4,
             )
         return out, lse
 

@@ -33,6 +33,7 @@ def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out, *,
             rows_per_req, page_size, paged):
+    """lo / hi: int32 per-row windows, or (paged) both the int32 per-request context lengths."""
     rows, heads = q.shape[0], q.shape[1]
     target = target_for(q.device)
     qv, q_fp8 = _q_view(q)
@@ -101,14 +102,13 @@ def indexer_logits_paged(
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pages.shape[0]):
             raise ValueError(f"block_table: a page within context_lens points outside the pool "
                              f"[0, {pages.shape[0]})")
-    i = torch.arange(s_q, device=q.device, dtype=torch.int32)
-    hi = (context_lens[:, None] - s_q + 1 + i[None, :]).clamp_min(0).reshape(-1)
-    lo = torch.zeros_like(hi)
     out = torch.empty(b * s_q, max_len, dtype=torch.float32, device=q.device)
     flat = pages.view(-1)
+    # the kernel derives each row's window from its request's context length
     return _launch(q.reshape(b * s_q, q.shape[2], INDEX_HEAD_DIM), weights,
                    flat.view(torch.int32), flat.view(torch.float32), flat.view(torch.float32),
-                   block_table, lo, hi, out, rows_per_req=s_q, page_size=page_size, paged=True)
+                   block_table, context_lens, context_lens, out, rows_per_req=s_q,
+                   page_size=page_size, paged=True)
 
 
 def indexer_logits_ragged(

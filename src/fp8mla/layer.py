@@ -122,10 +122,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
     return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
 
 
-def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
+def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool,
+              out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """`apply_rope` fused into one kernel, which also copies the rest of the row: x [..., n, D]
     (D = 64, or 128 with the rope dims first — the indexer's q and k; last dim contiguous),
-    cos / sin [..., 32] per token. Returns float32 [..., n, D]."""
+    cos / sin [..., 32] per token. Returns out_dtype (float32 or bfloat16, computed in
+    float32 and rounded to nearest even) [..., n, D]."""
+    if out_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"out_dtype: expected torch.float32 or torch.bfloat16, got {out_dtype}")
     check_tensor("x", x, contiguous_last=True)
     if x.dim() < 2 or x.shape[-1] not in (ROPE_DIM, INDEX_HEAD_DIM):
         raise ValueError(f"x: expected [..., n, {ROPE_DIM}] or [..., n, {INDEX_HEAD_DIM}], got "
@@ -135,7 +139,7 @@ def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave:
         check_tensor(name, t, dtype=torch.float32, shape=(*lead, ROPE_DIM // 2),
                      device=x.device)
     rows = x.reshape(-1, d)
-    out = torch.empty(rows.shape, dtype=torch.float32, device=x.device)
+    out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
     if rows.shape[0]:
         block_r = 16
         _rope_kernel[(triton.cdiv(rows.shape[0], block_r),)](
@@ -391,7 +395,9 @@ class DSAAttention(nn.Module):
             w_x, n_x = self._fused("x", [self.q_a_proj, self.kv_a_proj_with_mqa])
             q_a, ckv = nn.functional.linear(hidden, w_x).split(n_x, dim=-1)
         q_resid = norm(q_a, self.q_a_layernorm, self.eps)
-        rope = apply_rope if self.backend == "reference" else rope_rows
+        # the fp8mla kernels take bf16 rope dims: RoPE rounds once, into what they read
+        rope = (apply_rope if self.backend == "reference"
+                else functools.partial(rope_rows, out_dtype=torch.bfloat16))
         w_kv = self.kv_b_proj.weight.view(h, nope + cfg.v_head_dim, LATENT_DIM)
         w_uk, w_uv = w_kv[:, :nope], w_kv[:, nope:]
         q_index = None
@@ -498,9 +504,12 @@ class DSAAttention(nn.Module):
             k = torch.cat([apply_rope(k[..., None, :ROPE_DIM], cos, sin,
                                       cfg.indexer_rope_interleave)[..., 0, :],
                            k[..., ROPE_DIM:]], -1)
-        else:  # rope dims first, the rest copied, float32 out: one kernel each
+        else:  # rope dims first, the rest copied: one kernel each (k in bf16, the type the
+            # cache store takes, unless a Hadamard transform follows)
             q = rope_rows(q, cos, sin, cfg.indexer_rope_interleave)
-            k = rope_rows(k[..., None, :], cos, sin, cfg.indexer_rope_interleave)[..., 0, :]
+            k_dtype = torch.float32 if cfg.indexer_hadamard else torch.bfloat16
+            k = rope_rows(k[..., None, :], cos, sin, cfg.indexer_rope_interleave,
+                          out_dtype=k_dtype)[..., 0, :]
         if cfg.indexer_hadamard:  # orthonormal: q·k unchanged, outliers spread before FP8
             hadamard = _hadamard(INDEX_HEAD_DIM, q.device)
             q, k = q @ hadamard, k @ hadamard
@@ -509,12 +518,14 @@ class DSAAttention(nn.Module):
         index_cache.store(layer, k.reshape(-1, INDEX_HEAD_DIM).to(torch.bfloat16),
                           slots.reshape(-1), check=check)
         # ReLU(c·x) = c·ReLU(x) for c > 0: the score scale and the head average fold into w
-        w = w_index.float() * (hi ** -0.5) * (INDEX_HEAD_DIM ** -0.5)
+        w_mult = (hi ** -0.5) * (INDEX_HEAD_DIM ** -0.5)
         if self.backend == "fp8mla" and s <= 4:
             if step is None:
                 step = self.step_inputs(positions, block_table, index_cache.page_size)
-            return self._indexer_paged(q, w, index_cache, layer, block_table, positions, step,
+            return self._indexer_paged(q, w_index, w_mult, index_cache, layer, block_table,
+                                       positions, step,
                                        slots_too=kv_page_size == index_cache.page_size)
+        w = w_index.float() * w_mult
         keys, key_scales = index_cache.read(layer)
         out = torch.full((b, s, cfg.index_topk), -1, dtype=torch.int64, device=hidden.device)
         for r in range(b):
@@ -543,8 +554,8 @@ class DSAAttention(nn.Module):
             out[r] = top
         return out
 
-    def _indexer_paged(self, q, w, index_cache, layer, block_table, positions, step,
-                       slots_too):
+    def _indexer_paged(self, q, w_index, w_mult, index_cache, layer, block_table, positions,
+                       step, slots_too):
         """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe).
         slots_too: return slots (int32) instead of positions (int64)."""
         cfg = self.cfg
@@ -553,7 +564,9 @@ class DSAAttention(nn.Module):
         lengths, visible = step.lengths, step.visible
         max_len = block_table.shape[1] * index_cache.page_size
         with torch.profiler.record_function("fp8mla::indexer"):
-            logits = indexer_logits_paged(q8, (w * q_scale).reshape(b * s, -1).contiguous(),
+            # q's per-(token, head) scale and the score scale fold into the weights (float32)
+            w = w_index.view(q_scale.shape) * (q_scale * w_mult)
+            logits = indexer_logits_paged(q8, w.view(b * s, -1),
                                           index_cache.layer(layer), block_table, lengths,
                                           max_len=max_len, check=False)
         with torch.profiler.record_function("fp8mla::topk"):

@@ -20,12 +20,20 @@ MAX_TOPK = 4096
 MIN_BLOCK, MAX_BLOCK = 1024, 8192
 
 
-def _block(length: int) -> tuple[int, int]:
-    """Logits per loop step and warps: the whole row in one step up to 8192 (each of the five
-    passes is then one load, not a chain of dependent ones), 16 per thread. Compiled for
-    sm_80/90/120 without spills (tests/test_portability.py)."""
+def _block(length: int) -> tuple[int, int, int]:
+    """Logits per loop step, a register-resident tail (0: none) and warps. Rows up to 8192 sit
+    in registers whole (each of the passes is then one load, not a chain of dependent ones),
+    16 per thread: a power-of-two block, plus a tail of at most a quarter of it for a row just
+    past one (4160 = 4096 + 64 costs a 4096 row, not an 8192 one; the tail is at least one key
+    per thread). Compiled for sm_80/90/120 without spills (tests/test_portability.py)."""
     block = min(MAX_BLOCK, max(MIN_BLOCK, 1 << max(0, length - 1).bit_length()))
-    return block, max(4, block // 512)
+    warps = max(4, block // 512)
+    half = block // 2
+    rest = length - half
+    if half >= MIN_BLOCK and 0 < rest <= half // 4:
+        threads = 32 * max(4, half // 512)
+        return half, max(threads, 1 << (rest - 1).bit_length()), threads // 32
+    return block, 0, warps
 
 
 def topk_indices(
@@ -64,11 +72,12 @@ def topk_indices(
         block_table = lengths.view(1, -1)  # unused
     out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
     if rows:
-        block, warps = _block(length)
+        block, tail, warps = _block(length)
         _topk_kernel[(rows,)](
             logits, out, block_table, lengths, logits.stride(0), out.stride(0),
             block_table.stride(0), k, page_size or 1,
-            BLOCK=block, ONE_BLOCK=length <= block, ROWS_PER_REQ=rows_per_request,
+            BLOCK=block, ONE_BLOCK=length <= block + tail, TAIL=tail,
+            ROWS_PER_REQ=rows_per_request,
             TO_SLOTS=to_slots, num_warps=warps,
         )
     return out

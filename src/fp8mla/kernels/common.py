@@ -12,3 +12,14 @@ def mma(a, b, acc, DOT_F32: tl.constexpr):
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
     else:
         return tl.dot(a, b, acc)
+
+
+@triton.jit
+def round_to(x, dtype: tl.constexpr):
+    """float32 → dtype, round to nearest even. bfloat16 is rounded by bits first: the Triton
+    interpreter (3.6–3.9) truncates float32 → bfloat16 where GPUs round (finite x)."""
+    if dtype == tl.bfloat16:
+        bits = x.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)

@@ -303,7 +303,8 @@ def _combine_splits_kernel(
 ):
     """LSE-weighted merge of one (request, query, head) row's split partials, BLOCK_D dims per
     program: out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf.
-    Splits are read BLOCK_S at a time so their loads overlap."""
+    Splits are read BLOCK_S at a time so their loads overlap (all at once up to 32: a short
+    request split into one tile per program is latency-bound here)."""
     b = tl.program_id(0)
     qi = tl.program_id(1)
     head = tl.program_id(2) // (DIM // BLOCK_D)

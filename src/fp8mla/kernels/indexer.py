@@ -3,6 +3,9 @@
     logit[r, s] = Σ_j w[r, j] · ReLU(q[r, j] · k[s]) · k_scale[s]   for lo[r] <= s < hi[r],
     −inf elsewhere in [0, max_len).
 
+Windows: contiguous keys take lo / hi per row; paged decode takes the context lengths and
+derives them (query i of S_Q in a request of length L sees [0, L − S_Q + 1 + i)).
+
 One program per (query row, BLOCK_S key positions). Keys are e4m3 bytes read as 32-bit words
 (four values each, converted to fp16 lanes as in the decode kernel, lane j = dims 4c + j) with
 one float32 scale per key. Key addressing:
@@ -46,8 +49,12 @@ def _indexer_logits_kernel(
     r = tl.program_id(0)
     s0 = tl.program_id(1) * BLOCK_S
     offs_s = s0 + tl.arange(0, BLOCK_S)
-    lo = tl.load(lo_ptr + r)
-    hi = tl.load(hi_ptr + r)
+    if PAGED:  # hi_ptr: the requests' context lengths; row r is query r % S_Q of its request
+        lo = 0
+        hi = tl.maximum(tl.load(hi_ptr + r // S_Q) - S_Q + 1 + r % S_Q, 0)
+    else:
+        lo = tl.load(lo_ptr + r)
+        hi = tl.load(hi_ptr + r)
     in_win = (offs_s >= lo) & (offs_s < hi)
     out_row = out_ptr + r.to(tl.int64) * stride_or
     if (s0 + BLOCK_S <= lo) | (s0 >= hi):

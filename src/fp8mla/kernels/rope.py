@@ -3,11 +3,14 @@
 Row r of x (D = 64 or 128 dims) belongs to token r // ROWS_PER_TOKEN, whose angles give
 cos / sin [tokens, 32]. Pairs are (2i, 2i+1) with INTERLEAVE, else (i, i+32); either way the
 output holds [a·cos − b·sin | b·cos + a·sin] (transformers' layout for both conventions). The
-rope dims are the row's first 64; with D = 128 the other 64 are copied. float32 out.
+rope dims are the row's first 64; with D = 128 the other 64 are copied. Computed in float32,
+stored as out's dtype (float32, or bfloat16 rounded to nearest even).
 """
 
 import triton
 import triton.language as tl
+
+from fp8mla.kernels.common import round_to
 
 
 @triton.jit
@@ -28,8 +31,10 @@ def _rope_kernel(x_ptr, out_ptr, cos_ptr, sin_ptr, num_rows, stride_xr, stride_o
     token = (rows // ROWS_PER_TOKEN).to(tl.int64)[:, None]
     c = tl.load(cos_ptr + token * 32 + i, mask=ok, other=0.0)
     s = tl.load(sin_ptr + token * 32 + i, mask=ok, other=0.0)
-    tl.store(o_row + i, a * c - b * s, mask=ok)
-    tl.store(o_row + 32 + i, b * c + a * s, mask=ok)
+    out_t = out_ptr.dtype.element_ty
+    tl.store(o_row + i, round_to(a * c - b * s, out_t), mask=ok)
+    tl.store(o_row + 32 + i, round_to(b * c + a * s, out_t), mask=ok)
     if D == 128:  # the copied half
         j = 64 + tl.arange(0, 64)[None, :]
-        tl.store(o_row + j, tl.load(x_row + j, mask=ok, other=0.0).to(tl.float32), mask=ok)
+        tl.store(o_row + j, round_to(tl.load(x_row + j, mask=ok, other=0.0).to(tl.float32),
+                                     out_t), mask=ok)

@@ -9,18 +9,8 @@
 import triton
 import triton.language as tl
 
+from fp8mla.kernels.common import round_to
 from fp8mla.kernels.fp8 import e4m3_encode
-
-
-@triton.jit
-def _round(x, dtype: tl.constexpr):
-    """float32 → dtype, round to nearest even. bfloat16 is rounded by bits first: the Triton
-    interpreter (3.6–3.9) truncates float32 → bfloat16 where GPUs round (finite x)."""
-    if dtype == tl.bfloat16:
-        bits = x.to(tl.int32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
 
 
 @triton.jit
@@ -31,9 +21,9 @@ def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, stride_x, stride_o, n, eps,
     ok = offs < n
     x = tl.load(x_ptr + r * stride_x + offs, mask=ok, other=0.0)
     xf = x.to(tl.float32)
-    y = _round(xf * tl.rsqrt(tl.sum(xf * xf, axis=0) / n + eps), x.dtype)
+    y = round_to(xf * tl.rsqrt(tl.sum(xf * xf, axis=0) / n + eps), x.dtype)
     w = tl.load(w_ptr + offs, mask=ok, other=0.0)
-    tl.store(out_ptr + r * stride_o + offs, _round(w.to(tl.float32) * y.to(tl.float32), x.dtype),
+    tl.store(out_ptr + r * stride_o + offs, round_to(w.to(tl.float32) * y.to(tl.float32), x.dtype),
              mask=ok)
 
 

@@ -11,8 +11,9 @@ taken (one prefix scan of both counts packed into an int32). Output positions ar
 order; a row with fewer than k candidates emits them all and pads with −1. Optionally each
 position p of row r is mapped to its physical slot
 block_table[r // ROWS_PER_REQ, p // page_size] · page_size + p % page_size. ONE_BLOCK
-(row ≤ BLOCK): the row is loaded once and every pass works on registers; otherwise each pass
-re-reads it (from L2 when it fits). Nothing is allocated per row.
+(row ≤ BLOCK + TAIL): the row is loaded once and every pass works on registers (a row just past
+a power of two, e.g. 4160, takes a 4096 block and a small tail, not an 8192 block); otherwise
+each pass re-reads it in BLOCK steps (from L2 when it fits). Nothing is allocated per row.
 """
 
 import triton
@@ -44,18 +45,40 @@ def _digit_hist(valid, key, prefix, shift):
 
 
 @triton.jit
+def _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt, n_eq, k, page_size,
+          TO_SLOTS: tl.constexpr):
+    """Store this block's selected positions (or slots) at their ranks; returns the running
+    counts of keys above / matching the prefix."""
+    high = key >> shift
+    gt = valid & (high > prefix)
+    eq = valid & (high == prefix)
+    both = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)  # inclusive
+    eq_upto = n_eq + (both >> 16)
+    sel = gt | (eq & (eq_upto <= need_eq))
+    dst = n_gt + (both & 0xFFFF) + tl.minimum(eq_upto, need_eq) - 1
+    val = pos
+    if TO_SLOTS:
+        page = tl.load(bt_row + pos // page_size, mask=sel, other=0)
+        val = page * page_size + pos % page_size
+    tl.store(out_row + dst, val, mask=sel & (dst < k))
+    return n_gt + tl.sum(gt.to(tl.int32), axis=0), n_eq + tl.sum(eq.to(tl.int32), axis=0)
+
+
+@triton.jit
 def _topk_kernel(
     logits_ptr, out_ptr, block_table_ptr, length_ptr,
     stride_lr, stride_or, stride_bt, k, page_size,
-    BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, ROWS_PER_REQ: tl.constexpr,
-    TO_SLOTS: tl.constexpr,
+    BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, TAIL: tl.constexpr,
+    ROWS_PER_REQ: tl.constexpr, TO_SLOTS: tl.constexpr,
 ):
     r = tl.program_id(0)
     row = logits_ptr + r.to(tl.int64) * stride_lr
     length = tl.load(length_ptr + r)
     bins = tl.arange(0, 32)
-    if ONE_BLOCK:
+    if ONE_BLOCK:  # the row in registers: BLOCK keys, then TAIL more (0: none)
         pos1, valid1, key1 = _load_keys(row, 0, length, BLOCK)
+        if TAIL > 0:
+            pos2, valid2, key2 = _load_keys(row, BLOCK, length, TAIL)
 
     # --- radix select, one 4-bit digit per pass, down to the prefix P that the k-th largest key
     # shares with exactly the keys still needed (then every key with prefix P is taken; with
@@ -69,6 +92,8 @@ def _topk_kernel(
         shift -= DIGIT_BITS
         if ONE_BLOCK:
             hist = _digit_hist(valid1, key1, prefix, shift)
+            if TAIL > 0:
+                hist += _digit_hist(valid2, key2, prefix, shift)
         else:
             hist = tl.zeros((32,), tl.int32)
             for s0 in range(0, length, BLOCK):
@@ -96,28 +121,20 @@ def _topk_kernel(
 
     # --- emit positions in order: rank = (# above so far) + min(# equal so far, need_eq) ------
     out_row = out_ptr + r.to(tl.int64) * stride_or
+    bt_row = block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt
     n_gt = 0
     n_eq = 0
-    for s0 in range(0, length, BLOCK):
-        if ONE_BLOCK:
-            pos, valid, key = pos1, valid1, key1
-        else:
+    if ONE_BLOCK:
+        n_gt, n_eq = _emit(out_row, bt_row, pos1, valid1, key1, shift, prefix, need_eq, n_gt,
+                           n_eq, k, page_size, TO_SLOTS)
+        if TAIL > 0:
+            n_gt, n_eq = _emit(out_row, bt_row, pos2, valid2, key2, shift, prefix, need_eq,
+                               n_gt, n_eq, k, page_size, TO_SLOTS)
+    else:
+        for s0 in range(0, length, BLOCK):
             pos, valid, key = _load_keys(row, s0, length, BLOCK)
-        high = key >> shift
-        gt = valid & (high > prefix)
-        eq = valid & (high == prefix)
-        both = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)  # inclusive
-        eq_upto = n_eq + (both >> 16)
-        sel = gt | (eq & (eq_upto <= need_eq))
-        dst = n_gt + (both & 0xFFFF) + tl.minimum(eq_upto, need_eq) - 1
-        val = pos
-        if TO_SLOTS:
-            page = tl.load(block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt
-                           + pos // page_size, mask=sel, other=0)
-            val = page * page_size + pos % page_size
-        tl.store(out_row + dst, val, mask=sel & (dst < k))
-        n_gt += tl.sum(gt.to(tl.int32), axis=0)
-        n_eq += tl.sum(eq.to(tl.int32), axis=0)
+            n_gt, n_eq = _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt,
+                               n_eq, k, page_size, TO_SLOTS)
     # --- pad -------------------------------------------------------------------------------------
     n_out = n_gt + tl.minimum(n_eq, need_eq)
     offs = tl.arange(0, BLOCK)
