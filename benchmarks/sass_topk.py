@@ -17,9 +17,10 @@ from collections import Counter
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from sass_decode import BIN  # noqa: E402
+
 from fp8mla.kernels.topk import _topk_kernel  # noqa: E402
 from portability_compile import TOPK_SIG, compile_for  # noqa: E402
-from sass_decode import BIN  # noqa: E402
 
 
 def main() -> None:
@@ -29,11 +30,13 @@ def main() -> None:
         90, num_warps=warps)
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(kernel.asm["cubin"])
-    usage = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-resource-usage", f.name],
-                           capture_output=True, text=True, check=True).stdout
-    sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name], capture_output=True,
-                          text=True, check=True).stdout
-    os.unlink(f.name)
+    try:
+        usage = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-resource-usage",
+                                f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name],
+                              capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
     ops = Counter()
     for line in sass.split("\n"):
         if re.search(r"/\*[0-9a-f]{4,}\*/", line):

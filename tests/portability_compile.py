@@ -56,6 +56,7 @@ INDEXER_SIG = {
 TOPK_SIG = {
     "logits_ptr": "*fp32", "out_ptr": "*i32", "block_table_ptr": "*i32", "length_ptr": "*i32",
     "stride_lr": "i32", "stride_or": "i32", "stride_bt": "i32", "k": "i32", "page_size": "i32",
+    "num_cols": "i32",
 }
 ROPE_SIG = {"x_ptr": "*bf16", "out_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
             "num_rows": "i32", "stride_xr": "i32", "stride_or": "i32"}
@@ -124,12 +125,13 @@ def compile_target(cc):
                                                  cc)))
     lines.append(row("quant_rows", cc, compile_for(_quant_rows_kernel, QUANT_SIG, {
         "DIM": 128, "BLOCK_R": 8}, cc)))
-    lines.append(row("rope", cc, compile_for(_rope_kernel, ROPE_SIG, {
-        "ROWS_PER_TOKEN": 8, "D": 128, "INTERLEAVE": True, "BLOCK_R": 16},
-        cc)))
+    for out_t in ("fp32", "bf16"):
+        lines.append(row(f"rope/{out_t}", cc, compile_for(_rope_kernel, {
+            **ROPE_SIG, "out_ptr": f"*{out_t}"}, {
+            "ROWS_PER_TOKEN": 8, "D": 128, "INTERLEAVE": True, "BLOCK_R": 16}, cc)))
     # the smallest launch, a register-resident row with a tail, the largest (multi-step) one
     for block, tail, warps, one in ((1024, 0, 4, True), (4096, 256, 8, True),
-                                    (8192, 0, 16, False)):
+                                    (4096, 1024, 8, True), (8192, 0, 16, False)):
         lines.append(row(f"topk/{block}+{tail}", cc, compile_for(_topk_kernel, TOPK_SIG, {
             "BLOCK": block, "ONE_BLOCK": one, "TAIL": tail, "ROWS_PER_REQ": 1,
             "TO_SLOTS": True}, cc, num_warps=warps)))

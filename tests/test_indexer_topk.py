@@ -139,12 +139,23 @@ def test_topk_rows_with_a_register_tail(device):
     x = torch.randint(0, 30, (3, n), generator=g).float()
     x[0, 4000:4160] = 50.0  # a plateau across the block/tail boundary, cut by k
     x[1] = torch.randn(n, generator=g)
-    lengths = torch.tensor([n, 4097, 4100], dtype=torch.int32)
+    x[2, ::2] = float("-inf")  # fewer candidates than k = 2048 (padding)
+    lengths = torch.tensor([n, 4097, 3000], dtype=torch.int32)  # the last ends before the tail
     for k in (100, 2048):
         out = topk_indices(x.to(device), k, lengths=lengths.to(device)).cpu()
         for r in range(3):
             ref = reference.topk_indices(x[r:r + 1, : int(lengths[r])], k)[0]
             assert set(out[r].tolist()) == set(ref.tolist()), f"row {r}, k {k}"
+    # slots through a 65-page table, and a length past the row (clamped, never read beyond)
+    table = torch.randperm(200, generator=g)[:195].view(3, 65).int()
+    long = torch.tensor([n, n + 999, 4097], dtype=torch.int32)
+    slots = topk_indices(x.to(device), 300, lengths=long.to(device), block_table=table.to(device),
+                         page_size=64).cpu()
+    for r in range(3):
+        pos = reference.topk_indices(x[r:r + 1, : min(int(long[r]), n)], 300)[0]
+        pos = pos[pos >= 0].long()
+        want = set((table[r, pos // 64].long() * 64 + pos % 64).tolist())
+        assert set(slots[r][slots[r] >= 0].tolist()) == want, f"row {r}"
 
 
 def test_topk_slots_and_lengths(device):

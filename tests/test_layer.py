@@ -159,6 +159,38 @@ def test_shared_step_inputs_and_reloaded_weights(device):
     assert not torch.allclose(reloaded, base)
 
 
+def test_fused_weights_refresh_and_mixed_dtypes(device):
+    """Writes through .data are invisible to PyTorch's versions: refresh_weights rebuilds the
+    fused / absorbed weights. Projections of mixed dtypes are not stacked (no silent upcast)."""
+    cfg, attn = _hf(index_topk=8)
+    mcfg = from_hf_config(cfg.to_dict())
+    kw = dict(rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32, device=device)
+    layer = DSAAttention.from_hf(attn, mcfg, **kw)
+    x = torch.randn(2, PREFILL + DECODE, 128)
+    _run_ours(layer, x, "bf16", device)  # builds the fused weights
+    layer.q_b_proj.weight.data.mul_(2.0)
+    layer.refresh_weights()
+    with torch.no_grad():
+        attn.q_b_proj.weight.mul_(2.0)
+    assert torch.equal(_run_ours(layer, x, "bf16", device),
+                       _run_ours(DSAAttention.from_hf(attn, mcfg, **kw), x, "bf16", device))
+    layer.weights_proj.double()  # one projection in another dtype: PyTorch's own error,
+    with pytest.raises(RuntimeError, match="dtype"):  # not a silently upcast stack
+        _run_ours(layer, x, "bf16", device)
+    assert layer.q_a_proj.weight.dtype == torch.float32
+
+
+def test_step_inputs_bad_input(device):
+    cfg, attn = _hf(index_topk=8)
+    layer = DSAAttention(from_hf_config(cfg.to_dict()), dtype=torch.float32, device=device)
+    pos = torch.zeros(2, 1, dtype=torch.int64, device=device)
+    table = torch.zeros(2, 3, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="page_size"):
+        layer.step_inputs(pos, table, 3)
+    with pytest.raises(ValueError, match="block_table"):
+        layer.step_inputs(pos, table[:1], 4)
+
+
 def test_forward_bad_input_names_the_argument(device):
     cfg, attn = _hf(index_topk=8)
     layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), dtype=torch.float32,
@@ -315,6 +347,21 @@ def test_fused_rope_matches_the_torch_form(device, interleave, heads, dim):
     assert mismatched < 1e-3, mismatched  # an ulp where float32 sums differ in the last bit
     with pytest.raises(ValueError, match="out_dtype"):
         rope_rows(x, cos, sin, interleave, out_dtype=torch.float16)
+
+
+def test_fused_rope_bf16_keeps_nan(device):
+    """A NaN with the GPU's canonical payload (0x7FFFFFFF) must not round into −0.0."""
+    from fp8mla.layer import rope_rows
+
+    x = torch.randn(1, 1, 2, 128)
+    x.view(torch.int32)[0, 0, 0, 3] = 0x7FFFFFFF  # a rope dim
+    x.view(torch.int32)[0, 0, 1, 100] = 0x7FFFFFFF  # a copied dim
+    cos, sin = rope_cos_sin(torch.tensor([[3]]), preset("glm5"))
+    got = rope_rows(x.to(device), cos.to(device), sin.to(device), True,
+                    out_dtype=torch.bfloat16).cpu()
+    assert got[0, 0, 1, 100].isnan()
+    assert got[0, 0, 0].isnan().any()
+    assert not got[0, 0, 1, :64].isnan().any()
 
 
 @pytest.mark.parametrize("n", [128, 512, 1536])  # 1536: DeepSeek's q_lora_rank, not a power of 2

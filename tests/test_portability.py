@@ -39,11 +39,13 @@ def _expected():
         yield "store/index_keys", cc
         yield "indexer/Hi32", cc
         yield "indexer/Hi64", cc
-        yield "rope", cc
+        yield "rope/fp32", cc
+        yield "rope/bf16", cc
         yield "rms_norm", cc
         yield "quant_rows", cc
         yield "topk/1024+0", cc
         yield "topk/4096+256", cc
+        yield "topk/4096+1024", cc
         yield "topk/8192+0", cc
 
 

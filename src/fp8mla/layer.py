@@ -38,7 +38,7 @@ import triton
 from torch import nn
 
 from fp8mla import reference
-from fp8mla._checks import check_tensor
+from fp8mla._checks import check_page_size, check_tensor
 from fp8mla.baselines import cast_rows_to_bf16
 from fp8mla.cache import IndexKeyCache, PagedKVCache
 from fp8mla.config import MLAConfig
@@ -187,6 +187,26 @@ def quantize_rows_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.view(torch.float8_e4m3fn).view(x.shape), scale.view(x.shape[:-1])
 
 
+_SPARSE_PLANS: OrderedDict[tuple, SparsePlan] = OrderedDict()
+
+
+def _sparse_plan(queries: int, heads: int, topk: int, fmt, softmax_scale: float,
+                 device: torch.device) -> SparsePlan:
+    """A sparse plan per shape, built once per process (compiling its kernel and sizing its
+    split workspace is host work a decode step should not repeat) and shared by every layer:
+    the last 8 shapes are kept. Layers pass their own outputs, so sharing is stream-ordered."""
+    key = (queries, heads, topk, getattr(fmt, "name", fmt), softmax_scale, str(device))
+    plan = _SPARSE_PLANS.get(key)
+    if plan is None:
+        plan = _SPARSE_PLANS[key] = SparsePlan(num_queries=queries, num_heads=heads,
+                                               topk=topk, kv_format=fmt,
+                                               softmax_scale=softmax_scale, device=device)
+        if len(_SPARSE_PLANS) > 8:
+            _SPARSE_PLANS.popitem(last=False)
+    _SPARSE_PLANS.move_to_end(key)
+    return plan
+
+
 @dataclass(frozen=True)
 class StepInputs:
     """What every layer of a step derives from the new tokens' positions and the block table,
@@ -218,6 +238,9 @@ class DSAAttention(nn.Module):
         backend: ``fp8mla`` (kernels) or ``reference`` (float32 oracles).
         rms_norm_eps: the model's RMSNorm epsilon (GLM-5: 1e-5, DeepSeek: 1e-6).
     Weights are created uninitialised; load them with `load_hf_state_dict` / `from_hf`.
+    Inference only (the kernels have no backward). The decode path stacks projections that
+    share an input into one weight (`_fused`); after writing weights through ``.data`` call
+    `refresh_weights`.
     """
 
     def __init__(self, config: MLAConfig, *, backend: str = "fp8mla", rms_norm_eps: float = 1e-6,
@@ -250,19 +273,37 @@ class DSAAttention(nn.Module):
             self.k_norm = nn.LayerNorm(INDEX_HEAD_DIM, eps=1e-6, **kw)
             self.weights_proj = nn.Linear(config.hidden_size, hi, bias=False, **kw)
         self._fused_weights: dict[str, tuple] = {}
-        self._plans: OrderedDict[tuple, SparsePlan] = OrderedDict()  # the last few shapes
+
+    def refresh_weights(self) -> None:
+        """Drop the fused / absorbed projection weights so the next call rebuilds them: needed
+        only after writing weights through ``.data`` (PyTorch does not version those writes);
+        loads, ``copy_`` and replaced parameters are noticed by themselves."""
+        self._fused_weights.clear()
+
+    @staticmethod
+    def _fusable(mods: list[nn.Linear]) -> bool:
+        w = mods[0].weight
+        return all(m.weight.dtype == w.dtype and m.weight.device == w.device for m in mods)
 
     def _fused(self, name: str, mods: list[nn.Linear], build=None) -> tuple[torch.Tensor,
                                                                              list[int]]:
-        """One weight [Σ rows, in] for projections that read the same input, so a decode step
-        streams them in one GEMM instead of one small launch each: by default the ``mods``
-        weights stacked, which then become views into it (no second copy); ``build()`` → (rows
-        to stack, their sizes) for weights derived from ``mods``. Rebuilt whenever one of the
-        weights was replaced (``.to()``) or written in place (a state-dict load bumps its
-        version)."""
-        key = tuple((m.weight.data_ptr(), m.weight._version) for m in mods)
+        """One weight [Σ rows, in] for projections that read the same input (same dtype and
+        device: `_fusable`), so a decode step streams them in one GEMM instead of one small
+        launch each: by default the ``mods`` weights stacked, which then become views into it
+        (no second copy); ``build()`` → (rows to stack, their sizes) for weights derived from
+        ``mods`` (a second copy). Rebuilt when one of the weights was replaced (``.to()``, a new
+        Parameter) or written in place (a state-dict load or ``copy_`` bumps its version);
+        writes through ``.data`` need `refresh_weights`. Inference only: no gradient reaches
+        the layers' weights through it."""
+        def state():
+            return [(m.weight, m.weight.data_ptr(), m.weight._version) for m in mods]
+
+        def same(a, b):
+            return len(a) == len(b) and all(x[0] is y[0] and x[1:] == y[1:]
+                                            for x, y in zip(a, b, strict=True))
+
         cached = self._fused_weights.get(name)
-        if cached is None or cached[0] != key:
+        if cached is None or not same(cached[0], state()):
             with torch.no_grad():
                 if build is None:
                     sizes = [m.out_features for m in mods]
@@ -272,15 +313,16 @@ class DSAAttention(nn.Module):
                 else:
                     parts, sizes = build()
                     fused = torch.cat(parts)
-            key = tuple((m.weight.data_ptr(), m.weight._version) for m in mods)
-            cached = self._fused_weights[name] = (key, fused, sizes)
+            cached = self._fused_weights[name] = (state(), fused, sizes)
         return cached[1], cached[2]
 
     def _absorbed_q_rows(self) -> tuple[list[torch.Tensor], list[int]]:
         """Rows of the q_resid GEMM with W_UK absorbed: per head W_UKᵀ·W_q_nope [512, q_lora]
         (computed in float32, rounded once), then the rope rows of q_b_proj, then the indexer's
-        wq_b. q_lat then comes out of the GEMM directly: no per-head batched matmul of one row
-        (11 µs at B=1 on the H200), for h·(512 − nope)·q_lora more weight bytes."""
+        wq_b. q_lat then comes out of the GEMM directly, not from a per-head batched matmul of
+        one row (measured on the H200 at GLM-5 TP8, B=1: the matmul and its split-K reduction
+        4.6 µs, the larger GEMM +3.6 µs). Costs a second copy of q_b_proj's and wq_b's
+        weights plus h·512·q_lora absorbed rows."""
         cfg = self.cfg
         h, nope = cfg.num_heads, cfg.qk_nope_head_dim
         w_q = self.q_b_proj.weight.detach().view(h, nope + ROPE_DIM, -1)
@@ -339,8 +381,9 @@ class DSAAttention(nn.Module):
         [B, max_pages] of a cache with ``page_size``; pass the result to every layer's
         `forward` (``step=``) with the same positions and block_table."""
         check_tensor("positions", positions, dtype=(torch.int32, torch.int64), ndim=2)
-        check_tensor("block_table", block_table, dtype=torch.int32, ndim=2,
-                     device=positions.device)
+        check_tensor("block_table", block_table, dtype=torch.int32,
+                     shape=(positions.shape[0], None), device=positions.device)
+        check_page_size(page_size)
         cos, sin = rope_cos_sin(positions, self.cfg)
         slots = (block_table.gather(1, (positions // page_size).long()).long() * page_size
                  + positions.long() % page_size)
@@ -387,13 +430,15 @@ class DSAAttention(nn.Module):
 
         norm = _rms_norm if self.backend == "reference" else rms_norm
         # the projections of hidden in one GEMM, then those of q_resid in another
+        x_mods = [self.q_a_proj, self.kv_a_proj_with_mqa]
         if cfg.is_sparse:
-            w_x, n_x = self._fused("x", [self.q_a_proj, self.kv_a_proj_with_mqa, self.wk,
-                                         self.weights_proj])
-            q_a, ckv, k_index, w_index = nn.functional.linear(hidden, w_x).split(n_x, dim=-1)
+            x_mods += [self.wk, self.weights_proj]
+        if self._fusable(x_mods):
+            w_x, n_x = self._fused("x", x_mods)
+            q_a, ckv, *x_rest = nn.functional.linear(hidden, w_x).split(n_x, dim=-1)
         else:
-            w_x, n_x = self._fused("x", [self.q_a_proj, self.kv_a_proj_with_mqa])
-            q_a, ckv = nn.functional.linear(hidden, w_x).split(n_x, dim=-1)
+            q_a, ckv, *x_rest = [m(hidden) for m in x_mods]
+        k_index, w_index = x_rest if cfg.is_sparse else (None, None)
         q_resid = norm(q_a, self.q_a_layernorm, self.eps)
         # the fp8mla kernels take bf16 rope dims: RoPE rounds once, into what they read
         rope = (apply_rope if self.backend == "reference"
@@ -401,15 +446,16 @@ class DSAAttention(nn.Module):
         w_kv = self.kv_b_proj.weight.view(h, nope + cfg.v_head_dim, LATENT_DIM)
         w_uk, w_uv = w_kv[:, :nope], w_kv[:, nope:]
         q_index = None
-        if self.backend == "reference":  # the plain order: q_b_proj, then W_UK per head
+        q_mods = [self.q_b_proj, self.kv_b_proj] + ([self.wq_b] if cfg.is_sparse else [])
+        if self.backend == "reference" or not self._fusable(q_mods):
+            # the plain order: q_b_proj, then W_UK per head
             q = self.q_b_proj(q_resid).view(b, s, h, nope + ROPE_DIM)
             q_lat = torch.einsum("bshn,hnr->bshr", q[..., :nope], w_uk)
             q_rot = q[..., nope:]
             if cfg.is_sparse:
                 q_index = self.wq_b(q_resid)
         else:  # one GEMM: [q_lat (W_UK absorbed) | q_rot | indexer q]
-            mods = [self.q_b_proj, self.kv_b_proj] + ([self.wq_b] if cfg.is_sparse else [])
-            w_q, n_q = self._fused("q", mods, build=self._absorbed_q_rows)
+            w_q, n_q = self._fused("q", q_mods, build=self._absorbed_q_rows)
             q_lat, q_rot, *rest = nn.functional.linear(q_resid, w_q).split(n_q, dim=-1)
             q_lat, q_rot = q_lat.view(b, s, h, LATENT_DIM), q_rot.view(b, s, h, ROPE_DIM)
             q_index = rest[0] if rest else None
@@ -465,22 +511,16 @@ class DSAAttention(nn.Module):
                     rows = (rows.float() * kv_scale).to(torch.bfloat16)
             fmt = "bf16"
         with torch.profiler.record_function("fp8mla::attention"):
-            return self._plan(q, idx, fmt).run(q, rows, idx, fp8_scale=kv_scale, check=False)[0]
+            # fresh outputs: the plan (and its split workspace) is shared by every layer
+            out = torch.empty(*q.shape[:2], LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+            lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+            return self._plan(q, idx, fmt).run(q, rows, idx, fp8_scale=kv_scale, check=False,
+                                               out=out, lse=lse)[0]
 
     def _plan(self, q, idx, fmt) -> SparsePlan:
-        """This layer's sparse plan for the shape (built once: compiling its kernel and
-        sizing its buffers is host work a decode step should not repeat)."""
-        key = (q.shape[0], q.shape[1], idx.shape[1], getattr(fmt, "name", fmt), q.device)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = SparsePlan(num_queries=q.shape[0], num_heads=q.shape[1], topk=idx.shape[1],
-                              kv_format=fmt, softmax_scale=self.cfg.softmax_scale,
-                              device=q.device)
-            self._plans[key] = plan
-            if len(self._plans) > 4:
-                self._plans.popitem(last=False)
-        self._plans.move_to_end(key)
-        return plan
+        """The sparse plan for this shape, shared by every layer (`_sparse_plan`)."""
+        return _sparse_plan(q.shape[0], q.shape[1], idx.shape[1], fmt, self.cfg.softmax_scale,
+                            q.device)
 
     def _indexer(self, hidden, q_resid, cos, sin, index_cache, layer, slots, block_table,
                  positions, check=True, kv_page_size=None, projected=None, step=None):

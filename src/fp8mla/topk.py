@@ -24,8 +24,9 @@ def _block(length: int) -> tuple[int, int, int]:
     """Logits per loop step, a register-resident tail (0: none) and warps. Rows up to 8192 sit
     in registers whole (each of the passes is then one load, not a chain of dependent ones),
     16 per thread: a power-of-two block, plus a tail of at most a quarter of it for a row just
-    past one (4160 = 4096 + 64 costs a 4096 row, not an 8192 one; the tail is at least one key
-    per thread). Compiled for sm_80/90/120 without spills (tests/test_portability.py)."""
+    past one (a 4160-logit row takes 4096 + a 256 tail, not an 8192 block; the tail holds at
+    least one key per thread). Compiled for sm_80–sm_120 by tests/test_portability.py;
+    registers: benchmarks/sass_topk.py."""
     block = min(MAX_BLOCK, max(MIN_BLOCK, 1 << max(0, length - 1).bit_length()))
     warps = max(4, block // 512)
     half = block // 2
@@ -44,7 +45,8 @@ def topk_indices(
     """Top-k positions per row.
 
     logits: float32 [rows, length] (last dim contiguous); k: 1–4096; lengths: int32 [rows],
-    optional: only positions < lengths[r] are scanned (what lies past them is ignored).
+    optional: only positions < lengths[r] are scanned (what lies past them is ignored; a
+    length beyond the row counts as the row's length).
     block_table: int32 [requests, max_pages] with page_size: emit slots instead of positions;
     row r belongs to request r // rows_per_request (s_q for decode rows).
     Returns int32 [rows, k].
@@ -75,7 +77,7 @@ def topk_indices(
         block, tail, warps = _block(length)
         _topk_kernel[(rows,)](
             logits, out, block_table, lengths, logits.stride(0), out.stride(0),
-            block_table.stride(0), k, page_size or 1,
+            block_table.stride(0), k, page_size or 1, length,
             BLOCK=block, ONE_BLOCK=length <= block + tail, TAIL=tail,
             ROWS_PER_REQ=rows_per_request,
             TO_SLOTS=to_slots, num_warps=warps,

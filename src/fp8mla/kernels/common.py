@@ -17,9 +17,10 @@ def mma(a, b, acc, DOT_F32: tl.constexpr):
 @triton.jit
 def round_to(x, dtype: tl.constexpr):
     """float32 → dtype, round to nearest even. bfloat16 is rounded by bits first: the Triton
-    interpreter (3.6–3.9) truncates float32 → bfloat16 where GPUs round (finite x)."""
+    interpreter (3.6–3.9) truncates float32 → bfloat16 where GPUs round. NaN stays NaN (the
+    GPU's canonical 0x7FFFFFFF would carry into the sign bit)."""
     if dtype == tl.bfloat16:
         bits = x.to(tl.int32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-        x = bits.to(tl.float32, bitcast=True)
+        x = tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
     return x.to(dtype)

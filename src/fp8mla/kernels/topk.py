@@ -67,13 +67,13 @@ def _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt, n_eq, 
 @triton.jit
 def _topk_kernel(
     logits_ptr, out_ptr, block_table_ptr, length_ptr,
-    stride_lr, stride_or, stride_bt, k, page_size,
+    stride_lr, stride_or, stride_bt, k, page_size, num_cols,
     BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, TAIL: tl.constexpr,
     ROWS_PER_REQ: tl.constexpr, TO_SLOTS: tl.constexpr,
 ):
     r = tl.program_id(0)
     row = logits_ptr + r.to(tl.int64) * stride_lr
-    length = tl.load(length_ptr + r)
+    length = tl.minimum(tl.load(length_ptr + r), num_cols)  # never past the row
     bins = tl.arange(0, 32)
     if ONE_BLOCK:  # the row in registers: BLOCK keys, then TAIL more (0: none)
         pos1, valid1, key1 = _load_keys(row, 0, length, BLOCK)
