@@ -42,9 +42,10 @@ def main() -> None:
         if re.search(r"/\*[0-9a-f]{4,}\*/", line):
             text = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r"^.*?\*/\s*", "", line).strip())
             ops[text.split()[0].split(".")[0] if text else "?"] += 1
-    regs = (re.search(r"REG:(\d+)", usage) or [None, "?"])[1]
+    field = lambda name: (re.search(rf"{name}:(\d+)", usage) or [None, "?"])[1]  # noqa: E731
     print(f"triton {triton.__version__} sm_90 top-k block {block} tail {tail} warps {warps}: "
-          f"registers {regs}, shared {kernel.metadata.shared} B")
+          f"registers {field('REG')}, stack {field('STACK')}, local {field('LOCAL')}, "
+          f"shared {kernel.metadata.shared} B")
     print(f"{sum(ops.values())} instructions per thread: "
           + ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
 

@@ -23,4 +23,4 @@ def test_indexer_topk_cases_smoke(device):
                                          topk_cases=[(2, 256, 16)])
     assert [r.case for r in recs] == ["indexer/fp8/B2-ctx128-Hi32", "topk/B2-len256-k16",
                                       "topk/B2-len256-k16"]
-    assert [r.backend for r in recs] == ["fp8mla", "indexer", "fp8mla"]
+    assert [r.backend for r in recs] == ["fp8mla", "indexer_graph", "fp8mla_graph"]
