@@ -95,12 +95,13 @@ def test_fuzz_indexer(rows, heads, seq, fp8_q, seed, data):
 
 @FUZZ
 @given(rows=st.integers(1, 3), length=st.integers(1, 3000 * SCALE), k=st.integers(1, min(2048, 300 * SCALE)),
-       distinct=st.integers(1, 50), neg_inf=st.floats(0, 1), seed=st.integers(0, 2**16))
-def test_fuzz_topk(rows, length, k, distinct, neg_inf, seed):
+       distinct=st.integers(1, 50), neg_inf=st.floats(0, 1), seed=st.integers(0, 2**16),
+       chunk=st.sampled_from([None, 1024]))
+def test_fuzz_topk(rows, length, k, distinct, neg_inf, seed, chunk):
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, distinct, (rows, length), generator=g).float() * 0.37 - 3.0
     x[torch.rand(rows, length, generator=g) < neg_inf] = float("-inf")
-    out = topk_indices(x.to(DEVICE), k).cpu()
+    out = topk_indices(x.to(DEVICE), k, chunk=chunk).cpu()
     ref = reference.topk_indices(x, k)
     for r in range(rows):
         assert set(out[r].tolist()) == set(ref[r].tolist())

@@ -95,8 +95,9 @@ def test_indexer_bad_input(device):
                              lens + 13, max_len=32)
 
 
+@pytest.mark.parametrize("chunk", [None, 1024])  # one program per row / several
 @pytest.mark.parametrize("k", [1, 7, 2048])
-def test_topk_matches_reference_sets_with_tie_rule(device, k):
+def test_topk_matches_reference_sets_with_tie_rule(device, k, chunk):
     g = torch.Generator().manual_seed(k)
     x = torch.randn(4, 3000, generator=g)
     x[0, 100:400] = 1.5  # a plateau across the threshold: lower positions win
@@ -104,7 +105,7 @@ def test_topk_matches_reference_sets_with_tie_rule(device, k):
     x[2] = torch.randint(0, 2, (3000,), generator=g).float()  # two values: ties at k = 2048
     x[2, 1::2] *= -1.0  # −0.0 among the zeros: equal to +0.0, lower positions win
     x[3, ::3] = float("nan")  # never chosen
-    out = topk_indices(x.to(device), k).cpu()
+    out = topk_indices(x.to(device), k, chunk=chunk).cpu()
     ref = reference.topk_indices(torch.where(x.isnan(), float("-inf"), x), k)
     for r in range(4):
         assert set(out[r].tolist()) == set(ref[r].tolist()), f"row {r}"
@@ -156,6 +157,31 @@ def test_topk_rows_with_a_register_tail(device):
         pos = pos[pos >= 0].long()
         want = set((table[r, pos // 64].long() * 64 + pos % 64).tolist())
         assert set(slots[r][slots[r] >= 0].tolist()) == want, f"row {r}"
+
+
+def test_topk_chunked_slots_lengths_and_bad_chunk(device):
+    """Several programs per row: ranks continue across chunks (ties straddling a chunk
+    boundary), slots through the block table, lengths ending mid-chunk or past the row, a row
+    with nothing valid, rows settled at different passes."""
+    g = torch.Generator().manual_seed(3)
+    n = 3 * 1024 + 100
+    x = torch.randint(0, 25, (4, n), generator=g).float()
+    x[0, 1000:1100] = 99.0  # a plateau across the first chunk boundary, cut by k
+    x[1] = torch.randn(n, generator=g)  # distinct: settles early
+    x[3] = float("-inf")
+    lengths = torch.tensor([n, n + 500, 2500, n], dtype=torch.int32)
+    table = torch.randperm(300, generator=g)[:4 * 50].view(4, 50).int()
+    out = topk_indices(x.to(device), 150, lengths=lengths.to(device), block_table=table.to(device),
+                       page_size=64, chunk=1024).cpu()
+    for r in range(4):
+        pos = reference.topk_indices(x[r:r + 1, : min(int(lengths[r]), n)], 150)[0]
+        pos = pos[pos >= 0].long().sort().values
+        want = (table[r, pos // 64].long() * 64 + pos % 64).tolist()
+        assert out[r][out[r] >= 0].tolist() == want, f"row {r}"  # in position order
+    assert (out[3] == -1).all()
+    for bad in (1000, 512, 16384):
+        with pytest.raises(ValueError, match="chunk"):
+            topk_indices(x.to(device), 4, chunk=bad)
 
 
 def test_topk_slots_and_lengths(device):

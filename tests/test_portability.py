@@ -47,6 +47,8 @@ def _expected():
         yield "topk/4096+256", cc
         yield "topk/4096+1024", cc
         yield "topk/8192+0", cc
+        for name in ("_topk_pass_kernel", "_topk_count_kernel", "_topk_emit_kernel"):
+            yield f"topk_chunked/{name}", cc
 
 
 @pytest.mark.parametrize("what,cc", list(_expected()))

@@ -13,6 +13,11 @@ import torch
 
 from fp8mla._checks import check_int, check_page_size, check_tensor
 from fp8mla.kernels.topk import _topk_kernel
+from fp8mla.kernels.topk_chunked import (
+    _topk_count_kernel,
+    _topk_emit_kernel,
+    _topk_pass_kernel,
+)
 
 __all__ = ["topk_indices", "MAX_TOPK"]
 
@@ -40,7 +45,7 @@ def _block(length: int) -> tuple[int, int, int]:
 def topk_indices(
     logits: torch.Tensor, k: int, *, lengths: torch.Tensor | None = None,
     block_table: torch.Tensor | None = None, page_size: int | None = None,
-    rows_per_request: int = 1,
+    rows_per_request: int = 1, chunk: int | None = None,
 ) -> torch.Tensor:
     """Top-k positions per row.
 
@@ -49,6 +54,9 @@ def topk_indices(
     length beyond the row counts as the row's length).
     block_table: int32 [requests, max_pages] with page_size: emit slots instead of positions;
     row r belongs to request r // rows_per_request (s_q for decode rows).
+    chunk: logits per program (a power of two, 1024–8192) to spread each row over several
+    programs (`fp8mla.kernels.topk_chunked`: one launch per digit, two more to emit); None:
+    one program per row. Not yet the default for any length: it has not been timed on a GPU.
     Returns int32 [rows, k].
     """
     check_tensor("logits", logits, dtype=torch.float32, ndim=2, contiguous_last=True)
@@ -73,6 +81,15 @@ def topk_indices(
     else:
         block_table = lengths.view(1, -1)  # unused
     out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
+    if chunk is not None:
+        check_int("chunk", chunk, lo=MIN_BLOCK, hi=MAX_BLOCK)
+        if chunk & (chunk - 1):
+            raise ValueError(f"chunk: expected a power of two in [{MIN_BLOCK}, {MAX_BLOCK}], "
+                             f"got {chunk}")
+        if rows and length:
+            _chunked(logits, out, block_table, lengths, k, page_size or 1, rows_per_request,
+                     to_slots, chunk)
+            return out
     if rows:
         block, tail, warps = _block(length)
         _topk_kernel[(rows,)](
@@ -83,3 +100,23 @@ def topk_indices(
             TO_SLOTS=to_slots, num_warps=warps,
         )
     return out
+
+
+def _chunked(logits, out, block_table, lengths, k, page_size, rows_per_request, to_slots,
+             chunk):
+    rows, length = logits.shape
+    chunks = -(-length // chunk)
+    warps = max(4, chunk // 512)
+    ws = torch.zeros(rows, 48, dtype=torch.int32, device=logits.device)  # state, histogram
+    counts = torch.empty(rows, chunks, 2, dtype=torch.int32, device=logits.device)
+    grid = (rows, chunks)
+    for p in range(32 // 4):  # one launch per 4-bit digit; settled rows return at once
+        _topk_pass_kernel[grid](logits, lengths, ws, logits.stride(0), k, length, chunks,
+                                FIRST=p == 0, CHUNK=chunk, num_warps=warps)
+    _topk_count_kernel[grid](logits, lengths, ws, counts, logits.stride(0), k, length, chunks,
+                             CHUNK=chunk, num_warps=warps)
+    _topk_emit_kernel[grid](logits, out, block_table, lengths, ws, counts, logits.stride(0),
+                            out.stride(0), block_table.stride(0), k, page_size, length, chunks,
+                            CHUNK=chunk, CHUNKS_P2=max(2, 1 << (chunks - 1).bit_length()),
+                            ROWS_PER_REQ=rows_per_request, TO_SLOTS=to_slots,
+                            num_warps=warps)

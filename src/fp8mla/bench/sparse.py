@@ -29,6 +29,7 @@ SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64
 INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
 # B=1 × 4160: the demo's row (a 65-page table at ctx 4096), timed from a graph like the others
 TOPK_CASES = [(1, 4160, 2048), (64, 32768, 2048), (64, 131072, 2048)]
+TOPK_CHUNKS = (4096, 8192)  # also timed with several programs per row, rows > 2 chunks
 POOL_TOKENS = 1 << 20
 
 
@@ -79,7 +80,7 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
 
 def _index_problem(batch, ctx, heads, device, page_size=64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    pages = ctx // page_size
+    pages = -(-ctx // page_size)  # the table covers every position below ctx
     cache = IndexKeyCache(batch * pages, page_size, device=device)
     perm = torch.randperm(batch * pages, generator=g).view(batch, pages)
     table = build_block_table(perm.tolist(), device=device)
@@ -120,10 +121,19 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
     # CUDA-graph replays (as a decode step runs them): a one-row top-k is shorter than its
     # Python launch path
     us_logits, us_topk = time_us(_timed(logits_fn, device)), time_us(_timed(topk_fn, device))
-    return [_record(case, "indexer_graph", us_logits, batch * length * 132,
-                    2 * 32 * 128 * length * batch, ceiling, env),
-            _record(case, "fp8mla_graph", us_topk, batch * length * 4 + batch * k * 4, None,
-                    ceiling, env, note=f"{us_topk / us_logits:.2f} x the logits time")]
+    moved = batch * length * 4 + batch * k * 4
+    records = [_record(case, "indexer_graph", us_logits, batch * length * 132,
+                       2 * 32 * 128 * length * batch, ceiling, env),
+               _record(case, "fp8mla_graph", us_topk, moved, None, ceiling, env,
+                       note=f"{us_topk / us_logits:.2f} x the logits time")]
+    for chunk in TOPK_CHUNKS:  # several programs per row (topk_indices(chunk=...))
+        if length > 2 * chunk:
+            fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
+            assert set(fn()[0].tolist()) == set(ref.tolist()), f"chunk {chunk}: set differs"
+            us = time_us(_timed(fn, device))
+            records.append(_record(case, f"fp8mla_graph_chunk{chunk}", us, moved, None,
+                                   ceiling, env, note=f"{us / us_logits:.2f} x the logits time"))
+    return records
 
 
 def run_indexer_topk(env, ceiling, *, device="cuda", indexer_cases=INDEXER_CASES,

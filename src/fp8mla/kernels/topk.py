@@ -45,6 +45,24 @@ def _digit_hist(valid, key, prefix, shift):
 
 
 @triton.jit
+def _choose_digit(hist, k_rem):
+    """From a digit histogram (bins ≥ NO_MATCH ignored): (keys counted, the digit d of the
+    k_rem-th largest, keys above digit d, keys at digit d)."""
+    bins = tl.arange(0, 32)
+    hist = tl.where(bins < NO_MATCH, hist, 0)
+    total = tl.sum(hist, axis=0)
+    # keys with digit >= d; the k-th largest has the highest d where that reaches k_rem.
+    # at_or_above falls with d, so the keys above that digit are the largest count below
+    # k_rem, and the keys at it the smallest count reaching k_rem minus those above.
+    at_or_above = total - tl.cumsum(hist, axis=0) + hist
+    reach = (at_or_above >= k_rem) & (bins < NO_MATCH)
+    d = tl.max(tl.where(reach, bins, 0), axis=0)
+    above = tl.max(tl.where(reach, 0, at_or_above), axis=0)
+    at_d = tl.min(tl.where(reach, at_or_above, 2147483647), axis=0) - above
+    return total, d, above, at_d
+
+
+@triton.jit
 def _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt, n_eq, k, page_size,
           TO_SLOTS: tl.constexpr):
     """Store this block's selected positions (or slots) at their ranks; returns the running
@@ -74,7 +92,6 @@ def _topk_kernel(
     r = tl.program_id(0)
     row = logits_ptr + r.to(tl.int64) * stride_lr
     length = tl.minimum(tl.load(length_ptr + r), num_cols)  # never past the row
-    bins = tl.arange(0, 32)
     if ONE_BLOCK:  # the row in registers: BLOCK keys, then TAIL more (0: none)
         pos1, valid1, key1 = _load_keys(row, 0, length, BLOCK)
         if TAIL > 0:
@@ -99,17 +116,8 @@ def _topk_kernel(
             for s0 in range(0, length, BLOCK):
                 pos, valid, key = _load_keys(row, s0, length, BLOCK)
                 hist += _digit_hist(valid, key, prefix, shift)
-        hist = tl.where(bins < NO_MATCH, hist, 0)
-        total = tl.sum(hist, axis=0)
+        total, d, above, at_d = _choose_digit(hist, k_rem)
         n_valid = tl.where(shift == 32 - DIGIT_BITS, total, n_valid)
-        # keys with digit >= d; the k-th largest has the highest d where that reaches k_rem.
-        # at_or_above falls with d, so the keys above that digit are the largest count below
-        # k_rem, and the keys at it the smallest count reaching k_rem minus those above.
-        at_or_above = total - tl.cumsum(hist, axis=0) + hist
-        reach = (at_or_above >= k_rem) & (bins < NO_MATCH)
-        d = tl.max(tl.where(reach, bins, 0), axis=0)
-        above = tl.max(tl.where(reach, 0, at_or_above), axis=0)
-        at_d = tl.min(tl.where(reach, at_or_above, 2147483647), axis=0) - above
         k_rem = k_rem - above
         prefix = (prefix << DIGIT_BITS) | d.to(tl.uint32)
         settled = (at_d == k_rem).to(tl.int32)
