@@ -169,6 +169,18 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _write_records(dc, rows, path) -> None:
+    from fp8mla.bench.harness import Record, env_info, read_ceiling_tbps, write_records
+
+    env, ceiling = env_info(), read_ceiling_tbps()
+    case = f"demo/glm5-{dc.layers}layers/B{dc.batch}-ctx{dc.context}-pool{dc.pool_tokens}"
+    write_records([Record(case=case, backend=r["backend"], us=r["us_per_step"], TBps=None,
+                          TFLOPS=None, ceiling_TBps=round(ceiling, 3), **env,
+                          note=f"per decode step ({r['timed']}); {r['tokens_per_s']} tokens/s; "
+                               f"casts {r['cast_share']:.1%}")
+                   for r in rows], path)
+
+
 def run(args) -> int:
     import json
 
@@ -223,5 +235,7 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump({"config": dataclasses.asdict(dc), "device": where, "rows": rows}, f, indent=1)
+    if gpu:  # DESIGN.md §9 records too, beside the read ceiling of this run
+        _write_records(dc, rows, os.path.join(args.out, "records.json"))
     print(_chart(rows, os.path.join(args.out, "demo.png")))
     return 0

@@ -6,8 +6,8 @@ Byte and FLOP formulas:
 - indexer: index-cache bytes (B · ctx × 132) — the figure the target is stated on — plus q,
   weights and the float32 logits written; FLOPs 2 · Hi · 128 · ctx per query.
 - top-k: the logits read once (B · len × 4) + indices written; timed beside the indexer on the
-  same rows (backend ``indexer_graph``) so the ratio to the logits time is in the same run;
-  both from CUDA-graph replays (session 3 on: eager before).
+  same rows (backend ``indexer``) so the ratio to the logits time is in the same run; eagerly
+  and from CUDA-graph replays (``*_graph``, the graph ratio compared with the graph logits).
 """
 
 from __future__ import annotations
@@ -118,14 +118,16 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
     ref = torch.topk(logits[0], k).indices
     assert set(got[0].tolist()) == set(ref.tolist()), "top-k set differs from torch.topk"
     case = f"topk/B{batch}-len{length}-k{k}"
-    # CUDA-graph replays (as a decode step runs them): a one-row top-k is shorter than its
-    # Python launch path
-    us_logits, us_topk = time_us(_timed(logits_fn, device)), time_us(_timed(topk_fn, device))
+    # eager (DESIGN.md §9's `indexer` / `fp8mla`) and CUDA-graph replays (`*_graph`: how a
+    # decode step runs them; a one-row top-k is shorter than its Python launch path)
     moved = batch * length * 4 + batch * k * 4
-    records = [_record(case, "indexer_graph", us_logits, batch * length * 132,
-                       2 * 32 * 128 * length * batch, ceiling, env),
-               _record(case, "fp8mla_graph", us_topk, moved, None, ceiling, env,
-                       note=f"{us_topk / us_logits:.2f} x the logits time")]
+    records = []
+    for suffix, wrap in (("", lambda fn: fn), ("_graph", lambda fn: _timed(fn, device))):
+        us_logits, us_topk = time_us(wrap(logits_fn)), time_us(wrap(topk_fn))
+        records += [_record(case, "indexer" + suffix, us_logits, batch * length * 132,
+                            2 * 32 * 128 * length * batch, ceiling, env),
+                    _record(case, "fp8mla" + suffix, us_topk, moved, None, ceiling, env,
+                            note=f"{us_topk / us_logits:.2f} x the logits time")]
     for chunk in TOPK_CHUNKS:  # several programs per row (topk_indices(chunk=...))
         if length > chunk:
             fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
