@@ -65,30 +65,45 @@ def loop_mix(sass: str) -> tuple[int, Counter]:
         if target and label_at.get(target.group(1), addr) < addr and addr - label_at[
                 target.group(1)] > hi - lo:
             lo, hi = label_at[target.group(1)], addr
-    ops = Counter()
     body = [line for addr, line in instrs if lo <= addr <= hi]
-    for line in body:
-        text = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r"^.*?\*/\s*", "", line).strip())
-        ops[text.split()[0].split(".")[0] if text else "?"] += 1
-    return len(body), ops
+    return len(body), Counter(opcode(line) for line in body)
+
+
+def opcode(line: str) -> str:
+    """The opcode of one SASS instruction line (predicate and modifiers dropped)."""
+    text = re.sub(r"^@!?U?P\w+\s+", "", re.sub(r"^.*?\*/\s*", "", line).strip())
+    return text.split()[0].split(".")[0] if text else "?"
+
+
+def disassemble(kernel) -> tuple[str, str]:
+    """(cuobjdump's resource usage, nvdisasm's SASS) of a compiled kernel's cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(kernel.asm["cubin"])
+    try:
+        usage = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-resource-usage",
+                                f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name],
+                              capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+    return usage, sass
+
+
+def resources(kernel, usage: str) -> str:
+    """Registers, stack, local and shared memory per thread / program, as one phrase."""
+    field = lambda name: (re.search(rf"{name}:(\d+)", usage) or [None, "?"])[1]  # noqa: E731
+    return (f"registers {field('REG')}, stack {field('STACK')}, local {field('LOCAL')}, "
+            f"shared {kernel.metadata.shared} B")
 
 
 def main() -> None:
     fmt, heads, block_n, stages, words_2d, warps = sys.argv[1:7]
     kernel = compile_decode(fmt, int(heads), int(block_n), int(stages), words_2d == "1",
                             int(warps))
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(kernel.asm["cubin"])
-    usage = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-resource-usage", f.name],
-                           capture_output=True, text=True, check=True).stdout
-    sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name], capture_output=True,
-                          text=True, check=True).stdout
-    os.unlink(f.name)
-    field = lambda name: (re.search(rf"{name}:(\d+)", usage) or [None, "?"])[1]  # noqa: E731
+    usage, sass = disassemble(kernel)
     n, ops = loop_mix(sass)
     print(f"triton {triton.__version__} sm_90 {fmt} heads/program {heads} block_n {block_n} "
-          f"stages {stages} warps {warps}: registers {field('REG')}, stack {field('STACK')}, "
-          f"local {field('LOCAL')}, shared {kernel.metadata.shared} B")
+          f"stages {stages} warps {warps}: {resources(kernel, usage)}")
     print(f"tile loop: {n} instructions per thread: "
           + ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
 
