@@ -74,8 +74,13 @@ def check_slot_range(name: str, slots: torch.Tensor, num_slots: int) -> None:
                          f"{lo if lo < -1 else hi}")
 
 
+def check_pow2(name: str, value: object, lo: int, hi: int) -> int:
+    """A power of two within [lo, hi], or an error naming ``name``."""
+    check_int(name, value, lo=lo, hi=hi)
+    if value & (value - 1):
+        raise ValueError(f"{name}: expected a power of two in [{lo}, {hi}], got {value}")
+    return value
+
+
 def check_page_size(page_size: object) -> int:
-    check_int("page_size", page_size, lo=1, hi=256)
-    if page_size & (page_size - 1):
-        raise ValueError(f"page_size: expected a power of two in [1, 256], got {page_size}")
-    return page_size
+    return check_pow2("page_size", page_size, 1, 256)

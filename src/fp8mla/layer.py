@@ -514,13 +514,8 @@ class DSAAttention(nn.Module):
             # fresh outputs: the plan (and its split workspace) is shared by every layer
             out = torch.empty(*q.shape[:2], LATENT_DIM, dtype=torch.bfloat16, device=q.device)
             lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-            return self._plan(q, idx, fmt).run(q, rows, idx, fp8_scale=kv_scale, check=False,
-                                               out=out, lse=lse)[0]
-
-    def _plan(self, q, idx, fmt) -> SparsePlan:
-        """The sparse plan for this shape, shared by every layer (`_sparse_plan`)."""
-        return _sparse_plan(q.shape[0], q.shape[1], idx.shape[1], fmt, self.cfg.softmax_scale,
-                            q.device)
+            plan = _sparse_plan(q.shape[0], q.shape[1], idx.shape[1], fmt, scale, q.device)
+            return plan.run(q, rows, idx, fp8_scale=kv_scale, check=False, out=out, lse=lse)[0]
 
     def _indexer(self, hidden, q_resid, cos, sin, index_cache, layer, slots, block_table,
                  positions, check=True, kv_page_size=None, projected=None, step=None):
@@ -610,10 +605,8 @@ class DSAAttention(nn.Module):
                                           index_cache.layer(layer), block_table, lengths,
                                           max_len=max_len, check=False)
         with torch.profiler.record_function("fp8mla::topk"):
-            if slots_too:
-                top = topk_indices(logits, cfg.index_topk, lengths=visible,
-                                   block_table=block_table, page_size=index_cache.page_size,
-                                   rows_per_request=s)
-                return top.view(b, s, -1)
-            top = topk_indices(logits, cfg.index_topk, lengths=visible)
-        return top.view(b, s, -1).long()
+            top = topk_indices(logits, cfg.index_topk, lengths=visible,
+                               block_table=block_table if slots_too else None,
+                               page_size=index_cache.page_size, rows_per_request=s)
+        top = top.view(b, s, -1)
+        return top if slots_too else top.long()

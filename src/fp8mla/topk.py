@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fp8mla._checks import check_int, check_page_size, check_tensor
+from fp8mla._checks import check_int, check_page_size, check_pow2, check_tensor
 from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.kernels.topk_chunked import (
     _topk_count_kernel,
@@ -82,10 +82,7 @@ def topk_indices(
         block_table = lengths.view(1, -1)  # unused
     out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
     if chunk is not None:
-        check_int("chunk", chunk, lo=MIN_BLOCK, hi=MAX_BLOCK)
-        if chunk & (chunk - 1):
-            raise ValueError(f"chunk: expected a power of two in [{MIN_BLOCK}, {MAX_BLOCK}], "
-                             f"got {chunk}")
+        check_pow2("chunk", chunk, MIN_BLOCK, MAX_BLOCK)
         if rows and length:
             _chunked(logits, out, block_table, lengths, k, page_size or 1, rows_per_request,
                      to_slots, chunk)

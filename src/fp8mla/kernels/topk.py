@@ -63,13 +63,26 @@ def _choose_digit(hist, k_rem):
 
 
 @triton.jit
+def _above_at(valid, key, shift, prefix):
+    """Masks of the valid keys whose bits above ``shift`` are above / equal to prefix."""
+    high = key >> shift
+    return valid & (high > prefix), valid & (high == prefix)
+
+
+@triton.jit
+def _pad(out_row, n_out, k, BLOCK: tl.constexpr):
+    """−1 in out_row[n_out:k]."""
+    for s0 in range(0, k, BLOCK):
+        o = s0 + tl.arange(0, BLOCK)
+        tl.store(out_row + o, tl.full((BLOCK,), -1, tl.int32), mask=(o >= n_out) & (o < k))
+
+
+@triton.jit
 def _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt, n_eq, k, page_size,
           TO_SLOTS: tl.constexpr):
     """Store this block's selected positions (or slots) at their ranks; returns the running
     counts of keys above / matching the prefix."""
-    high = key >> shift
-    gt = valid & (high > prefix)
-    eq = valid & (high == prefix)
+    gt, eq = _above_at(valid, key, shift, prefix)
     both = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)  # inclusive
     eq_upto = n_eq + (both >> 16)
     sel = gt | (eq & (eq_upto <= need_eq))
@@ -144,8 +157,4 @@ def _topk_kernel(
             n_gt, n_eq = _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt,
                                n_eq, k, page_size, TO_SLOTS)
     # --- pad -------------------------------------------------------------------------------------
-    n_out = n_gt + tl.minimum(n_eq, need_eq)
-    offs = tl.arange(0, BLOCK)
-    for s0 in range(0, k, BLOCK):
-        o = s0 + offs
-        tl.store(out_row + o, tl.full((BLOCK,), -1, tl.int32), mask=(o >= n_out) & (o < k))
+    _pad(out_row, n_gt + tl.minimum(n_eq, need_eq), k, BLOCK)

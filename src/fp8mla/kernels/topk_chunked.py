@@ -19,7 +19,15 @@ synchronisation); the launches' kernel boundaries order the passes.
 import triton
 import triton.language as tl
 
-from fp8mla.kernels.topk import DIGIT_BITS, _choose_digit, _digit_hist, _emit, _load_keys
+from fp8mla.kernels.topk import (
+    DIGIT_BITS,
+    _above_at,
+    _choose_digit,
+    _digit_hist,
+    _emit,
+    _load_keys,
+    _pad,
+)
 
 WS_WORDS = tl.constexpr(48)  # [0:5] state, [8:40] histogram, [40] ticket
 ST_PREFIX = tl.constexpr(0)
@@ -89,10 +97,10 @@ def _topk_count_kernel(logits_ptr, length_ptr, ws_ptr, counts_ptr, stride_lr, k,
     length = tl.minimum(tl.load(length_ptr + r), num_cols)
     pos, valid, key = _load_keys(logits_ptr + r.to(tl.int64) * stride_lr, c * CHUNK, length,
                                  CHUNK)
-    high = key >> shift
+    gt, eq = _above_at(valid, key, shift, prefix)
     at = counts_ptr + (r.to(tl.int64) * num_chunks + c) * 2
-    tl.store(at, tl.sum((valid & (high > prefix)).to(tl.int32), axis=0))
-    tl.store(at + 1, tl.sum((valid & (high == prefix)).to(tl.int32), axis=0))
+    tl.store(at, tl.sum(gt.to(tl.int32), axis=0))
+    tl.store(at + 1, tl.sum(eq.to(tl.int32), axis=0))
 
 
 @triton.jit
@@ -116,7 +124,4 @@ def _topk_emit_kernel(logits_ptr, out_ptr, block_table_ptr, length_ptr, ws_ptr, 
           tl.sum(tl.where(offs_c < c, gt, 0), axis=0), tl.sum(tl.where(offs_c < c, eq, 0), axis=0),
           k, page_size, TO_SLOTS)
     if c == num_chunks - 1:  # pad after every chunk's selections
-        n_out = tl.sum(gt, axis=0) + tl.minimum(tl.sum(eq, axis=0), need_eq)
-        for s0 in range(0, k, CHUNK):
-            o = s0 + tl.arange(0, CHUNK)
-            tl.store(out_row + o, tl.full((CHUNK,), -1, tl.int32), mask=(o >= n_out) & (o < k))
+        _pad(out_row, tl.sum(gt, axis=0) + tl.minimum(tl.sum(eq, axis=0), need_eq), k, CHUNK)
