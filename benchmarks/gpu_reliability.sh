@@ -24,7 +24,7 @@ FP8MLA_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-30} FP8MLA_FUZZ_SCALE=${FUZZ_SCALE:-4} \
   run fuzz 180 python3 -m pytest tests/test_fuzz.py -q -p no:cacheprovider --hypothesis-show-statistics
 if [ "${SOAK:-1}" = 1 ]; then run soak 120 python3 benchmarks/soak.py "$W/soak.json" --steps 10000; fi
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1  # every tensor its own allocation: memcheck sees overruns
-run memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+run memcheck ${MEMCHECK_TIMEOUT:-330} compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
   python3 -m pytest -q -p no:cacheprovider tests/test_decode.py tests/test_sparse.py \
   tests/test_indexer_topk.py tests/test_formats_cache.py tests/test_compat.py
 run racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \

@@ -1,0 +1,47 @@
+"""Top-k on long rows, one program per row vs several (topk_indices(chunk=...)): graph-replay
+medians and, per launch, the kernels' GPU times (torch.profiler), to see where a chunked
+selection spends its time (digit passes that work, passes that return at once, count, emit).
+
+    python benchmarks/profile_topk.py OUT.json
+"""
+
+import json
+import sys
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from fp8mla.bench.harness import graphed, time_us
+from fp8mla.bench.sparse import _index_problem
+from fp8mla.indexer import indexer_logits_paged
+from fp8mla.topk import topk_indices
+
+K = 2048
+results = []
+for rows, length in ((64, 16384), (64, 32768), (64, 131072), (256, 32768), (8, 131072)):
+    cache, table, q, w, lens = _index_problem(rows, length, 32, "cuda", seed=1)
+    logits = indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=length, check=False)
+    us_logits = time_us(graphed(lambda: indexer_logits_paged(
+        q, w, cache.layer(0), table, lens, max_len=length, check=False)))
+    ref = torch.topk(logits, K).indices.sort(1).values
+    for chunk in (None, 1024, 2048, 4096, 8192):
+        fn = lambda c=chunk: topk_indices(logits, K, chunk=c)  # noqa: E731
+        assert torch.equal(fn().sort(1).values, ref), f"chunk {chunk}: set differs"
+        replay = graphed(fn)
+        us = time_us(replay)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            replay()
+            torch.cuda.synchronize()
+        kernels = defaultdict(list)
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                kernels[e.name[:40]].append(round(e.device_time_total, 1))
+        row = {"rows": rows, "length": length, "chunk": chunk, "us": us, "us_logits": us_logits,
+               "ratio": us / us_logits, "kernels_us": dict(kernels)}
+        results.append(row)
+        print(f"{rows:4d} x {length:6d} chunk {str(chunk):5s} {us:8.1f} us "
+              f"({us / us_logits:.2f} x logits {us_logits:.1f})  {dict(kernels)}", flush=True)
+with open(sys.argv[1], "w") as f:
+    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "results": results}, f, indent=1)
