@@ -1,6 +1,9 @@
-"""Top-k on long rows, one program per row vs several (topk_indices(chunk=...)): graph-replay
-medians and, per launch, the kernels' GPU times (torch.profiler), to see where a chunked
-selection spends its time (digit passes that work, passes that return at once, count, emit).
+"""Top-k on long rows, one program per row (chunk 0) vs several (topk_indices(chunk=...);
+None: the default): graph-replay medians and, per launch, the kernels' GPU times
+(torch.profiler), to see where a chunked selection spends its time (digit passes that work,
+passes that return at once, compaction, the compacted rows' selection). "ties": the logits
+rounded to quarters, so the candidates after the compaction's digits overflow its capacity and
+rows finish chunk by chunk (the slow path).
 
     python benchmarks/profile_topk.py OUT.json
 """
@@ -19,15 +22,19 @@ from fp8mla.topk import topk_indices
 
 K = 2048
 results = []
-for rows, length in ((64, 16384), (64, 32768), (64, 131072), (256, 32768), (8, 131072)):
+for rows, length, ties in ((64, 16384, False), (64, 32768, False), (64, 131072, False),
+                           (256, 32768, False), (8, 131072, False), (64, 32768, True)):
     cache, table, q, w, lens = _index_problem(rows, length, 32, "cuda", seed=1)
     logits = indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=length, check=False)
+    if ties:
+        logits = (logits * 4).round() / 4
     us_logits = time_us(graphed(lambda: indexer_logits_paged(
         q, w, cache.layer(0), table, lens, max_len=length, check=False)))
-    ref = torch.topk(logits, K).indices.sort(1).values
-    for chunk in (None, 1024, 2048, 4096, 8192):
+    # the tie rule (lower positions first) by a stable descending sort; no −inf in these rows
+    ref = torch.sort(logits, 1, descending=True, stable=True).indices[:, :K].int().sort(1).values
+    for chunk in (None, 0, 1024, 2048, 4096):
         fn = lambda c=chunk: topk_indices(logits, K, chunk=c)  # noqa: E731
-        assert torch.equal(fn().sort(1).values, ref), f"chunk {chunk}: set differs"
+        assert torch.equal(fn().sort(1).values, ref), f"chunk {chunk}: selection differs"
         replay = graphed(fn)
         us = time_us(replay)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -37,10 +44,10 @@ for rows, length in ((64, 16384), (64, 32768), (64, 131072), (256, 32768), (8, 1
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 kernels[e.name[:40]].append(round(e.device_time_total, 1))
-        row = {"rows": rows, "length": length, "chunk": chunk, "us": us, "us_logits": us_logits,
+        row = {"rows": rows, "length": length, "ties": ties, "chunk": chunk, "us": us, "us_logits": us_logits,
                "ratio": us / us_logits, "kernels_us": dict(kernels)}
         results.append(row)
-        print(f"{rows:4d} x {length:6d} chunk {str(chunk):5s} {us:8.1f} us "
+        print(f"{rows:4d} x {length:6d}{' ties' if ties else ''} chunk {str(chunk):5s} {us:8.1f} us "
               f"({us / us_logits:.2f} x logits {us_logits:.1f})  {dict(kernels)}", flush=True)
 with open(sys.argv[1], "w") as f:
     json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

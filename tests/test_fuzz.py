@@ -7,6 +7,7 @@ formats and scale policies, top-k widths and −1 patterns; unowned pages poison
 (tests/helpers.py).
 """
 
+import json
 import os
 
 import torch
@@ -29,6 +30,13 @@ SCALE = int(os.environ.get("FP8MLA_FUZZ_SCALE", "1"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LOG = os.environ.get("FP8MLA_FUZZ_LOG")  # a file: one JSON line of sizes per example tried
+
+
+def _log(kernel, **sizes):
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(json.dumps({"kernel": kernel, **sizes}) + "\n")
 FORMATS = st.sampled_from([("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"),
                            ("fp8_ds_mla", "fp32")])
 
@@ -39,6 +47,8 @@ FORMATS = st.sampled_from([("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2")
        page_size=st.sampled_from([1, 2, 16, 64]), splits=st.sampled_from([None, 1, 3, 7]),
        seed=st.integers(0, 2**16))
 def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
+    _log("dense_decode", fmt=fmt, lens=lens, s_q=s_q, heads=heads, page_size=page_size,
+         splits=splits)
     cache, table, seqlens = paged_cache(fmt[0], lens, page_size, policy=fmt[1], device=DEVICE,
                                         seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -57,6 +67,7 @@ def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
        topk=st.integers(1, 80 * SCALE), skip=st.floats(0, 1), seed=st.integers(0, 2**16),
        use_length=st.booleans())
 def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
+    _log("sparse", fmt=fmt, tokens=tokens, heads=heads, topk=topk, skip=skip)
     cache, _, _ = paged_cache(fmt[0], [40], 16, policy=fmt[1], device=DEVICE, seed=seed)
     g = torch.Generator().manual_seed(seed + 2)
     kv = cache.dequantize(0).reshape(-1, 576)
@@ -79,6 +90,7 @@ def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
 @given(rows=st.integers(1, 4), heads=st.integers(1, 64), seq=st.integers(1, 200 * SCALE),
        fp8_q=st.booleans(), seed=st.integers(0, 2**16), data=st.data())
 def test_fuzz_indexer(rows, heads, seq, fp8_q, seed, data):
+    _log("indexer", rows=rows, heads=heads, seq=seq, fp8_q=fp8_q)
     g = torch.Generator().manual_seed(seed)
     kb, ks = quantize_index_keys(torch.randn(seq, 128, generator=g),
                                  data.draw(st.sampled_from(["fp32", "pow2"])))
@@ -98,6 +110,7 @@ def test_fuzz_indexer(rows, heads, seq, fp8_q, seed, data):
        distinct=st.integers(1, 50), neg_inf=st.floats(0, 1), seed=st.integers(0, 2**16),
        chunk=st.sampled_from([None, 1024]))
 def test_fuzz_topk(rows, length, k, distinct, neg_inf, seed, chunk):
+    _log("topk", rows=rows, length=length, k=k, distinct=distinct, chunk=chunk)
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, distinct, (rows, length), generator=g).float() * 0.37 - 3.0
     x[torch.rand(rows, length, generator=g) < neg_inf] = float("-inf")

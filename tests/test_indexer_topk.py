@@ -9,7 +9,7 @@ from fp8mla.dsa import dsa_decode_step
 from fp8mla.formats import dequantize_index_keys, quantize_index_keys
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.testing import assert_close
-from fp8mla.topk import topk_indices
+from fp8mla.topk import compact_capacity, topk_indices
 from helpers import POISON_PAD, paged_cache
 
 
@@ -95,7 +95,7 @@ def test_indexer_bad_input(device):
                              lens + 13, max_len=32)
 
 
-@pytest.mark.parametrize("chunk", [None, 1024])  # one program per row / several
+@pytest.mark.parametrize("chunk", [0, 1024])  # one program per row / several
 @pytest.mark.parametrize("k", [1, 7, 2048])
 def test_topk_matches_reference_sets_with_tie_rule(device, k, chunk):
     g = torch.Generator().manual_seed(k)
@@ -162,24 +162,29 @@ def test_topk_rows_with_a_register_tail(device):
 def test_topk_chunked_slots_lengths_and_bad_chunk(device):
     """Several programs per row: ranks continue across chunks (ties straddling a chunk
     boundary), slots through the block table, lengths ending mid-chunk or past the row, a row
-    with nothing valid, rows settled at different passes."""
+    with nothing valid, rows settled at different passes; rows finished from their compacted
+    candidates (≤ compact_capacity(150) = 1024 after 4 digits) and rows whose ties overflow it
+    (row 4: every key equal; row 0: its plateau) and finish chunk by chunk."""
     g = torch.Generator().manual_seed(3)
     n = 3 * 1024 + 100
-    x = torch.randint(0, 25, (4, n), generator=g).float()
+    assert compact_capacity(150) < n
+    x = torch.randint(0, 25, (5, n), generator=g).float()
     x[0, 1000:1100] = 99.0  # a plateau across the first chunk boundary, cut by k
+    x[0, 2000:3100] = 98.0  # ties beyond the capacity just below it
     x[1] = torch.randn(n, generator=g)  # distinct: settles early
     x[3] = float("-inf")
-    lengths = torch.tensor([n, n + 500, 2500, n], dtype=torch.int32)
-    table = torch.randperm(300, generator=g)[:4 * 50].view(4, 50).int()
+    x[4] = 7.0
+    lengths = torch.tensor([n, n + 500, 2500, n, n], dtype=torch.int32)
+    table = torch.randperm(300, generator=g)[:5 * 50].view(5, 50).int()
     out = topk_indices(x.to(device), 150, lengths=lengths.to(device), block_table=table.to(device),
                        page_size=64, chunk=1024).cpu()
-    for r in range(4):
+    for r in range(5):
         pos = reference.topk_indices(x[r:r + 1, : min(int(lengths[r]), n)], 150)[0]
         pos = pos[pos >= 0].long().sort().values
         want = (table[r, pos // 64].long() * 64 + pos % 64).tolist()
         assert out[r][out[r] >= 0].tolist() == want, f"row {r}"  # in position order
     assert (out[3] == -1).all()
-    for bad in (1000, 512, 16384):
+    for bad in (1000, 512, 16384, -1):
         with pytest.raises(ValueError, match="chunk"):
             topk_indices(x.to(device), 4, chunk=bad)
 

@@ -14,15 +14,27 @@ import torch
 from fp8mla._checks import check_int, check_page_size, check_pow2, check_tensor
 from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.kernels.topk_chunked import (
+    _topk_compact_kernel,
     _topk_count_kernel,
     _topk_emit_kernel,
     _topk_pass_kernel,
+    _topk_select_compacted_kernel,
 )
 
 __all__ = ["topk_indices", "MAX_TOPK"]
 
 MAX_TOPK = 4096
 MIN_BLOCK, MAX_BLOCK = 1024, 8192
+# rows longer than this take several programs each, CHUNK logits per program (H200, B=64:
+# benchmarks/results/h200-20261129-s4-topk.json)
+CHUNKED_ABOVE, CHUNK = 16384, 2048
+COMPACT_AFTER = 4  # digit passes over the whole row before its candidates are compacted
+
+
+def compact_capacity(k: int) -> int:
+    """Candidates a chunked row may keep after COMPACT_AFTER passes and still finish in one
+    program on registers: room for k plus as many ties at the prefix (1024–8192)."""
+    return min(MAX_BLOCK, max(MIN_BLOCK, 1 << (2 * k - 1).bit_length()))
 
 
 def _block(length: int) -> tuple[int, int, int]:
@@ -55,8 +67,8 @@ def topk_indices(
     block_table: int32 [requests, max_pages] with page_size: emit slots instead of positions;
     row r belongs to request r // rows_per_request (s_q for decode rows).
     chunk: logits per program (a power of two, 1024–8192) to spread each row over several
-    programs (`fp8mla.kernels.topk_chunked`: one launch per digit, two more to emit); None:
-    one program per row. Not yet the default for any length: it has not been timed on a GPU.
+    programs (`fp8mla.kernels.topk_chunked`); 0: one program per row; None (default): CHUNK
+    for rows longer than CHUNKED_ABOVE, else one program per row.
     Returns int32 [rows, k].
     """
     check_tensor("logits", logits, dtype=torch.float32, ndim=2, contiguous_last=True)
@@ -81,7 +93,9 @@ def topk_indices(
     else:
         block_table = lengths.view(1, -1)  # unused
     out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
-    if chunk is not None:
+    if chunk is None:
+        chunk = CHUNK if length > CHUNKED_ABOVE else 0
+    if chunk != 0:
         check_pow2("chunk", chunk, MIN_BLOCK, MAX_BLOCK)
         if rows and length:
             _chunked(logits, out, block_table, lengths, k, page_size or 1, rows_per_request,
@@ -103,17 +117,31 @@ def _chunked(logits, out, block_table, lengths, k, page_size, rows_per_request, 
              chunk):
     rows, length = logits.shape
     chunks = -(-length // chunk)
-    warps = max(4, chunk // 512)
-    ws = torch.zeros(rows, 48, dtype=torch.int32, device=logits.device)  # state, histogram
-    counts = torch.empty(rows, chunks, 2, dtype=torch.int32, device=logits.device)
+    cap = compact_capacity(k)
+    dev = logits.device
+    ws = torch.zeros(rows, 48, dtype=torch.int32, device=dev)  # state, histogram
+    counts = torch.empty(rows, chunks, 2, dtype=torch.int32, device=dev)
+    cval = torch.empty(rows, cap, dtype=torch.float32, device=dev)  # compacted candidates
+    cpos = torch.empty(rows, cap, dtype=torch.int32, device=dev)
     grid = (rows, chunks)
+    common = dict(CHUNK=chunk, num_warps=max(4, chunk // 512))
+    chunks_p2 = max(2, 1 << (chunks - 1).bit_length())
     for p in range(32 // 4):  # one launch per 4-bit digit; settled rows return at once
         _topk_pass_kernel[grid](logits, lengths, ws, logits.stride(0), k, length, chunks,
-                                FIRST=p == 0, CHUNK=chunk, num_warps=warps)
+                                FIRST=p == 0, **common)
+        if p == COMPACT_AFTER - 1:
+            _topk_count_kernel[grid](logits, lengths, ws, counts, logits.stride(0), k, length,
+                                     chunks, **common)
+            _topk_compact_kernel[grid](logits, lengths, ws, counts, cval, cpos,
+                                       logits.stride(0), k, length, chunks, CAP=cap,
+                                       CHUNKS_P2=chunks_p2, **common)
+    # rows not compacted (candidates past cap): counts at the final prefix, then emit
     _topk_count_kernel[grid](logits, lengths, ws, counts, logits.stride(0), k, length, chunks,
-                             CHUNK=chunk, num_warps=warps)
+                             **common)
     _topk_emit_kernel[grid](logits, out, block_table, lengths, ws, counts, logits.stride(0),
                             out.stride(0), block_table.stride(0), k, page_size, length, chunks,
-                            CHUNK=chunk, CHUNKS_P2=max(2, 1 << (chunks - 1).bit_length()),
-                            ROWS_PER_REQ=rows_per_request, TO_SLOTS=to_slots,
-                            num_warps=warps)
+                            CHUNKS_P2=chunks_p2, ROWS_PER_REQ=rows_per_request,
+                            TO_SLOTS=to_slots, **common)
+    _topk_select_compacted_kernel[(rows,)](
+        cval, cpos, out, block_table, ws, out.stride(0), block_table.stride(0), k, page_size,
+        CAP=cap, ROWS_PER_REQ=rows_per_request, TO_SLOTS=to_slots, num_warps=max(4, cap // 512))

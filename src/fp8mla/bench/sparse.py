@@ -21,7 +21,7 @@ from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantiz
 from fp8mla.indexer import indexer_logits_paged
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
-from fp8mla.topk import topk_indices
+from fp8mla.topk import CHUNKED_ABOVE, topk_indices
 
 __all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk"]
 
@@ -29,7 +29,8 @@ SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64
 INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
 # B=1 × 4160: the demo's row (a 65-page table at ctx 4096), timed from a graph like the others
 TOPK_CASES = [(1, 4160, 2048), (64, 32768, 2048), (64, 131072, 2048)]
-TOPK_CHUNKS = (4096, 8192)  # also timed with several programs per row (rows > one chunk)
+# top-k also timed with one program per row (chunk 0) and other chunk sizes than the default
+TOPK_CHUNKS = (0, 1024, 4096)
 POOL_TOKENS = 1 << 20
 
 
@@ -128,8 +129,8 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
                             2 * 32 * 128 * length * batch, ceiling, env),
                     _record(case, "fp8mla" + suffix, us_topk, moved, None, ceiling, env,
                             note=f"{us_topk / us_logits:.2f} x the logits time")]
-    for chunk in TOPK_CHUNKS:  # several programs per row (topk_indices(chunk=...))
-        if length > chunk:
+    for chunk in TOPK_CHUNKS:  # topk_indices(chunk=...): 0 one program per row, else several
+        if length > max(chunk, CHUNKED_ABOVE):
             fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
             assert set(fn()[0].tolist()) == set(ref.tolist()), f"chunk {chunk}: set differs"
             us = time_us(_timed(fn, device))

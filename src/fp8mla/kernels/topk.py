@@ -79,32 +79,31 @@ def _pad(out_row, n_out, k, BLOCK: tl.constexpr):
 
 @triton.jit
 def _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt, n_eq, k, page_size,
-          TO_SLOTS: tl.constexpr):
+          pos_map, TO_SLOTS: tl.constexpr, MAPPED: tl.constexpr):
     """Store this block's selected positions (or slots) at their ranks; returns the running
-    counts of keys above / matching the prefix."""
+    counts of keys above / matching the prefix. MAPPED: the keys are a compacted copy and
+    pos_map[i] holds the row position of key i."""
     gt, eq = _above_at(valid, key, shift, prefix)
     both = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)  # inclusive
     eq_upto = n_eq + (both >> 16)
     sel = gt | (eq & (eq_upto <= need_eq))
     dst = n_gt + (both & 0xFFFF) + tl.minimum(eq_upto, need_eq) - 1
     val = pos
+    if MAPPED:
+        val = tl.load(pos_map + pos, mask=sel, other=0)
     if TO_SLOTS:
-        page = tl.load(bt_row + pos // page_size, mask=sel, other=0)
-        val = page * page_size + pos % page_size
+        page = tl.load(bt_row + val // page_size, mask=sel, other=0)
+        val = page * page_size + val % page_size
     tl.store(out_row + dst, val, mask=sel & (dst < k))
     return n_gt + tl.sum(gt.to(tl.int32), axis=0), n_eq + tl.sum(eq.to(tl.int32), axis=0)
 
 
 @triton.jit
-def _topk_kernel(
-    logits_ptr, out_ptr, block_table_ptr, length_ptr,
-    stride_lr, stride_or, stride_bt, k, page_size, num_cols,
-    BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, TAIL: tl.constexpr,
-    ROWS_PER_REQ: tl.constexpr, TO_SLOTS: tl.constexpr,
-):
-    r = tl.program_id(0)
-    row = logits_ptr + r.to(tl.int64) * stride_lr
-    length = tl.minimum(tl.load(length_ptr + r), num_cols)  # never past the row
+def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, BLOCK: tl.constexpr,
+                ONE_BLOCK: tl.constexpr, TAIL: tl.constexpr, TO_SLOTS: tl.constexpr,
+                MAPPED: tl.constexpr):
+    """The top k of row[:length] into out_row (see the module docstring); MAPPED: row is a
+    compacted copy whose key i sits at position pos_map[i] of the original row."""
     if ONE_BLOCK:  # the row in registers: BLOCK keys, then TAIL more (0: none)
         pos1, valid1, key1 = _load_keys(row, 0, length, BLOCK)
         if TAIL > 0:
@@ -141,20 +140,33 @@ def _topk_kernel(
     need_eq = tl.where(take_all, 0, k_rem)  # keys with the prefix that are in the top k
 
     # --- emit positions in order: rank = (# above so far) + min(# equal so far, need_eq) ------
-    out_row = out_ptr + r.to(tl.int64) * stride_or
-    bt_row = block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt
     n_gt = 0
     n_eq = 0
     if ONE_BLOCK:
         n_gt, n_eq = _emit(out_row, bt_row, pos1, valid1, key1, shift, prefix, need_eq, n_gt,
-                           n_eq, k, page_size, TO_SLOTS)
+                           n_eq, k, page_size, pos_map, TO_SLOTS, MAPPED)
         if TAIL > 0:
             n_gt, n_eq = _emit(out_row, bt_row, pos2, valid2, key2, shift, prefix, need_eq,
-                               n_gt, n_eq, k, page_size, TO_SLOTS)
+                               n_gt, n_eq, k, page_size, pos_map, TO_SLOTS, MAPPED)
     else:
         for s0 in range(0, length, BLOCK):
             pos, valid, key = _load_keys(row, s0, length, BLOCK)
             n_gt, n_eq = _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt,
-                               n_eq, k, page_size, TO_SLOTS)
+                               n_eq, k, page_size, pos_map, TO_SLOTS, MAPPED)
     # --- pad -------------------------------------------------------------------------------------
     _pad(out_row, n_gt + tl.minimum(n_eq, need_eq), k, BLOCK)
+
+
+@triton.jit
+def _topk_kernel(
+    logits_ptr, out_ptr, block_table_ptr, length_ptr,
+    stride_lr, stride_or, stride_bt, k, page_size, num_cols,
+    BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, TAIL: tl.constexpr,
+    ROWS_PER_REQ: tl.constexpr, TO_SLOTS: tl.constexpr,
+):
+    r = tl.program_id(0)
+    _select_row(logits_ptr + r.to(tl.int64) * stride_lr,
+                tl.minimum(tl.load(length_ptr + r), num_cols),  # never past the row
+                out_ptr + r.to(tl.int64) * stride_or,
+                block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt, out_ptr, k,
+                page_size, BLOCK, ONE_BLOCK, TAIL, TO_SLOTS, False)
