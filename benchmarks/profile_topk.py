@@ -31,7 +31,7 @@ for rows, length, ties in ((64, 16384, False), (64, 32768, False), (64, 131072, 
     us_logits = time_us(graphed(lambda: indexer_logits_paged(
         q, w, cache.layer(0), table, lens, max_len=length, check=False)))
     # the tie rule (lower positions first) by a stable descending sort; no −inf in these rows
-    ref = torch.sort(logits, 1, descending=True, stable=True).indices[:, :K].int().sort(1).values
+    ref = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :K].int().sort(1).values
     for chunk in (None, 0, 1024, 2048, 4096):
         fn = lambda c=chunk: topk_indices(logits, K, chunk=c)  # noqa: E731
         assert torch.equal(fn().sort(1).values, ref), f"chunk {chunk}: selection differs"
