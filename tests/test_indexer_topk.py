@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fp8mla import indexer as indexer_mod
 from fp8mla import reference
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.dsa import dsa_decode_step
@@ -46,10 +47,21 @@ def _ref_paged(cache, table, lens, q, w, s_q, max_len):
     return torch.cat(rows)
 
 
+@pytest.fixture(params=["fill", "span"])
+def tiles_per_program(request, monkeypatch):
+    """fill: the launcher's choice (one key tile per program at these sizes); span: each
+    program walks MAX_TILES_PER_PROGRAM tiles (as long rows do on a GPU), windows starting and
+    ending inside its span."""
+    if request.param == "span":
+        monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("q_dtype", [torch.float8_e4m3fn, torch.bfloat16])
 @pytest.mark.parametrize("heads,s_q,lens,page_size", [(1, 1, [5], 1), (32, 2, [70, 3], 16),
                                                       (64, 4, [130], 64), (7, 3, [2, 40], 16)])
-def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page_size):
+def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page_size,
+                                         tiles_per_program):
     cache, table = _index_cache(lens, page_size, device, seed=heads)
     g = torch.Generator().manual_seed(heads + 1)
     q = torch.randn(len(lens), s_q, heads, 128, generator=g).to(q_dtype).to(device)
@@ -62,12 +74,12 @@ def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page
     assert_close(out, ref, atol=1e-3, rtol=1e-3)
 
 
-def test_indexer_ragged_windows(device):
-    kb, ks = quantize_index_keys(torch.randn(90, 128))
-    q = torch.randn(4, 64, 128).to(torch.float8_e4m3fn)
-    w = torch.rand(4, 64)
-    starts = torch.tensor([0, 10, 5, 89], dtype=torch.int32)
-    ends = torch.tensor([90, 30, 5, 90], dtype=torch.int32)
+def test_indexer_ragged_windows(device, tiles_per_program):
+    kb, ks = quantize_index_keys(torch.randn(300, 128))
+    q = torch.randn(5, 64, 128).to(torch.float8_e4m3fn)
+    w = torch.rand(5, 64)
+    starts = torch.tensor([0, 10, 5, 89, 70], dtype=torch.int32)
+    ends = torch.tensor([90, 30, 5, 300, 250], dtype=torch.int32)
     out = indexer_logits_ragged(q.to(device), w.to(device), kb.to(device), ks.to(device),
                                 starts.to(device), ends.to(device))
     ref = reference.indexer_logits(q.float(), w, dequantize_index_keys(kb, ks), starts, ends)

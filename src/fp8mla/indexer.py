@@ -24,6 +24,21 @@ BLOCK_S = 64
 _Q_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16)
 
 
+NUM_STAGES = 3
+MAX_TILES_PER_PROGRAM = 8
+PROGRAMS_PER_SM = 4
+
+
+def tiles_per_program(rows: int, tiles: int, num_sms: int) -> int:
+    """Key tiles (BLOCK_S positions) per program: the most, up to MAX_TILES_PER_PROGRAM, that
+    still leave PROGRAMS_PER_SM programs per SM (q is converted once per program; a B=1 decode
+    row of 4K keys keeps one tile per program)."""
+    n = MAX_TILES_PER_PROGRAM
+    while n > 1 and rows * triton.cdiv(tiles, n) < PROGRAMS_PER_SM * num_sms:
+        n //= 2
+    return n
+
+
 def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """q as the kernel reads it: fp8 → int32 words [..., 32]; 16-bit as is."""
     if q.dtype == torch.float8_e4m3fn:
@@ -38,16 +53,18 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
     target = target_for(q.device)
     qv, q_fp8 = _q_view(q)
     sw = 1.0 if target.hw_fp8 else SW_DEQUANT_SCALE
-    grid = (rows, triton.cdiv(out.shape[1], BLOCK_S))
     if rows == 0 or out.shape[1] == 0:
         return out
+    tiles = triton.cdiv(out.shape[1], BLOCK_S)
+    per_program = tiles_per_program(rows, tiles, target.num_sms)
+    grid = (rows, triton.cdiv(tiles, per_program))
     _indexer_logits_kernel[grid](
         qv, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out,
         qv.stride(0), weights.stride(0), block_table.stride(0), out.stride(0),
-        heads, out.shape[1], page_size,
+        heads, out.shape[1], page_size, per_program * BLOCK_S,
         S_Q=rows_per_req, H_P2=max(16, triton.next_power_of_2(heads)), BLOCK_S=BLOCK_S,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
-        OUT_SCALE=sw * (sw if q_fp8 else 1.0), num_warps=4,
+        OUT_SCALE=sw * (sw if q_fp8 else 1.0), num_warps=4, num_stages=NUM_STAGES,
     )
     return out
 

@@ -6,7 +6,12 @@
 Windows: contiguous keys take lo / hi per row; paged decode takes the context lengths and
 derives them (query i of S_Q in a request of length L sees [0, L − S_Q + 1 + i)).
 
-One program per (query row, BLOCK_S key positions). Keys are e4m3 bytes read as 32-bit words
+One program per (query row, ``span`` key positions), span a multiple of BLOCK_S chosen by the
+launcher (more positions per program when rows × positions leave programs to spare): q is loaded
+and converted once per program, then the program walks the span's tiles that meet the row's
+window (a loop the compiler pipelines) and writes −inf over the tiles outside it. With one tile
+per program, q's conversion costs as much as the keys' (H × 128 values each). Keys are e4m3
+bytes read as 32-bit words
 (four values each, converted to fp16 lanes as in the decode kernel, lane j = dims 4c + j) with
 one float32 scale per key. Key addressing:
 - PAGED (DeepGEMM's ``fp8_paged_mqa_logits`` cache): per page, page_size · 128 key bytes, then
@@ -39,56 +44,67 @@ def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
 
 
 @triton.jit
+def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_size,
+              PAGED: tl.constexpr):
+    """Keys at offs_s (masked by in_win): words [BLOCK_S, 32] and float32 scales [BLOCK_S]."""
+    offs_c = tl.arange(0, 32)
+    if PAGED:
+        page = tl.load(bt_row + offs_s // page_size, mask=in_win, other=0).to(tl.int64)
+        off = offs_s % page_size
+        page_words = page * page_size * 33  # a page is page_size · 132 bytes
+        words = tl.load(k_u32_ptr + (page_words + off * 32)[:, None] + offs_c[None, :],
+                        mask=in_win[:, None], other=0)
+        k_scale = tl.load(k_f32_ptr + page_words + page_size * 32 + off, mask=in_win, other=0.0)
+    else:
+        pos = offs_s.to(tl.int64)
+        words = tl.load(k_u32_ptr + (pos * 32)[:, None] + offs_c[None, :],
+                        mask=in_win[:, None], other=0)
+        k_scale = tl.load(k_scale_ptr + pos, mask=in_win, other=0.0)
+    return words, k_scale
+
+
+@triton.jit
 def _indexer_logits_kernel(
     q_ptr, w_ptr, k_u32_ptr, k_f32_ptr, k_scale_ptr, block_table_ptr, lo_ptr, hi_ptr, out_ptr,
     stride_qr, stride_wr, stride_bt, stride_or,
-    num_heads, max_len, page_size,
+    num_heads, max_len, page_size, span,
     S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
     Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
 ):
     r = tl.program_id(0)
-    s0 = tl.program_id(1) * BLOCK_S
-    offs_s = s0 + tl.arange(0, BLOCK_S)
+    base = tl.program_id(1) * span
     if PAGED:  # hi_ptr: the requests' context lengths; row r is query r % S_Q of its request
         lo = 0
         hi = tl.maximum(tl.load(hi_ptr + r // S_Q) - S_Q + 1 + r % S_Q, 0)
     else:
         lo = tl.load(lo_ptr + r)
         hi = tl.load(hi_ptr + r)
-    in_win = (offs_s >= lo) & (offs_s < hi)
     out_row = out_ptr + r.to(tl.int64) * stride_or
-    if (s0 + BLOCK_S <= lo) | (s0 >= hi):
-        tl.store(out_row + offs_s, tl.full((BLOCK_S,), float("-inf"), tl.float32),
-                 mask=offs_s < max_len)
-    else:
-        offs_c = tl.arange(0, 32)
-        if PAGED:
-            b = r // S_Q
-            page = tl.load(block_table_ptr + b.to(tl.int64) * stride_bt + offs_s // page_size,
-                           mask=in_win, other=0).to(tl.int64)
-            off = offs_s % page_size
-            page_words = page * page_size * 33  # a page is page_size · 132 bytes
-            words = tl.load(k_u32_ptr + (page_words + off * 32)[:, None] + offs_c[None, :],
-                            mask=in_win[:, None], other=0)
-            k_scale = tl.load(k_f32_ptr + page_words + page_size * 32 + off, mask=in_win,
-                              other=0.0)
-        else:
-            pos = offs_s.to(tl.int64)
-            words = tl.load(k_u32_ptr + (pos * 32)[:, None] + offs_c[None, :],
-                            mask=in_win[:, None], other=0)
-            k_scale = tl.load(k_scale_ptr + pos, mask=in_win, other=0.0)
-        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+    # the span's tiles that meet the window: [t_lo, t_hi); the others are −inf throughout
+    t_lo = tl.maximum(base, lo - lo % BLOCK_S)
+    t_hi = tl.minimum(base + span, hi)
+    for s0 in range(base, base + span, BLOCK_S):
+        if (s0 < t_lo) | (s0 >= t_hi):
+            offs_s = s0 + tl.arange(0, BLOCK_S)
+            tl.store(out_row + offs_s, tl.full((BLOCK_S,), float("-inf"), tl.float32),
+                     mask=offs_s < max_len)
 
-        offs_h = tl.arange(0, H_P2)
-        mask_h = offs_h < num_heads
-        q0, q1, q2, q3 = _q_lanes(q_ptr + r.to(tl.int64) * stride_qr, offs_h, mask_h, Q_FP8,
-                                  HW_FP8)
+    offs_h = tl.arange(0, H_P2)
+    mask_h = offs_h < num_heads
+    q0, q1, q2, q3 = _q_lanes(q_ptr + r.to(tl.int64) * stride_qr, offs_h, mask_h, Q_FP8, HW_FP8)
+    w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
+    bt_row = block_table_ptr + (r // S_Q).to(tl.int64) * stride_bt
+    for s0 in range(t_lo, t_hi, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        in_win = (offs_s >= lo) & (offs_s < hi)
+        words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win,
+                                   page_size, PAGED)
+        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
         s = tl.zeros((H_P2, BLOCK_S), tl.float32)
         s = mma(q0, tl.trans(k0), s, DOT_F32)
         s = mma(q1, tl.trans(k1), s, DOT_F32)
         s = mma(q2, tl.trans(k2), s, DOT_F32)
         s = mma(q3, tl.trans(k3), s, DOT_F32)
-        w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
         logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0) * (k_scale * OUT_SCALE)
         tl.store(out_row + offs_s, tl.where(in_win, logit, float("-inf")),
                  mask=offs_s < max_len)
