@@ -26,7 +26,7 @@ __all__ = ["topk_indices", "MAX_TOPK"]
 MAX_TOPK = 4096
 MIN_BLOCK, MAX_BLOCK = 1024, 8192
 # rows longer than this take several programs each, CHUNK logits per program (H200, B=64:
-# benchmarks/results/h200-20261129-s4-topk.json)
+# benchmarks/results/h200-20261129-s4-topk-profile.json)
 CHUNKED_ABOVE, CHUNK = 16384, 2048
 COMPACT_AFTER = 4  # digit passes over the whole row before its candidates are compacted
 
@@ -68,7 +68,11 @@ def topk_indices(
     row r belongs to request r // rows_per_request (s_q for decode rows).
     chunk: logits per program (a power of two, 1024–8192) to spread each row over several
     programs (`fp8mla.kernels.topk_chunked`); 0: one program per row; None (default): CHUNK
-    for rows longer than CHUNKED_ABOVE, else one program per row.
+    for rows longer than CHUNKED_ABOVE, else one program per row. Either path selects the same
+    positions in the same order. The chunked path is 17 launches, meant for CUDA graphs (B=64
+    rows of 32K: 82 µs; one program per row: 123 µs); called eagerly with nothing else queued
+    on the GPU, its launches take ~350 µs of host time — pass chunk=0 there. (The choice
+    cannot follow graph capture: a kernel first launched inside a capture breaks it.)
     Returns int32 [rows, k].
     """
     check_tensor("logits", logits, dtype=torch.float32, ndim=2, contiguous_last=True)
