@@ -99,11 +99,13 @@ def _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt, n_eq, 
 
 
 @triton.jit
-def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, BLOCK: tl.constexpr,
-                ONE_BLOCK: tl.constexpr, TAIL: tl.constexpr, TO_SLOTS: tl.constexpr,
-                MAPPED: tl.constexpr):
-    """The top k of row[:length] into out_row (see the module docstring); MAPPED: row is a
-    compacted copy whose key i sits at position pos_map[i] of the original row."""
+def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, prefix, shift, k_rem,
+                settled, n_valid, BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr,
+                TAIL: tl.constexpr, TO_SLOTS: tl.constexpr, MAPPED: tl.constexpr):
+    """The top k of row[:length] into out_row (see the module docstring), the radix select
+    starting from (prefix, shift, k_rem, settled, n_valid) — (0, 32, k, 0, 0) from scratch, or a
+    state found by earlier passes over a longer row whose candidates this row holds; MAPPED: row
+    is a compacted copy whose key i sits at position pos_map[i] of the original row."""
     if ONE_BLOCK:  # the row in registers: BLOCK keys, then TAIL more (0: none)
         pos1, valid1, key1 = _load_keys(row, 0, length, BLOCK)
         if TAIL > 0:
@@ -112,11 +114,7 @@ def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, BLOCK: tl.c
     # --- radix select, one 4-bit digit per pass, down to the prefix P that the k-th largest key
     # shares with exactly the keys still needed (then every key with prefix P is taken; with
     # distinct logits that happens after 3-4 passes of 8) ---------------------------------------
-    prefix = tl.zeros((), tl.uint32)
-    shift = 32  # bits below the prefix
-    k_rem = k  # keys still needed among those matching the prefix
-    n_valid = 0
-    settled = 0
+    # shift: bits below the prefix; k_rem: keys still needed among those matching the prefix
     while (shift > 0) & (settled == 0):
         shift -= DIGIT_BITS
         if ONE_BLOCK:
@@ -169,4 +167,6 @@ def _topk_kernel(
                 tl.minimum(tl.load(length_ptr + r), num_cols),  # never past the row
                 out_ptr + r.to(tl.int64) * stride_or,
                 block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt, out_ptr, k,
-                page_size, BLOCK, ONE_BLOCK, TAIL, TO_SLOTS, False)
+                page_size, tl.zeros((), tl.uint32), tl.full((), 32, tl.int32),
+                tl.full((), k, tl.int32), tl.zeros((), tl.int32), tl.zeros((), tl.int32), BLOCK,
+                ONE_BLOCK, TAIL, TO_SLOTS, False)

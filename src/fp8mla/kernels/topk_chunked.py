@@ -14,9 +14,10 @@ state (prefix bits, shift, k_rem, settled, n_valid, compacted), a 32-bin histogr
   above or at the prefix, a superset of its top k — fit CAP, each chunk copies its candidates
   (value and position, in position order) to the row's compact buffer at the offset of the
   counts before it, and the row is marked compacted; `_topk_select_compacted_kernel` then
-  finishes the row in one program on registers (`_select_row` over ≤ CAP keys). A digit pass
-  costs the same whether 10 or all of a chunk's keys match the prefix, and distinct logits need
-  ~6 of the 8 to settle; after 4 (16 bits) a few hundred candidates remain on 128K rows.
+  finishes the row in one program on registers (`_select_row` over ≤ CAP keys, going on from
+  the digits already found). A digit pass costs the same whether 10 or all of a chunk's keys
+  match the prefix (H200: ≈ 9 µs per 2M keys), and distinct logits need ~6 of the 8 digits to
+  settle; after 4 (16 bits) a few hundred candidates beyond the top k remain on 128K rows.
 - Rows whose candidates exceed CAP (heavy ties) go on: the remaining digit passes, then
   `_topk_count_kernel` and `_topk_emit_kernel` — each chunk's ranks start after the counts of
   the chunks before it (positions stay in ascending order, ties lowest-positioned first); the
@@ -158,11 +159,15 @@ def _topk_select_compacted_kernel(cval_ptr, cpos_ptr, out_ptr, block_table_ptr, 
                                   stride_or, stride_bt, k, page_size, CAP: tl.constexpr,
                                   ROWS_PER_REQ: tl.constexpr, TO_SLOTS: tl.constexpr):
     r = tl.program_id(0)
-    n_cand = tl.load(ws_ptr + r.to(tl.int64) * WS_WORDS + ST_COMPACT) - 1
-    if n_cand >= 0:
+    ws = ws_ptr + r.to(tl.int64) * WS_WORDS
+    n_cand = tl.load(ws + ST_COMPACT) - 1
+    if n_cand >= 0:  # the select goes on from the digits the passes found
         _select_row(cval_ptr + r.to(tl.int64) * CAP, n_cand, out_ptr + r.to(tl.int64) * stride_or,
                     block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt,
-                    cpos_ptr + r.to(tl.int64) * CAP, k, page_size, CAP, True, 0, TO_SLOTS, True)
+                    cpos_ptr + r.to(tl.int64) * CAP, k, page_size,
+                    tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True), tl.load(ws + ST_SHIFT),
+                    tl.load(ws + ST_KREM), tl.load(ws + ST_SETTLED), tl.load(ws + ST_NVALID),
+                    CAP, True, 0, TO_SLOTS, True)
 
 
 @triton.jit
