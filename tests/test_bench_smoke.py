@@ -19,7 +19,7 @@ def test_sparse_case_smoke(device):
 
 
 def test_indexer_topk_cases_smoke(device, monkeypatch):
-    monkeypatch.setattr(bench_sparse, "TOPK_CHUNKS", (1024,))  # the GPU run: 4096, 8192
+    monkeypatch.setattr(bench_sparse, "TOPK_CHUNKS", (1024,))  # the GPU run: 0, 1024, 4096
     recs = bench_sparse.run_indexer_topk(ENV, 1.0, device=device, indexer_cases=[(2, 128, 32)],
                                          topk_cases=[(2, 256, 16), (1, 1100, 16)])
     assert [r.case for r in recs] == ["indexer/fp8/B2-ctx128-Hi32"] + ["topk/B2-len256-k16"] * 4 \

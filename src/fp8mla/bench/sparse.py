@@ -130,7 +130,7 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
                     _record(case, "fp8mla" + suffix, us_topk, moved, None, ceiling, env,
                             note=f"{us_topk / us_logits:.2f} x the logits time")]
     for chunk in TOPK_CHUNKS:  # topk_indices(chunk=...): 0 one program per row, else several
-        if length > max(chunk, CHUNKED_ABOVE):
+        if (length > CHUNKED_ABOVE) if chunk == 0 else (length > chunk):  # not the default
             fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
             assert set(fn()[0].tolist()) == set(ref.tolist()), f"chunk {chunk}: set differs"
             us = time_us(_timed(fn, device))
