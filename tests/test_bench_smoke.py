@@ -3,6 +3,7 @@ device, so a GPU session spends its minutes measuring, not debugging."""
 
 import pytest
 
+from fp8mla import topk
 from fp8mla.bench import sparse as bench_sparse
 
 ENV = dict(gpu="test", torch="x", triton="x", date="2026-01-01", commit="x")
@@ -19,10 +20,15 @@ def test_sparse_case_smoke(device):
 
 
 def test_indexer_topk_cases_smoke(device, monkeypatch):
-    monkeypatch.setattr(bench_sparse, "TOPK_CHUNKS", (1024,))  # the GPU run: 0, 1024, 4096
+    # the 1100-logit row counts as long (chunked by default), so one program per row (chunk 0)
+    # and 1024-logit chunks are timed beside the default; the GPU run: 0, 1024, 4096
+    monkeypatch.setattr(bench_sparse, "TOPK_CHUNKS", (0, 1024))
+    monkeypatch.setattr(bench_sparse, "CHUNKED_ABOVE", 1024)
+    monkeypatch.setattr(topk, "CHUNKED_ABOVE", 1024)
     recs = bench_sparse.run_indexer_topk(ENV, 1.0, device=device, indexer_cases=[(2, 128, 32)],
                                          topk_cases=[(2, 256, 16), (1, 1100, 16)])
     assert [r.case for r in recs] == ["indexer/fp8/B2-ctx128-Hi32"] + ["topk/B2-len256-k16"] * 4 \
-        + ["topk/B1-len1100-k16"] * 5
+        + ["topk/B1-len1100-k16"] * 6
     timed = ["indexer", "fp8mla", "indexer_graph", "fp8mla_graph"]
-    assert [r.backend for r in recs] == ["fp8mla"] + timed * 2 + ["fp8mla_graph_chunk1024"]
+    assert [r.backend for r in recs] == ["fp8mla"] + timed * 2 \
+        + ["fp8mla_graph_chunk0", "fp8mla_graph_chunk1024"]

@@ -9,7 +9,9 @@ from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.dsa import dsa_decode_step
 from fp8mla.formats import dequantize_index_keys, quantize_index_keys
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
+from fp8mla.kernels.topk_chunked import ST_COMPACT
 from fp8mla.testing import assert_close
+from fp8mla import topk
 from fp8mla.topk import compact_capacity, topk_indices
 from helpers import POISON_PAD, paged_cache
 
@@ -50,10 +52,11 @@ def _ref_paged(cache, table, lens, q, w, s_q, max_len):
 @pytest.fixture(params=["fill", "span"])
 def tiles_per_program(request, monkeypatch):
     """fill: the launcher's choice (one key tile per program at these sizes); span: each
-    program walks MAX_TILES_PER_PROGRAM tiles (as long rows do on a GPU), windows starting and
-    ending inside its span."""
+    program walks two tiles (as long rows do on a GPU, up to MAX_TILES_PER_PROGRAM), programs
+    starting past position 0, windows starting and ending inside their spans."""
     if request.param == "span":
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
+        monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 2)
     return request.param
 
 
@@ -183,7 +186,7 @@ def test_topk_chunked_slots_lengths_and_bad_chunk(device):
     x = torch.randint(0, 25, (5, n), generator=g).float()
     x[0, 1000:1100] = 99.0  # a plateau across the first chunk boundary, cut by k
     x[0, 2000:3100] = 98.0  # ties beyond the capacity just below it
-    x[1] = torch.randn(n, generator=g)  # distinct: settles early
+    x[1] = torch.randn(n, generator=g)  # distinct: unsettled after 4 digits, compacted
     x[3] = float("-inf")
     x[4] = 7.0
     lengths = torch.tensor([n, n + 500, 2500, n, n], dtype=torch.int32)
@@ -199,6 +202,29 @@ def test_topk_chunked_slots_lengths_and_bad_chunk(device):
     for bad in (1000, 512, 16384, -1):
         with pytest.raises(ValueError, match="chunk"):
             topk_indices(x.to(device), 4, chunk=bad)
+
+
+def test_topk_chunked_compaction_paths(device):
+    """Which rows the compaction takes (the workspace says: 1 + candidates, or 0) and that both
+    paths select exactly: candidates = capacity (compacted), capacity + 1 (not), as many valid
+    keys as k (all taken), distinct values (compacted, the select going on from 4 digits)."""
+    k, n = 150, 3 * 1024 + 100
+    cap = compact_capacity(k)
+    g = torch.Generator().manual_seed(5)
+    x = torch.full((4, n), float("-inf"))
+    x[0, torch.randperm(n, generator=g)[:cap]] = 5.0  # cap equal keys: candidates = cap
+    x[1, torch.randperm(n, generator=g)[:cap + 1]] = 5.0
+    x[2, torch.randperm(n, generator=g)[:k]] = torch.randn(k, generator=g)
+    x[3] = torch.randn(n, generator=g)
+    xd = x.to(device)
+    out = torch.empty(4, k, dtype=torch.int32, device=device)
+    lengths = torch.full((4,), n, dtype=torch.int32, device=device)
+    ws = topk._chunked(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, 1024).cpu()
+    flag = ws[:, ST_COMPACT.value]
+    assert flag[:3].tolist() == [cap + 1, 0, k + 1] and flag[3] > k
+    ref = reference.topk_indices(x, k)
+    for r in range(4):
+        assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
 
 
 def test_topk_slots_and_lengths(device):

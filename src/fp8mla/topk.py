@@ -12,22 +12,25 @@ from __future__ import annotations
 import torch
 
 from fp8mla._checks import check_int, check_page_size, check_pow2, check_tensor
-from fp8mla.kernels.topk import _topk_kernel
+from fp8mla.kernels.topk import DIGIT_BITS, _topk_kernel
 from fp8mla.kernels.topk_chunked import (
+    WS_WORDS,
     _topk_compact_kernel,
     _topk_count_kernel,
     _topk_emit_kernel,
     _topk_pass_kernel,
     _topk_select_compacted_kernel,
 )
+from fp8mla.runtime import target_for
 
 __all__ = ["topk_indices", "MAX_TOPK"]
 
 MAX_TOPK = 4096
 MIN_BLOCK, MAX_BLOCK = 1024, 8192
-# rows longer than this take several programs each, CHUNK logits per program (H200, B=64:
-# benchmarks/results/h200-20261129-s4-topk-profile.json)
-CHUNKED_ABOVE, CHUNK = 16384, 2048
+# rows longer than this take several programs each, CHUNK logits per program, while there are
+# no more than CHUNKED_ROWS_PER_SM rows per SM (H200, 64 and 256 rows of 32K and 128K:
+# benchmarks/results/h200-20261129-s4-topk-profile.json; more rows fill the GPU anyway)
+CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 16384, 2048, 2
 COMPACT_AFTER = 4  # digit passes over the whole row before its candidates are compacted
 
 
@@ -68,11 +71,13 @@ def topk_indices(
     row r belongs to request r // rows_per_request (s_q for decode rows).
     chunk: logits per program (a power of two, 1024–8192) to spread each row over several
     programs (`fp8mla.kernels.topk_chunked`); 0: one program per row; None (default): CHUNK
-    for rows longer than CHUNKED_ABOVE, else one program per row. Either path selects the same
-    positions in the same order. The chunked path is 17 launches, meant for CUDA graphs (B=64
-    rows of 32K: 82 µs; one program per row: 123 µs); called eagerly with nothing else queued
-    on the GPU, its launches take ~350 µs of host time — pass chunk=0 there. (The choice
-    cannot follow graph capture: a kernel first launched inside a capture breaks it.)
+    for rows longer than CHUNKED_ABOVE when there are at most CHUNKED_ROWS_PER_SM rows per SM,
+    else one program per row. Either path selects the same positions in the same order. The
+    chunked path is 14 kernels, meant for CUDA graphs (B=64 rows of 32K: 82 µs; one program
+    per row: 123 µs); called eagerly with nothing else queued on the GPU their launches take
+    ~350 µs of host time — pass chunk=0 there. (The choice cannot follow graph capture: a
+    kernel first launched inside a capture breaks it.) Its workspace: rows · (48 + 2 · chunks
+    + 2 · compact_capacity(k)) int32 — 33 KB per row at k = 2048.
     Returns int32 [rows, k].
     """
     check_tensor("logits", logits, dtype=torch.float32, ndim=2, contiguous_last=True)
@@ -98,7 +103,8 @@ def topk_indices(
         block_table = lengths.view(1, -1)  # unused
     out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
     if chunk is None:
-        chunk = CHUNK if length > CHUNKED_ABOVE else 0
+        few_rows = rows <= CHUNKED_ROWS_PER_SM * target_for(logits.device).num_sms
+        chunk = CHUNK if length > CHUNKED_ABOVE and few_rows else 0
     if chunk != 0:
         check_pow2("chunk", chunk, MIN_BLOCK, MAX_BLOCK)
         if rows and length:
@@ -123,14 +129,14 @@ def _chunked(logits, out, block_table, lengths, k, page_size, rows_per_request, 
     chunks = -(-length // chunk)
     cap = compact_capacity(k)
     dev = logits.device
-    ws = torch.zeros(rows, 48, dtype=torch.int32, device=dev)  # state, histogram
+    ws = torch.zeros(rows, WS_WORDS.value, dtype=torch.int32, device=dev)  # state, histogram
     counts = torch.empty(rows, chunks, 2, dtype=torch.int32, device=dev)
     cval = torch.empty(rows, cap, dtype=torch.float32, device=dev)  # compacted candidates
     cpos = torch.empty(rows, cap, dtype=torch.int32, device=dev)
     grid = (rows, chunks)
     common = dict(CHUNK=chunk, num_warps=max(4, chunk // 512))
     chunks_p2 = max(2, 1 << (chunks - 1).bit_length())
-    for p in range(32 // 4):  # one launch per 4-bit digit; settled rows return at once
+    for p in range(32 // DIGIT_BITS.value):  # one launch per digit; settled rows return at once
         _topk_pass_kernel[grid](logits, lengths, ws, logits.stride(0), k, length, chunks,
                                 FIRST=p == 0, **common)
         if p == COMPACT_AFTER - 1:
@@ -149,3 +155,4 @@ def _chunked(logits, out, block_table, lengths, k, page_size, rows_per_request, 
     _topk_select_compacted_kernel[(rows,)](
         cval, cpos, out, block_table, ws, out.stride(0), block_table.stride(0), k, page_size,
         CAP=cap, ROWS_PER_REQ=rows_per_request, TO_SLOTS=to_slots, num_warps=max(4, cap // 512))
+    return ws  # per row: the radix state and whether (1 + candidates) it was compacted

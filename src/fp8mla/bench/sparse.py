@@ -115,9 +115,10 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
                                              check=False)
     logits = logits_fn()
     topk_fn = lambda: topk_indices(logits, k)
-    got = topk_fn()
-    ref = torch.topk(logits[0], k).indices
-    assert set(got[0].tolist()) == set(ref.tolist()), "top-k set differs from torch.topk"
+    # every row, with the tie rule (lower positions first) by a stable descending sort
+    ref = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k].int()
+    ref = ref.sort(1).values
+    assert torch.equal(topk_fn(), ref), "top-k differs from the stable-sort reference"
     case = f"topk/B{batch}-len{length}-k{k}"
     # eager (DESIGN.md §9's `indexer` / `fp8mla`) and CUDA-graph replays (`*_graph`: how a
     # decode step runs them; a one-row top-k is shorter than its Python launch path)
@@ -132,7 +133,7 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
     for chunk in TOPK_CHUNKS:  # topk_indices(chunk=...): 0 one program per row, else several
         if (length > CHUNKED_ABOVE) if chunk == 0 else (length > chunk):  # not the default
             fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
-            assert set(fn()[0].tolist()) == set(ref.tolist()), f"chunk {chunk}: set differs"
+            assert torch.equal(fn(), ref), f"chunk {chunk}: top-k differs"
             us = time_us(_timed(fn, device))
             records.append(_record(case, f"fp8mla_graph_chunk{chunk}", us, moved, None,
                                    ceiling, env, note=f"{us / us_logits:.2f} x the logits time"))

@@ -82,29 +82,31 @@ def _indexer_logits_kernel(
     out_row = out_ptr + r.to(tl.int64) * stride_or
     # the span's tiles that meet the window: [t_lo, t_hi); the others are −inf throughout
     t_lo = tl.maximum(base, lo - lo % BLOCK_S)
-    t_hi = tl.minimum(base + span, hi)
+    t_hi = tl.minimum(tl.minimum(base + span, hi), max_len)  # never past the output
     for s0 in range(base, base + span, BLOCK_S):
         if (s0 < t_lo) | (s0 >= t_hi):
             offs_s = s0 + tl.arange(0, BLOCK_S)
             tl.store(out_row + offs_s, tl.full((BLOCK_S,), float("-inf"), tl.float32),
                      mask=offs_s < max_len)
 
-    offs_h = tl.arange(0, H_P2)
-    mask_h = offs_h < num_heads
-    q0, q1, q2, q3 = _q_lanes(q_ptr + r.to(tl.int64) * stride_qr, offs_h, mask_h, Q_FP8, HW_FP8)
-    w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
-    bt_row = block_table_ptr + (r // S_Q).to(tl.int64) * stride_bt
-    for s0 in range(t_lo, t_hi, BLOCK_S):
-        offs_s = s0 + tl.arange(0, BLOCK_S)
-        in_win = (offs_s >= lo) & (offs_s < hi)
-        words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win,
-                                   page_size, PAGED)
-        k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
-        s = tl.zeros((H_P2, BLOCK_S), tl.float32)
-        s = mma(q0, tl.trans(k0), s, DOT_F32)
-        s = mma(q1, tl.trans(k1), s, DOT_F32)
-        s = mma(q2, tl.trans(k2), s, DOT_F32)
-        s = mma(q3, tl.trans(k3), s, DOT_F32)
-        logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0) * (k_scale * OUT_SCALE)
-        tl.store(out_row + offs_s, tl.where(in_win, logit, float("-inf")),
-                 mask=offs_s < max_len)
+    if t_lo < t_hi:  # q only where a tile is computed (a short row in a wide output has none)
+        offs_h = tl.arange(0, H_P2)
+        mask_h = offs_h < num_heads
+        q0, q1, q2, q3 = _q_lanes(q_ptr + r.to(tl.int64) * stride_qr, offs_h, mask_h, Q_FP8,
+                                  HW_FP8)
+        w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
+        bt_row = block_table_ptr + (r // S_Q).to(tl.int64) * stride_bt
+        for s0 in range(t_lo, t_hi, BLOCK_S):
+            offs_s = s0 + tl.arange(0, BLOCK_S)
+            in_win = (offs_s >= lo) & (offs_s < hi) & (offs_s < max_len)
+            words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s,
+                                       in_win, page_size, PAGED)
+            k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+            s = tl.zeros((H_P2, BLOCK_S), tl.float32)
+            s = mma(q0, tl.trans(k0), s, DOT_F32)
+            s = mma(q1, tl.trans(k1), s, DOT_F32)
+            s = mma(q2, tl.trans(k2), s, DOT_F32)
+            s = mma(q3, tl.trans(k3), s, DOT_F32)
+            logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0) * (k_scale * OUT_SCALE)
+            tl.store(out_row + offs_s, tl.where(in_win, logit, float("-inf")),
+                     mask=offs_s < max_len)

@@ -4,8 +4,9 @@ Keys: float32 logits mapped to order-preserving uint32 (flip all bits of negativ
 of the rest; −0 as +0); −inf and NaN are never candidates. Passes find the k-th largest key's
 bits four at a time (a 16-bin histogram of the next digit among keys matching the digits found
 so far; 4-bit digits keep the warp-ballot histogram at ~10 instructions per key, 8-bit ones cost
-~90) and stop once every key with the prefix found belongs to the top k: 3–4 passes on distinct
-logits, all 8 when ties reach the last digit. A last pass, in position order, emits every
+~90) and stop once every key with the prefix found belongs to the top k, or the row has no more
+than k candidates: 2–4 passes on 4K rows of distinct logits, 5–7 on 32K ones, all 8 when ties
+reach the last digit. A last pass, in position order, emits every
 position whose key is above the prefix and the lowest-positioned ones that match it until k are
 taken (one prefix scan of both counts packed into an int32). Output positions are in ascending
 order; a row with fewer than k candidates emits them all and pads with −1. Optionally each
@@ -112,8 +113,7 @@ def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, prefix, shi
             pos2, valid2, key2 = _load_keys(row, BLOCK, length, TAIL)
 
     # --- radix select, one 4-bit digit per pass, down to the prefix P that the k-th largest key
-    # shares with exactly the keys still needed (then every key with prefix P is taken; with
-    # distinct logits that happens after 3-4 passes of 8) ---------------------------------------
+    # shares with exactly the keys still needed (then every key with prefix P is taken) ------
     # shift: bits below the prefix; k_rem: keys still needed among those matching the prefix
     while (shift > 0) & (settled == 0):
         shift -= DIGIT_BITS
@@ -130,7 +130,7 @@ def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, prefix, shi
         n_valid = tl.where(shift == 32 - DIGIT_BITS, total, n_valid)
         k_rem = k_rem - above
         prefix = (prefix << DIGIT_BITS) | d.to(tl.uint32)
-        settled = (at_d == k_rem).to(tl.int32)
+        settled = ((at_d == k_rem) | (n_valid <= k)).to(tl.int32)  # ≤ k candidates: all
     # fewer than k candidates: all of them (every valid key's prefix is above the 0 prefix)
     take_all = n_valid <= k
     prefix = tl.where(take_all, 0, prefix)

@@ -17,7 +17,8 @@ state (prefix bits, shift, k_rem, settled, n_valid, compacted), a 32-bin histogr
   finishes the row in one program on registers (`_select_row` over ≤ CAP keys, going on from
   the digits already found). A digit pass costs the same whether 10 or all of a chunk's keys
   match the prefix (H200: ≈ 9 µs per 2M keys), and distinct logits need ~6 of the 8 digits to
-  settle; after 4 (16 bits) a few hundred candidates beyond the top k remain on 128K rows.
+  settle (2–4 on a 4K row, 5–7 on a 32K one); after 4 (16 bits) tens to hundreds of
+  candidates beyond the top k remain on 128K rows of normally distributed logits.
 - Rows whose candidates exceed CAP (heavy ties) go on: the remaining digit passes, then
   `_topk_count_kernel` and `_topk_emit_kernel` — each chunk's ranks start after the counts of
   the chunks before it (positions stay in ascending order, ties lowest-positioned first); the
@@ -87,7 +88,10 @@ def _topk_pass_kernel(logits_ptr, length_ptr, ws_ptr, stride_lr, k, num_cols, nu
             tl.store(ws + ST_PREFIX, prefix.to(tl.int32, bitcast=True))
             tl.store(ws + ST_SHIFT, shift)
             tl.store(ws + ST_KREM, k_rem)
-            tl.store(ws + ST_SETTLED, (at_d == k_rem).to(tl.int32))
+            if FIRST:  # rows with no more than k candidates take them all: nothing to find
+                tl.store(ws + ST_SETTLED, ((at_d == k_rem) | (total <= k)).to(tl.int32))
+            else:
+                tl.store(ws + ST_SETTLED, (at_d == k_rem).to(tl.int32))
             tl.atomic_xchg(ws + TICKET, 0, sem="release")
 
 
