@@ -1,10 +1,13 @@
 """The benchmark cases' set-up and correctness checks run (tiny sizes, no timing) on any
 device, so a GPU session spends its minutes measuring, not debugging."""
 
+from dataclasses import replace
+
 import pytest
 
 from fp8mla import topk
 from fp8mla.bench import sparse as bench_sparse
+from fp8mla.runtime import decode_config
 
 ENV = dict(gpu="test", torch="x", triton="x", date="2026-01-01", commit="x")
 
@@ -17,6 +20,11 @@ def no_timing(monkeypatch):
 def test_sparse_case_smoke(device):
     rec = bench_sparse.run_sparse(2, 8, 32, 2, ENV, 1.0, device=device, pool_tokens=4096)[0]
     assert rec.case == "sparse_decode/fp8_ds_mla/B2-H8-topk32-sq2" and rec.TFLOPS > 0
+    # a configuration and split count of benchmarks/sparse_variants.py reach the plan
+    cfg = replace(decode_config(90, "fp8_ds_mla", 8, 1), block_n=32)
+    rec = bench_sparse.run_sparse(2, 8, 64, 1, ENV, 1.0, device=device, pool_tokens=4096,
+                                  config=cfg, num_splits=2)[0]
+    assert rec.note.startswith("splits=2 block_n=32 ")
 
 
 def test_indexer_topk_cases_smoke(device, monkeypatch):

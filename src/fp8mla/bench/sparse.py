@@ -47,9 +47,10 @@ def _record(case, backend, us, moved, flops, ceiling, env, note=None):
 
 
 def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
-               device="cuda", pool_tokens=POOL_TOKENS) -> list[Record]:
+               device="cuda", pool_tokens=POOL_TOKENS, config=None,
+               num_splits=None) -> list[Record]:
     """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
-    graph."""
+    graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py)."""
     g = torch.Generator().manual_seed(batch * heads + s_q)
     fmt = kv_format(fmt_name)
     rows = torch.empty(pool_tokens, fmt.row_bytes, dtype=torch.uint8, device=device)
@@ -61,7 +62,8 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     t = batch * s_q
     idx = torch.randint(0, pool_tokens, (t, topk), generator=g, dtype=torch.int32).to(device)
     q = torch.randn(t, heads, KV_DIM, generator=g).bfloat16().to(device)
-    plan = SparsePlan(num_queries=t, num_heads=heads, topk=topk, kv_format=fmt, device=device)
+    plan = SparsePlan(num_queries=t, num_heads=heads, topk=topk, kv_format=fmt, device=device,
+                      config=config, num_splits=num_splits)
     fn = lambda: plan.run(q, rows, idx, check=False)
     out, lse = fn()
     n_ref = min(t, 2)  # the reference on the first queries
