@@ -13,6 +13,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
+from fp8mla.indexer import KEYS_AS_ROWS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.kernels.indexer import _indexer_logits_kernel
 from fp8mla.kernels.rope import _rope_kernel
@@ -59,7 +60,7 @@ INDEXER_SIG = {
     "q_ptr": "*i32", "w_ptr": "*fp32", "k_u32_ptr": "*i32", "k_f32_ptr": "*fp32",
     "k_scale_ptr": "*fp32", "block_table_ptr": "*i32", "lo_ptr": "*i32", "hi_ptr": "*i32",
     "out_ptr": "*fp32", "stride_qr": "i32", "stride_wr": "i32", "stride_bt": "i32",
-    "stride_or": "i32", "num_heads": "i32", "max_len": "i32", "page_size": "i32",
+    "stride_or": "i32", "num_heads": "i32", "max_len": "i32", "page_shift": "i32",
     "span": "i32",
 }
 TOPK_SIG = {
@@ -143,7 +144,8 @@ def compile_target(cc):
     for heads in (32, 64):  # GLM-5, DeepSeek-V3.2 index heads; fp8 q, paged keys (decode)
         lines.append(row(f"indexer/Hi{heads}", cc, compile_for(_indexer_logits_kernel,
             INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
-                          "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0},
+                          "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0,
+                          "KEYS_AS_ROWS": KEYS_AS_ROWS},
             cc, num_stages=INDEXER_STAGES)))
     lines.append(row("rms_norm", cc, compile_for(_rms_norm_kernel, NORM_SIG, {"BLOCK": 2048},
                                                  cc)))

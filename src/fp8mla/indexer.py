@@ -26,6 +26,14 @@ _Q_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16)
 
 NUM_STAGES = 2  # 3 measured 28% slower at B=64 ctx 32K (h200-20261129-s4-indexer-variants.json)
 MAX_TILES_PER_PROGRAM = 8
+# Scores as [keys, heads] (a warpgroup MMA with the keys as rows; the head sum stays within a
+# thread's quad) instead of [heads, keys] (a cross-warp reduction through shared memory every
+# tile). The kernel is issue-bound: at 32 heads the measured 117.5 µs (B=64, 32K keys) is
+# ≈ 830 cycles per 64-key tile per SM against 887 SASS instructions per thread per tile × 4
+# warps over 4 schedulers. sm_90 SASS per tile (benchmarks/sass_indexer.py), with the page
+# shift: 621 → 526 at 32 heads, 1,198 → 550 at 64 (without it: 887 / 1,636). Not yet timed on
+# a GPU; benchmarks/indexer_variants.py sweeps both orientations.
+KEYS_AS_ROWS = True
 PROGRAMS_PER_SM = 4
 
 
@@ -61,10 +69,11 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
     _indexer_logits_kernel[grid](
         qv, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out,
         qv.stride(0), weights.stride(0), block_table.stride(0), out.stride(0),
-        heads, out.shape[1], page_size, per_program * BLOCK_S,
+        heads, out.shape[1], page_size.bit_length() - 1, per_program * BLOCK_S,
         S_Q=rows_per_req, H_P2=max(16, triton.next_power_of_2(heads)), BLOCK_S=BLOCK_S,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
-        OUT_SCALE=sw * (sw if q_fp8 else 1.0), num_warps=4, num_stages=NUM_STAGES,
+        OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS, num_warps=4,
+        num_stages=NUM_STAGES,
     )
     return out
 

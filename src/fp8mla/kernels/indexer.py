@@ -18,6 +18,9 @@ one float32 scale per key. Key addressing:
   page_size float32 scales; row r belongs to request r // S_Q, whose block table maps positions.
 - contiguous (``fp8_mqa_logits``): key bytes [S, 128] and scales [S] as separate tensors.
 q is fp8 (words, same conversion; its per-token scale is folded into w) or bf16 / fp16.
+KEYS_AS_ROWS: scores as [keys, heads], so the ReLU-weighted sum over heads stays within each
+thread's quad; otherwise [heads, keys] and that sum crosses warps through shared memory every
+tile (the instruction counts are in `fp8mla.indexer`).
 """
 
 import triton
@@ -44,17 +47,19 @@ def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
 
 
 @triton.jit
-def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_size,
+def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_shift,
               PAGED: tl.constexpr):
-    """Keys at offs_s (masked by in_win): words [BLOCK_S, 32] and float32 scales [BLOCK_S]."""
+    """Keys at offs_s (masked by in_win): words [BLOCK_S, 32] and float32 scales [BLOCK_S].
+    Pages hold 2^page_shift keys (shifts and masks, not a division by a runtime page size)."""
     offs_c = tl.arange(0, 32)
     if PAGED:
-        page = tl.load(bt_row + offs_s // page_size, mask=in_win, other=0).to(tl.int64)
-        off = offs_s % page_size
-        page_words = page * page_size * 33  # a page is page_size · 132 bytes
+        page = tl.load(bt_row + (offs_s >> page_shift), mask=in_win, other=0).to(tl.int64)
+        off = offs_s & ((1 << page_shift) - 1)
+        page_words = (page << page_shift) * 33  # a page is page_size · 132 bytes
         words = tl.load(k_u32_ptr + (page_words + off * 32)[:, None] + offs_c[None, :],
                         mask=in_win[:, None], other=0)
-        k_scale = tl.load(k_f32_ptr + page_words + page_size * 32 + off, mask=in_win, other=0.0)
+        k_scale = tl.load(k_f32_ptr + page_words + (32 << page_shift) + off, mask=in_win,
+                          other=0.0)
     else:
         pos = offs_s.to(tl.int64)
         words = tl.load(k_u32_ptr + (pos * 32)[:, None] + offs_c[None, :],
@@ -67,9 +72,10 @@ def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_si
 def _indexer_logits_kernel(
     q_ptr, w_ptr, k_u32_ptr, k_f32_ptr, k_scale_ptr, block_table_ptr, lo_ptr, hi_ptr, out_ptr,
     stride_qr, stride_wr, stride_bt, stride_or,
-    num_heads, max_len, page_size, span,
+    num_heads, max_len, page_shift, span,
     S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
     Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
+    KEYS_AS_ROWS: tl.constexpr,
 ):
     r = tl.program_id(0)
     base = tl.program_id(1) * span
@@ -100,13 +106,22 @@ def _indexer_logits_kernel(
             offs_s = s0 + tl.arange(0, BLOCK_S)
             in_win = (offs_s >= lo) & (offs_s < hi) & (offs_s < max_len)
             words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s,
-                                       in_win, page_size, PAGED)
+                                       in_win, page_shift, PAGED)
             k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
-            s = tl.zeros((H_P2, BLOCK_S), tl.float32)
-            s = mma(q0, tl.trans(k0), s, DOT_F32)
-            s = mma(q1, tl.trans(k1), s, DOT_F32)
-            s = mma(q2, tl.trans(k2), s, DOT_F32)
-            s = mma(q3, tl.trans(k3), s, DOT_F32)
-            logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0) * (k_scale * OUT_SCALE)
+            if KEYS_AS_ROWS:  # scores [BLOCK_S, H]: the head sum stays within a quad
+                s = tl.zeros((BLOCK_S, H_P2), tl.float32)
+                s = mma(k0, tl.trans(q0), s, DOT_F32)
+                s = mma(k1, tl.trans(q1), s, DOT_F32)
+                s = mma(k2, tl.trans(q2), s, DOT_F32)
+                s = mma(k3, tl.trans(q3), s, DOT_F32)
+                logit = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+            else:  # scores [H, BLOCK_S]
+                s = tl.zeros((H_P2, BLOCK_S), tl.float32)
+                s = mma(q0, tl.trans(k0), s, DOT_F32)
+                s = mma(q1, tl.trans(k1), s, DOT_F32)
+                s = mma(q2, tl.trans(k2), s, DOT_F32)
+                s = mma(q3, tl.trans(k3), s, DOT_F32)
+                logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0)
+            logit = logit * (k_scale * OUT_SCALE)
             tl.store(out_row + offs_s, tl.where(in_win, logit, float("-inf")),
                      mask=offs_s < max_len)
