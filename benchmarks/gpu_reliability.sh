@@ -4,17 +4,8 @@
 #   bash benchmarks/gpu_reliability.sh            (logs and JSON under $OUT, packed in one tar)
 #   SUITE=0 SOAK=0 bash benchmarks/gpu_reliability.sh   (fuzz + sanitizers only: one device call)
 set -uo pipefail
-OUT=${OUT:-.out}; W=$OUT/reliability; mkdir -p "$W"
-export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$W/gpu.txt"
-python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$W/gpu.txt"
-run() {  # name timeout command...: log to $W/name.log, exit status to $W/status.txt
-  local name=$1 t=$2; shift 2
-  local t0=$SECONDS
-  timeout "$t" "$@" > "$W/$name.log" 2>&1
-  echo "$name rc=$? seconds=$((SECONDS - t0))" | tee -a "$W/status.txt"
-  tail -3 "$W/$name.log"
-}
+. "$(dirname "$0")/gpu_common.sh"
+gpu_setup reliability
 if [ "${SUITE:-1}" = 1 ]; then  # the whole suite on the GPU (SUITE=0 skips it: ~8-10 min)
   run pytest 240 python3 -m pytest tests -q -p no:cacheprovider --deselect tests/test_portability.py
 fi

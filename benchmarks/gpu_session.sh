@@ -3,15 +3,9 @@
 # demo). Usage: bash benchmarks/gpu_session.sh [sweep]
 # Logs, JSON and the demo chart go under $OUT/bench, packed into $OUT/bench.tar.gz.
 set -uo pipefail
-OUT=${OUT:-.out}; W=$OUT/bench; mkdir -p "$W"
-export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$W/gpu.txt"
-run() {  # name timeout command...: log to $W/name.log, exit status to $W/status.txt
-  local name=$1 t=$2; shift 2
-  local t0=$SECONDS
-  timeout "$t" "$@" 2>&1 | grep -v "it/s]" > "$W/$name.log"
-  echo "$name rc=${PIPESTATUS[0]} seconds=$((SECONDS - t0))" | tee -a "$W/status.txt"
-}
+. "$(dirname "$0")/gpu_common.sh"
+gpu_setup bench
+TAIL_LINES=0  # the summary at the end says what matters
 run decode 200 python3 -m fp8mla.cli bench decode --out "$W/decode.json"
 run sparse 150 python3 -m fp8mla.cli bench sparse --out "$W/sparse.json"
 run compat 100 python3 benchmarks/compat_overhead.py "$W/compat.json"

@@ -3,17 +3,8 @@
 # sweeps behind the indexer, top-k and sparse defaults. Usage: bash benchmarks/gpu_sweeps.sh
 # Logs and JSON under $OUT/sweeps, packed into $OUT/sweeps.tar.gz (the device returns ≤ 8 files).
 set -uo pipefail
-OUT=${OUT:-.out}; W=$OUT/sweeps; mkdir -p "$W"
-export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv > "$W/gpu.txt"
-python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$W/gpu.txt"
-run() {  # name timeout command...: log to $W/name.log, exit status to $W/status.txt
-  local name=$1 t=$2; shift 2
-  local t0=$SECONDS
-  timeout "$t" "$@" > "$W/$name.log" 2>&1
-  echo "$name rc=$? seconds=$((SECONDS - t0))" | tee -a "$W/status.txt"
-  tail -2 "$W/$name.log"
-}
+. "$(dirname "$0")/gpu_common.sh"
+gpu_setup sweeps
 run tests 90 python3 -m pytest -q -p no:cacheprovider tests/test_indexer_topk.py
 run indexer_variants 90 python3 benchmarks/indexer_variants.py "$W/indexer_variants.json"
 run profile_topk 120 python3 benchmarks/profile_topk.py "$W/profile_topk.json"

@@ -1,0 +1,18 @@
+# Sourced by the gpu_*.sh scripts: `gpu_setup NAME` makes $W = $OUT/NAME with the GPU, driver,
+# clocks and torch/triton versions in $W/gpu.txt; `run NAME TIMEOUT COMMAND...` logs the
+# command to $W/NAME.log (progress bars dropped), its exit status and seconds to $W/status.txt,
+# and prints the log's last $TAIL_LINES lines (default 3; 0: none).
+gpu_setup() {
+  OUT=${OUT:-.out}; W=$OUT/$1; mkdir -p "$W"
+  export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+    --format=csv > "$W/gpu.txt"
+  python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$W/gpu.txt"
+}
+run() {
+  local name=$1 t=$2; shift 2
+  local t0=$SECONDS
+  timeout "$t" "$@" 2>&1 | grep -v "it/s]" > "$W/$name.log"
+  echo "$name rc=${PIPESTATUS[0]} seconds=$((SECONDS - t0))" | tee -a "$W/status.txt"
+  if [ "${TAIL_LINES:-3}" -gt 0 ]; then tail -n "${TAIL_LINES:-3}" "$W/$name.log"; fi
+}
