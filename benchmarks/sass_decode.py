@@ -45,6 +45,19 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
                           options={"num_warps": num_warps, "num_stages": stages})
 
 
+ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")  # what marks an instruction line of nvdisasm
+
+
+def kernel_mix(sass: str) -> Counter:
+    """Opcode mix of every instruction of a kernel (straight-line kernels: what one call costs)."""
+    return Counter(opcode(line) for line in sass.split("\n") if ADDRESS.search(line))
+
+
+def mix_phrase(ops: Counter, n: int = 12) -> str:
+    """The n most frequent opcodes with their counts, as one phrase."""
+    return ", ".join(f"{op} {c}" for op, c in ops.most_common(n))
+
+
 def loop_mix(sass: str) -> tuple[int, Counter]:
     """Instruction count and opcode mix of the longest backward branch's body (the tile loop)."""
     label_at, pending, instrs = {}, [], []
@@ -53,7 +66,7 @@ def loop_mix(sass: str) -> tuple[int, Counter]:
         if label:
             pending.append(label.group(1))
             continue
-        addr = re.search(r"/\*([0-9a-f]{4,})\*/", line)
+        addr = ADDRESS.search(line)
         if addr:
             for name in pending:
                 label_at[name] = int(addr.group(1), 16)
@@ -104,8 +117,7 @@ def main() -> None:
     n, ops = loop_mix(sass)
     print(f"triton {triton.__version__} sm_90 {fmt} heads/program {heads} block_n {block_n} "
           f"stages {stages} warps {warps}: {resources(kernel, usage)}")
-    print(f"tile loop: {n} instructions per thread: "
-          + ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
+    print(f"tile loop: {n} instructions per thread: {mix_phrase(ops)}")
 
 
 if __name__ == "__main__":

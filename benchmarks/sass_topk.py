@@ -8,14 +8,12 @@ that version generates (the H200 runs triton 3.6).
 """
 
 import os
-import re
 import sys
-from collections import Counter
 
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from sass_decode import disassemble, opcode, resources  # noqa: E402
+from sass_decode import disassemble, kernel_mix, mix_phrase, resources  # noqa: E402
 
 from fp8mla.kernels.topk import _topk_kernel  # noqa: E402
 from portability_compile import TOPK_SIG, compile_for  # noqa: E402
@@ -27,12 +25,10 @@ def main() -> None:
         "BLOCK": block, "ONE_BLOCK": True, "TAIL": tail, "ROWS_PER_REQ": 1, "TO_SLOTS": True},
         90, num_warps=warps)
     usage, sass = disassemble(kernel)
-    ops = Counter(opcode(line) for line in sass.split("\n")
-                  if re.search(r"/\*[0-9a-f]{4,}\*/", line))
+    ops = kernel_mix(sass)
     print(f"triton {triton.__version__} sm_90 top-k block {block} tail {tail} warps {warps}: "
           f"{resources(kernel, usage)}")
-    print(f"{sum(ops.values())} instructions per thread: "
-          + ", ".join(f"{op} {c}" for op, c in ops.most_common(12)))
+    print(f"{sum(ops.values())} instructions per thread: {mix_phrase(ops)}")
 
 
 if __name__ == "__main__":
