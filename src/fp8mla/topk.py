@@ -34,10 +34,15 @@ CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 16384, 2048, 2
 COMPACT_AFTER = 4  # digit passes over the whole row before its candidates are compacted
 
 
+def _pow2_block(n: int) -> int:
+    """The smallest power of two holding n, within [MIN_BLOCK, MAX_BLOCK]."""
+    return min(MAX_BLOCK, max(MIN_BLOCK, 1 << max(0, n - 1).bit_length()))
+
+
 def compact_capacity(k: int) -> int:
     """Candidates a chunked row may keep after COMPACT_AFTER passes and still finish in one
     program on registers: room for k plus as many ties at the prefix (1024–8192)."""
-    return min(MAX_BLOCK, max(MIN_BLOCK, 1 << (2 * k - 1).bit_length()))
+    return _pow2_block(2 * k)
 
 
 def _block(length: int) -> tuple[int, int, int]:
@@ -47,7 +52,7 @@ def _block(length: int) -> tuple[int, int, int]:
     past one (a 4160-logit row takes 4096 + a 256 tail, not an 8192 block; the tail holds at
     least one key per thread). Compiled for sm_80–sm_120 by tests/test_portability.py;
     registers: benchmarks/sass_topk.py."""
-    block = min(MAX_BLOCK, max(MIN_BLOCK, 1 << max(0, length - 1).bit_length()))
+    block = _pow2_block(length)
     warps = max(4, block // 512)
     half = block // 2
     rest = length - half
