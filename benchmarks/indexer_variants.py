@@ -9,6 +9,7 @@ output (bit for bit within an orientation; the two orientations sum in different
 import itertools
 import json
 import sys
+from functools import partial
 
 import torch
 
@@ -21,8 +22,8 @@ DEFAULTS = indexer.MAX_TILES_PER_PROGRAM, indexer.NUM_STAGES, indexer.KEYS_AS_RO
 results = []
 for batch, ctx, heads in ((64, 32768, 32), (64, 32768, 64), (1, 4160, 32)):
     cache, table, q, w, lens = _index_problem(batch, ctx, heads, "cuda", seed=1)
-    fn = lambda: indexer.indexer_logits_paged(q, w, cache.layer(0), table, lens,  # noqa: E731
-                                              max_len=ctx, check=False)
+    fn = partial(indexer.indexer_logits_paged, q, w, cache.layer(0), table, lens, max_len=ctx,
+                 check=False)
     indexer.MAX_TILES_PER_PROGRAM, indexer.NUM_STAGES, indexer.KEYS_AS_ROWS = DEFAULTS
     want = fn()  # the defaults' output: every variant must match it bit for bit
     for rows_keys, tiles, stages in itertools.product((True, False), (1, 4, 8, 16), (2, 3)):

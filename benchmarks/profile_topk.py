@@ -12,12 +12,13 @@ then take full time, not ~1 µs).
 import json
 import sys
 from collections import defaultdict
+from functools import partial
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from fp8mla.bench.harness import graphed, time_us
-from fp8mla.bench.sparse import _index_problem
+from fp8mla.bench.sparse import _index_problem, topk_reference
 from fp8mla.indexer import indexer_logits_paged
 from fp8mla.topk import topk_indices
 
@@ -26,15 +27,15 @@ results = []
 for rows, length, ties in ((64, 16384, False), (64, 32768, False), (64, 131072, False),
                            (256, 32768, False), (8, 131072, False), (64, 32768, True)):
     cache, table, q, w, lens = _index_problem(rows, length, 32, "cuda", seed=1)
-    logits = indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=length, check=False)
+    logits_fn = partial(indexer_logits_paged, q, w, cache.layer(0), table, lens, max_len=length,
+                        check=False)
+    logits = logits_fn()
     if ties:  # ~12 levels: each holds thousands of a row's 32K logits
         logits = ((logits - logits.mean()) / logits.std() * 2).round()
-    us_logits = time_us(graphed(lambda: indexer_logits_paged(
-        q, w, cache.layer(0), table, lens, max_len=length, check=False)))
-    # the tie rule (lower positions first) by a stable descending sort; no −inf in these rows
-    ref = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :K].int().sort(1).values
+    us_logits = time_us(graphed(logits_fn))
+    ref = topk_reference(logits, K)  # no −inf in these rows
     for chunk in (None, 0, 1024, 2048, 4096):
-        fn = lambda c=chunk: topk_indices(logits, K, chunk=c)  # noqa: E731
+        fn = partial(topk_indices, logits, K, chunk=chunk)
         assert torch.equal(fn().sort(1).values, ref), f"chunk {chunk}: selection differs"
         replay = graphed(fn)
         us = time_us(replay)

@@ -12,9 +12,9 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.indexer import KEYS_AS_ROWS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
+from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.kernels.indexer import _indexer_logits_kernel
 from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel

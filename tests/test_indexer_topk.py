@@ -4,14 +4,13 @@ import pytest
 import torch
 
 from fp8mla import indexer as indexer_mod
-from fp8mla import reference
+from fp8mla import reference, topk
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.dsa import dsa_decode_step
 from fp8mla.formats import dequantize_index_keys, quantize_index_keys
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.kernels.topk_chunked import ST_COMPACT
 from fp8mla.testing import assert_close
-from fp8mla import topk
 from fp8mla.topk import compact_capacity, topk_indices
 from helpers import POISON_PAD, paged_cache
 

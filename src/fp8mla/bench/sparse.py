@@ -111,15 +111,20 @@ def _indexer_case(batch, ctx, heads, env, ceiling, device) -> Record:
                         f"{batch * ctx * 4 / 1e6:.0f} MB")
 
 
+def topk_reference(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """`topk_indices`' answer for rows of at least k finite logits, fast on a GPU: a stable
+    descending sort applies the tie rule (lower positions first); positions ascending, int32."""
+    return torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k].int().sort(
+        1).values
+
+
 def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
     cache, table, q, w, lens = _index_problem(batch, length, 32, device, seed=1)
     logits_fn = lambda: indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=length,
                                              check=False)
     logits = logits_fn()
     topk_fn = lambda: topk_indices(logits, k)
-    # every row, with the tie rule (lower positions first) by a stable descending sort
-    ref = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k].int()
-    ref = ref.sort(1).values
+    ref = topk_reference(logits, k)  # every row
     assert torch.equal(topk_fn(), ref), "top-k differs from the stable-sort reference"
     case = f"topk/B{batch}-len{length}-k{k}"
     # eager (DESIGN.md §9's `indexer` / `fp8mla`) and CUDA-graph replays (`*_graph`: how a
