@@ -199,7 +199,8 @@ def test_topk_chunked_slots_lengths_and_bad_chunk(device):
         assert out[r][out[r] >= 0].tolist() == want, f"row {r}"  # in position order
     assert (out[3] == -1).all()
     for bad in (1000, 512, 16384, -1):
-        with pytest.raises(ValueError, match="chunk"):
+        with pytest.raises(ValueError, match=r"chunk: expected None, 0 \(one program per row\) "
+                                             rf"or a power of two in \[1024, 8192\], got {bad}"):
             topk_indices(x.to(device), 4, chunk=bad)
 
 

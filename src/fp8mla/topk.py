@@ -111,7 +111,11 @@ def topk_indices(
         few_rows = rows <= CHUNKED_ROWS_PER_SM * target_for(logits.device).num_sms
         chunk = CHUNK if length > CHUNKED_ABOVE and few_rows else 0
     if chunk != 0:
-        check_pow2("chunk", chunk, MIN_BLOCK, MAX_BLOCK)
+        try:
+            check_pow2("chunk", chunk, MIN_BLOCK, MAX_BLOCK)
+        except (TypeError, ValueError) as e:  # the message names every accepted value
+            raise type(e)(f"chunk: expected None, 0 (one program per row) or a power of two in "
+                          f"[{MIN_BLOCK}, {MAX_BLOCK}], got {chunk!r}") from None
         if rows and length:
             _chunked(logits, out, block_table, lengths, k, page_size or 1, rows_per_request,
                      to_slots, chunk)
