@@ -3,10 +3,10 @@
     python benchmarks/decode_variants.py OUT.json [--quick]
 
 For every case below: the launcher's default configuration first, then the variants (tile
-sizes, warps, pipeline depth, rows prefetched into registers, split count). One JSON row per
-(case, variant) with µs (CUDA-graph replay, median), TB/s, TFLOPS and the ratio to the
-streaming-read ceiling measured in the same run. A variant that fails to compile or to match the
-reference is recorded with its error, not dropped.
+sizes, warps, pipeline depth, MMA orientation `swap`, single conversion `cvt_once`, split
+count). One JSON row per (case, variant) with µs (CUDA-graph replay, median), TB/s, TFLOPS and
+the ratio to the streaming-read ceiling measured in the same run. A variant that fails to
+compile or to match the reference is recorded with its error, not dropped.
 """
 
 from __future__ import annotations
@@ -23,27 +23,24 @@ from fp8mla.runtime import decode_config
 
 # (case, format, [(label, DecodeConfig overrides, num_splits or None), ...]); the launcher's
 # default configuration and split count are always timed first.
-PF = dict(prefetch=True)  # rows of tile i+1 loaded into registers before tile i's math
 PLAN = [
     (DecodeCase(64, 8192, 16), "fp8", [
-        ("prefetch bn32", dict(block_n=32, **PF), None),
-        ("prefetch bn32 w8", dict(block_n=32, num_warps=8, **PF), None),
-        ("prefetch bn64 w8", dict(block_n=64, num_warps=8, **PF), None),
-        ("prefetch bn16", dict(block_n=16, **PF), None),
+        ("maxnreg168", dict(maxnreg=168), None), ("maxnreg128", dict(maxnreg=128), None),
+        ("bn32 maxnreg168", dict(block_n=32, maxnreg=168), None),
+        ("bn32 maxnreg128", dict(block_n=32, maxnreg=128), None),
+        ("bn32 s3 maxnreg168", dict(block_n=32, num_stages=3, maxnreg=168), None),
     ]),
     (DecodeCase(1, 131072, 8), "fp8", [
-        ("prefetch bn32", dict(block_n=32, **PF), None),
-        ("prefetch bn32 w8", dict(block_n=32, num_warps=8, **PF), None),
-        ("prefetch bn64 w8", dict(block_n=64, num_warps=8, **PF), None),
+        ("maxnreg168", dict(maxnreg=168), None),
+        ("bn32 maxnreg128", dict(block_n=32, maxnreg=128), None),
+        ("bn32 s3 maxnreg168", dict(block_n=32, num_stages=3, maxnreg=168), None),
     ]),
     (DecodeCase(64, 8192, 16), "fp8_ds_mla", [
-        ("prefetch bn32", dict(block_n=32, **PF), None),
-        ("prefetch bn32 w8", dict(block_n=32, num_warps=8, **PF), None),
-        ("prefetch bn64 w8", dict(block_n=64, num_warps=8, **PF), None),
+        ("maxnreg168", dict(maxnreg=168), None),
+        ("bn32 maxnreg128", dict(block_n=32, maxnreg=128), None),
     ]),
-    (DecodeCase(64, 8192, 128), "fp8", [
-        ("prefetch bn32", dict(block_n=32, **PF), None),
-    ]),
+    (DecodeCase(64, 8192, 16), "bf16", [("maxnreg128", dict(maxnreg=128), None)]),
+    (DecodeCase(64, 8192, 128), "fp8", [("maxnreg128 w8 bn32", dict(block_n=32, maxnreg=128), None)]),
 ]
 
 

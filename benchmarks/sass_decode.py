@@ -18,12 +18,10 @@ import tempfile
 from collections import Counter
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from fp8mla.kernels.decode import _mla_decode_kernel  # noqa: E402
-from portability_compile import DECODE_SIG, FORMAT_IDS, ROW_BYTES  # noqa: E402
+from portability_compile import DECODE_SIG, FORMAT_IDS, ROW_BYTES, compile_for  # noqa: E402
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
@@ -34,16 +32,8 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
-                  "SPARSE": False, "CAUSAL": True,
-                  "PREFETCH": os.environ.get("PREFETCH") == "1"}
-    sig = {**DECODE_SIG, **{k: "constexpr" for k in constexprs}}
-    # what a launch with real tensors specializes: 16-byte aligned pointers and strides
-    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in DECODE_SIG.items()
-             if v.startswith("*") or k.startswith("stride")}
-    src = ASTSource(fn=fn, signature=sig, attrs=attrs,
-                    constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": num_warps, "num_stages": stages})
+                  "SPARSE": False, "CAUSAL": True}
+    return compile_for(fn, DECODE_SIG, constexprs, 90, num_warps, stages, aligned=True)
 
 
 ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")  # what marks an instruction line of nvdisasm

@@ -27,7 +27,8 @@ def main() -> None:
             kernel = compile_for(_indexer_logits_kernel, INDEXER_SIG, {
                 "S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
                 "HW_FP8": True, "DOT_F32": False, "OUT_SCALE": 1.0,
-                "KEYS_AS_ROWS": keys_as_rows}, 90, num_stages=NUM_STAGES)
+                "KEYS_AS_ROWS": keys_as_rows, "ROWS_ALIGNED": True}, 90,
+                num_stages=NUM_STAGES, aligned=True)
             usage, sass = disassemble(kernel)
             count, mix = loop_mix(sass)
             print(f"triton {triton.__version__} sm_90 indexer heads {heads} "

@@ -93,10 +93,14 @@ KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr":
             "stride_kt": "i32", "page_size": "i32"}
 
 
-def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2):
+def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligned=False):
+    """Compile fn for target cc. aligned: pointers and strides marked divisible by 16, as a
+    launch with real tensors specializes them (what decides vectorized loads; SASS studies)."""
     sig = dict(signature)
     sig.update({k: "constexpr" for k in constexprs})
-    src = ASTSource(fn=fn, signature=sig,
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
+             if aligned and (v.startswith("*") or k.startswith("stride"))}
+    src = ASTSource(fn=fn, signature=sig, attrs=attrs,
                     constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     return triton.compile(src, target=GPUTarget("cuda", cc, 32),
                           options={"num_warps": num_warps, "num_stages": num_stages})
@@ -145,7 +149,7 @@ def compile_target(cc):
         lines.append(row(f"indexer/Hi{heads}", cc, compile_for(_indexer_logits_kernel,
             INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
                           "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0,
-                          "KEYS_AS_ROWS": KEYS_AS_ROWS},
+                          "KEYS_AS_ROWS": KEYS_AS_ROWS, "ROWS_ALIGNED": True},
             cc, num_stages=INDEXER_STAGES)))
     lines.append(row("rms_norm", cc, compile_for(_rms_norm_kernel, NORM_SIG, {"BLOCK": 2048},
                                                  cc)))

@@ -59,7 +59,6 @@ class DecodeConfig:
     num_warps: int
     num_stages: int
     words_2d: bool = False  # FP8 rows as one [BLOCK_N, 128]-word load instead of [BLOCK_N, 4, 32]
-    prefetch: bool = False  # FP8: tile i+1's rows loaded into registers before tile i's math
 
 
 # Per-SM limits by compute capability (CUDA C++ Programming Guide, "Technical Specifications per

@@ -183,7 +183,7 @@ def _mla_decode_kernel(
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
-    SPARSE: tl.constexpr, CAUSAL: tl.constexpr, PREFETCH: tl.constexpr = False,
+    SPARSE: tl.constexpr, CAUSAL: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -246,47 +246,21 @@ def _mla_decode_kernel(
     acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
     acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
     acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
-    if PREFETCH:
-        # tile i+1's rows are loaded into registers (and tile i+2's slots looked up) before
-        # tile i's math, so each program keeps one tile of reads in flight while it computes
-        offs_n, mask_n, slot = _tile_slots(bt_row, start, end, page_shift, num_slots,
+    for n0 in range(start, end, BLOCK_N):
+        offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
                                           BLOCK_N, SPARSE)
-        words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
-                                             FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
-        offs_nx, mask_nx, slot_x = _tile_slots(bt_row, start + BLOCK_N, end, page_shift,
-                                               num_slots, BLOCK_N, SPARSE)
-        for n0 in tl.range(start, end, BLOCK_N, num_stages=1):
-            words_x, scales_x, rope_x = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot_x,
-                                                       mask_nx, FORMAT, ROW_WORDS, WORDS_2D,
-                                                       BLOCK_N)
-            offs_ny, mask_ny, slot_y = _tile_slots(bt_row, n0 + 2 * BLOCK_N, end, page_shift,
-                                                   num_slots, BLOCK_N, SPARSE)
+        if FORMAT == FMT_BF16:
+            k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
+        else:
+            words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
+                                                 FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
             k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
                                         BLOCK_N)
-            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
-                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                k0, k1, k2, k3, DOT_F32)
-            words, scales, rope = words_x, scales_x, rope_x
-            offs_n, mask_n = offs_nx, mask_nx
-            offs_nx, mask_nx, slot_x = offs_ny, mask_ny, slot_y
-    else:
-        for n0 in range(start, end, BLOCK_N):
-            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
-                                              BLOCK_N, SPARSE)
-            if FORMAT == FMT_BF16:
-                k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
-            else:
-                words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
-                                                     FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
-                k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
-                                            BLOCK_N)
-            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
-                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                k0, k1, k2, k3, DOT_F32)
+        qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
+                     HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
+        m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
+            qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+            k0, k1, k2, k3, DOT_F32)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0

@@ -48,7 +48,7 @@ def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
 
 @triton.jit
 def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_shift,
-              PAGED: tl.constexpr):
+              PAGED: tl.constexpr, ROWS_ALIGNED: tl.constexpr):
     """Keys at offs_s (masked by in_win): words [BLOCK_S, 32] and float32 scales [BLOCK_S].
     Pages hold 2^page_shift keys (shifts and masks, not a division by a runtime page size)."""
     offs_c = tl.arange(0, 32)
@@ -56,8 +56,11 @@ def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_sh
         page = tl.load(bt_row + (offs_s >> page_shift), mask=in_win, other=0).to(tl.int64)
         off = offs_s & ((1 << page_shift) - 1)
         page_words = (page << page_shift) * 33  # a page is page_size · 132 bytes
-        words = tl.load(k_u32_ptr + (page_words + off * 32)[:, None] + offs_c[None, :],
-                        mask=in_win[:, None], other=0)
+        row = page_words + off * 32
+        if ROWS_ALIGNED:  # page_size % 4 == 0: every key row starts on 16 bytes (the shift
+            row = tl.multiple_of(row, 4)  # hides it from the compiler: 4-byte copies, −30%)
+        words = tl.load(k_u32_ptr + row[:, None] + offs_c[None, :], mask=in_win[:, None],
+                        other=0)
         k_scale = tl.load(k_f32_ptr + page_words + (32 << page_shift) + off, mask=in_win,
                           other=0.0)
     else:
@@ -75,7 +78,7 @@ def _indexer_logits_kernel(
     num_heads, max_len, page_shift, span,
     S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
     Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
-    KEYS_AS_ROWS: tl.constexpr,
+    KEYS_AS_ROWS: tl.constexpr, ROWS_ALIGNED: tl.constexpr,
 ):
     r = tl.program_id(0)
     base = tl.program_id(1) * span
@@ -106,7 +109,7 @@ def _indexer_logits_kernel(
             offs_s = s0 + tl.arange(0, BLOCK_S)
             in_win = (offs_s >= lo) & (offs_s < hi) & (offs_s < max_len)
             words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s,
-                                       in_win, page_shift, PAGED)
+                                       in_win, page_shift, PAGED, ROWS_ALIGNED)
             k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
             if KEYS_AS_ROWS:  # scores [BLOCK_S, H]: the head sum stays within a quad
                 s = tl.zeros((BLOCK_S, H_P2), tl.float32)
