@@ -32,7 +32,7 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
-                  "SPARSE": False, "CAUSAL": True}
+                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": True}
     return compile_for(fn, DECODE_SIG, constexprs, 90, num_warps, stages, aligned=True)
 
 

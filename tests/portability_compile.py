@@ -125,7 +125,7 @@ def compile_target(cc):
                 "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
                 "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
                 "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": False,
-                "CAUSAL": True,
+                "CAUSAL": True, "FOLD_SCALES": True,
             }, cc, cfg.num_warps, cfg.num_stages)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
         cfg = decode_config(cc, fmt, 8, 1, sparse=True)
@@ -133,7 +133,7 @@ def compile_target(cc):
             "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": 1, "S_Q_P2": 1,
             "HEADS": cfg.heads_per_block, "BLOCK_N": cfg.block_n, "DIRECT": False,
             "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0 if hw else 256.0,
-            "WORDS_2D": cfg.words_2d, "SPARSE": True, "CAUSAL": True,
+            "WORDS_2D": cfg.words_2d, "SPARSE": True, "CAUSAL": True, "FOLD_SCALES": True,
         }, cc, cfg.num_warps, cfg.num_stages)
         lines.append(row(f"sparse/{fmt}/H8", cc, k))
         k = compile_for(_store_kv_kernel, STORE_SIG, {

@@ -289,7 +289,7 @@ class DecodePlan:
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
             WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            FOLD_SCALES=cfg.fold_scales, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         return args, meta
 

@@ -59,6 +59,9 @@ class DecodeConfig:
     num_warps: int
     num_stages: int
     words_2d: bool = False  # FP8 rows as one [BLOCK_N, 128]-word load instead of [BLOCK_N, 4, 32]
+    # fp8_ds_mla at ≤ 16 rows: scales applied to the float32 scores and P per 128-dim tile
+    # instead of multiplied into each fp16 tile (exact for fp32-policy scales too)
+    fold_scales: bool = True
 
 
 # Per-SM limits by compute capability (CUDA C++ Programming Guide, "Technical Specifications per

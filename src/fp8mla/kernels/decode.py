@@ -150,23 +150,84 @@ def _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT: tl
 
 
 @triton.jit
-def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                   k0, k1, k2, k3, DOT_F32: tl.constexpr):
+def _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i):
     """One tile of the online softmax (base 2; entries past a row's causal limit or invalid are
-    −inf) and P · V into the four lane accumulators."""
+    −inf): (new max, new sum, P, the rescale α of what came before)."""
     ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
     qk = tl.where(ok, qk * qk_scale, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.exp2(qk - m_safe[:, None])
     alpha = tl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    return m_new, l_i * alpha + tl.sum(p, axis=1), p, alpha
+
+
+@triton.jit
+def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+                   k0, k1, k2, k3, DOT_F32: tl.constexpr):
+    """One tile of the online softmax and P · V into the four lane accumulators."""
+    m_new, l_i, p, alpha = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i)
     pm = p.to(k0.dtype)
     acc0 = mma(pm, k0, acc0 * alpha[:, None], DOT_F32)
     acc1 = mma(pm, k1, acc1 * alpha[:, None], DOT_F32)
     acc2 = mma(pm, k2, acc2 * alpha[:, None], DOT_F32)
     acc3 = mma(pm, k3, acc3 * alpha[:, None], DOT_F32)
     return m_new, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _q_scale_tile(q_row, row_ok, t: tl.constexpr):
+    """fp8_ds_mla's q lanes for scale tile t (dims 128 t … 128 t + 127): lane j holds dims
+    4 (32 t + c) + j, fp16 [BLOCK_M, 32] each."""
+    c = 32 * t + tl.arange(0, 32)
+    m = row_ok[:, None]
+    return (tl.load(q_row[:, None] + 4 * c[None, :], mask=m, other=0.0).to(tl.float16),
+            tl.load(q_row[:, None] + 4 * c[None, :] + 1, mask=m, other=0.0).to(tl.float16),
+            tl.load(q_row[:, None] + 4 * c[None, :] + 2, mask=m, other=0.0).to(tl.float16),
+            tl.load(q_row[:, None] + 4 * c[None, :] + 3, mask=m, other=0.0).to(tl.float16))
+
+
+@triton.jit
+def _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, t: tl.constexpr, ROW_WORDS: tl.constexpr,
+                   HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr):
+    """fp8_ds_mla rows' scale tile t: its four lanes unscaled, fp16 [BLOCK_N, 32] each, and
+    its float32 scale [BLOCK_N] (times the software conversion's factor)."""
+    row = slot * ROW_WORDS
+    words = tl.load(u32_ptr + row[:, None] + 32 * t + tl.arange(0, 32)[None, :],
+                    mask=mask_n[:, None], other=0)
+    scale = tl.load(f32_ptr + row + 128 + t, mask=mask_n, other=0.0)
+    if not HW_FP8:
+        scale = scale * SW_SCALE
+    k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+    return k0, k1, k2, k3, scale
+
+
+@triton.jit
+def _tile_scores(qk, q0, q1, q2, q3, k0, k1, k2, k3, scale, DOT_F32: tl.constexpr):
+    """qk + scale · (q · k) over one scale tile's 128 dims, the scale applied in float32."""
+    part = mma(q0, tl.trans(k0), tl.zeros(qk.shape, tl.float32), DOT_F32)
+    part = mma(q1, tl.trans(k1), part, DOT_F32)
+    part = mma(q2, tl.trans(k2), part, DOT_F32)
+    part = mma(q3, tl.trans(k3), part, DOT_F32)
+    return qk + part * scale[None, :]
+
+
+@triton.jit
+def _tile_pv(p, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
+    """One scale tile's accumulators [BLOCK_M, 32] per lane: α · acc + (P · scale) · k."""
+    pm = (p * scale[None, :]).to(tl.float16)
+    a0 = mma(pm, k0, a0 * alpha[:, None], DOT_F32)
+    a1 = mma(pm, k1, a1 * alpha[:, None], DOT_F32)
+    a2 = mma(pm, k2, a2 * alpha[:, None], DOT_F32)
+    a3 = mma(pm, k3, a3 * alpha[:, None], DOT_F32)
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def _lane_from_tiles(a, b, c, d, BLOCK_M: tl.constexpr):
+    """A lane's four scale-tile accumulators [BLOCK_M, 32] → [BLOCK_M, 128], column 32 t + c."""
+    x = tl.join(tl.join(a, b), tl.join(c, d))  # [M, 32, 2, 2]: tile 2 · (last) + (third)
+    return tl.reshape(tl.permute(x, (0, 3, 2, 1)), (BLOCK_M, 128))
 
 
 @triton.jit
@@ -183,7 +244,7 @@ def _mla_decode_kernel(
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
-    SPARSE: tl.constexpr, CAUSAL: tl.constexpr,
+    SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -242,25 +303,70 @@ def _mla_decode_kernel(
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc0 = tl.zeros((BLOCK_M, 128), tl.float32)
-    acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
-    acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
-    acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
-                                          BLOCK_N, SPARSE)
-        if FORMAT == FMT_BF16:
-            k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
-        else:
-            words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
-                                                 FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
-            k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
-                                        BLOCK_N)
-        qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
-                     HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-        m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-            qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-            k0, k1, k2, k3, DOT_F32)
+    FOLD: tl.constexpr = (FORMAT == FMT_DS_MLA) & (BLOCK_M <= 16) & FOLD_SCALES
+    if FOLD:
+        # scales folded into the scores and P: q, lanes and accumulators per scale tile
+        # (a, b, c, d = tiles 0..3 of 128 dims), no scaled copy of the tile. sm_90 SASS per
+        # tile at 16 rows: 1,452 → 1,341 instructions; at 64 rows (wgmma) 1,030 → 2,664 with
+        # 776 bytes of spills, hence only for small head blocks
+        qa0, qa1, qa2, qa3 = _q_scale_tile(q_row, row_ok, 0)
+        qb0, qb1, qb2, qb3 = _q_scale_tile(q_row, row_ok, 1)
+        qc0, qc1, qc2, qc3 = _q_scale_tile(q_row, row_ok, 2)
+        qd0, qd1, qd2, qd3 = _q_scale_tile(q_row, row_ok, 3)
+        z = tl.zeros((BLOCK_M, 32), tl.float32)
+        aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3 = z, z, z, z, z, z, z, z
+        ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3 = z, z, z, z, z, z, z, z
+        for n0 in range(start, end, BLOCK_N):
+            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
+                                              BLOCK_N, SPARSE)
+            ka0, ka1, ka2, ka3, sa = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 0,
+                                                    ROW_WORDS, HW_FP8, SW_SCALE)
+            kb0, kb1, kb2, kb3, sb = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 1,
+                                                    ROW_WORDS, HW_FP8, SW_SCALE)
+            kc0, kc1, kc2, kc3, sc = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 2,
+                                                    ROW_WORDS, HW_FP8, SW_SCALE)
+            kd0, kd1, kd2, kd3, sd = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 3,
+                                                    ROW_WORDS, HW_FP8, SW_SCALE)
+            rope = tl.load(bf16_ptr + slot[:, None] * (2 * ROW_WORDS) + 264
+                           + tl.arange(0, 64)[None, :], mask=mask_n[:, None], other=0.0)
+            qk = mma(qr0, tl.trans(rope), tl.zeros((BLOCK_M, BLOCK_N), tl.float32), DOT_F32)
+            qk = _tile_scores(qk, qa0, qa1, qa2, qa3, ka0, ka1, ka2, ka3, sa, DOT_F32)
+            qk = _tile_scores(qk, qb0, qb1, qb2, qb3, kb0, kb1, kb2, kb3, sb, DOT_F32)
+            qk = _tile_scores(qk, qc0, qc1, qc2, qc3, kc0, kc1, kc2, kc3, sc, DOT_F32)
+            qk = _tile_scores(qk, qd0, qd1, qd2, qd3, kd0, kd1, kd2, kd3, sd, DOT_F32)
+            m_i, l_i, p, alpha = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i)
+            aa0, aa1, aa2, aa3 = _tile_pv(p, alpha, sa, aa0, aa1, aa2, aa3, ka0, ka1, ka2, ka3,
+                                          DOT_F32)
+            ab0, ab1, ab2, ab3 = _tile_pv(p, alpha, sb, ab0, ab1, ab2, ab3, kb0, kb1, kb2, kb3,
+                                          DOT_F32)
+            ac0, ac1, ac2, ac3 = _tile_pv(p, alpha, sc, ac0, ac1, ac2, ac3, kc0, kc1, kc2, kc3,
+                                          DOT_F32)
+            ad0, ad1, ad2, ad3 = _tile_pv(p, alpha, sd, ad0, ad1, ad2, ad3, kd0, kd1, kd2, kd3,
+                                          DOT_F32)
+        acc0 = _lane_from_tiles(aa0, ab0, ac0, ad0, BLOCK_M)
+        acc1 = _lane_from_tiles(aa1, ab1, ac1, ad1, BLOCK_M)
+        acc2 = _lane_from_tiles(aa2, ab2, ac2, ad2, BLOCK_M)
+        acc3 = _lane_from_tiles(aa3, ab3, ac3, ad3, BLOCK_M)
+    else:
+        acc0 = tl.zeros((BLOCK_M, 128), tl.float32)
+        acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
+        acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
+        acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
+        for n0 in range(start, end, BLOCK_N):
+            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
+                                              BLOCK_N, SPARSE)
+            if FORMAT == FMT_BF16:
+                k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
+            else:
+                words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
+                                                     FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
+                k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
+                                            BLOCK_N)
+            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
+                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
+            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
+                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
+                k0, k1, k2, k3, DOT_F32)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0
