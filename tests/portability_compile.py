@@ -128,7 +128,7 @@ def compile_target(cc):
                 "CAUSAL": True, "FOLD_SCALES": True,
             }, cc, cfg.num_warps, cfg.num_stages)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
-        cfg = decode_config(cc, fmt, 8, 1, sparse=True)
+        cfg = decode_config(cc, fmt, 8, 1)
         k = compile_for(_mla_decode_kernel, DECODE_SIG, {
             "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": 1, "S_Q_P2": 1,
             "HEADS": cfg.heads_per_block, "BLOCK_N": cfg.block_n, "DIRECT": False,

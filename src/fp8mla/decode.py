@@ -161,8 +161,7 @@ class DecodePlan:
             raise ValueError("cache_seqlens / max_seqlen: expected one of them, got neither")
         check_int("max_seqlen", max_seqlen, lo=0)
         self.target: Target = target_for(self.device)
-        self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
-                                              sparse=self.sparse)
+        self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q)
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
                                device=self.device)

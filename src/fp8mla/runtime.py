@@ -95,12 +95,11 @@ def _max_block_m(cc: int) -> int:
     return 64 if cc in (80, 90) else 32
 
 
-def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
-                  sparse: bool = False) -> DecodeConfig:
+def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeConfig:
     """The configuration the launcher picks for a target (also what the portability test
-    compiles); ``sparse``: for index lists (fp8mla.sparse). BLOCK_M = pow2(s_q) ·
-    heads_per_block rows is kept in [16, max]: 16 is the smallest MMA tile; at 64 four
-    [64, 128] fp32 accumulators need 8 warps."""
+    compiles), dense or sparse. BLOCK_M = pow2(s_q) · heads_per_block rows is kept in
+    [16, max]: 16 is the smallest MMA tile; at 64 four [64, 128] fp32 accumulators need 8
+    warps."""
     s_q_p2 = _pow2(s_q)
     max_m = _max_block_m(cc)
     heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, max_m // s_q_p2))
@@ -112,8 +111,8 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     # 64 tokens needs 184 KB of shared memory: SM90 only.
     fp8 = kv_format != "bf16"
     block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
-    # sparse index lists at 16 rows: a third stage loads tile i+1's indices while tile i's rows
-    # arrive (fp8_ds_mla B=64 H=8 topk 2048: 81.7 → 75.2 µs, h200-20261129-s5-sparse-variants)
-    num_stages = 3 if sparse and block_m <= 16 else 2
+    # sparse index lists: a third stage paid 81.7 → 75.2 µs at fp8_ds_mla B=64 H=8
+    # topk 2048 before the scale fold; with it both take 68.7 (h200-20261129-s5-sparse-variants)
+    num_stages = 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8")
