@@ -34,6 +34,7 @@ MAX_TILES_PER_PROGRAM = 8
 # shift: 621 → 526 at 32 heads, 1,198 → 550 at 64 (without it: 887 / 1,636). Not yet timed on
 # a GPU; benchmarks/indexer_variants.py sweeps both orientations.
 KEYS_AS_ROWS = True
+PREFETCH = True
 PROGRAMS_PER_SM = 4
 
 
@@ -73,7 +74,8 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
         S_Q=rows_per_req, H_P2=max(16, triton.next_power_of_2(heads)), BLOCK_S=BLOCK_S,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
         OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS,
-        ROWS_ALIGNED=page_size % 4 == 0, num_warps=4, num_stages=NUM_STAGES,
+        ROWS_ALIGNED=page_size % 4 == 0, PREFETCH=PREFETCH, num_warps=4,
+        num_stages=NUM_STAGES,
     )
     return out
 

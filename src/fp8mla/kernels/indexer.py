@@ -47,11 +47,10 @@ def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
 
 
 @triton.jit
-def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_shift,
-              PAGED: tl.constexpr, ROWS_ALIGNED: tl.constexpr):
-    """Keys at offs_s (masked by in_win): words [BLOCK_S, 32] and float32 scales [BLOCK_S].
-    Pages hold 2^page_shift keys (shifts and masks, not a division by a runtime page size)."""
-    offs_c = tl.arange(0, 32)
+def _key_rows(bt_row, offs_s, in_win, page_shift, PAGED: tl.constexpr,
+              ROWS_ALIGNED: tl.constexpr):
+    """Where the keys at offs_s live: word offsets of their rows and of their scales. Pages
+    hold 2^page_shift keys (shifts and masks, not a division by a runtime page size)."""
     if PAGED:
         page = tl.load(bt_row + (offs_s >> page_shift), mask=in_win, other=0).to(tl.int64)
         off = offs_s & ((1 << page_shift) - 1)
@@ -59,16 +58,45 @@ def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s, in_win, page_sh
         row = page_words + off * 32
         if ROWS_ALIGNED:  # page_size % 4 == 0: every key row starts on 16 bytes (the shift
             row = tl.multiple_of(row, 4)  # hides it from the compiler: 4-byte copies, −30%)
-        words = tl.load(k_u32_ptr + row[:, None] + offs_c[None, :], mask=in_win[:, None],
-                        other=0)
-        k_scale = tl.load(k_f32_ptr + page_words + (32 << page_shift) + off, mask=in_win,
-                          other=0.0)
+        return row, page_words + (32 << page_shift) + off
     else:
         pos = offs_s.to(tl.int64)
-        words = tl.load(k_u32_ptr + (pos * 32)[:, None] + offs_c[None, :],
-                        mask=in_win[:, None], other=0)
-        k_scale = tl.load(k_scale_ptr + pos, mask=in_win, other=0.0)
+        return pos * 32, pos
+
+
+@triton.jit
+def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at, in_win, PAGED: tl.constexpr):
+    """Keys at word offsets row (masked by in_win): words [BLOCK_S, 32] and float32 scales
+    [BLOCK_S] (in the pages' tails, or a separate tensor for contiguous keys)."""
+    words = tl.load(k_u32_ptr + row[:, None] + tl.arange(0, 32)[None, :],
+                    mask=in_win[:, None], other=0)
+    if PAGED:
+        k_scale = tl.load(k_f32_ptr + scale_at, mask=in_win, other=0.0)
+    else:
+        k_scale = tl.load(k_scale_ptr + scale_at, mask=in_win, other=0.0)
     return words, k_scale
+
+
+@triton.jit
+def _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8: tl.constexpr,
+                 DOT_F32: tl.constexpr, KEYS_AS_ROWS: tl.constexpr, OUT_SCALE: tl.constexpr):
+    """Σ_j w_j · ReLU(q_j · k) · k_scale for one tile of keys: float32 [BLOCK_S]."""
+    k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
+    if KEYS_AS_ROWS:  # scores [BLOCK_S, H]: the head sum stays within a quad
+        s = tl.zeros((words.shape[0], q0.shape[0]), tl.float32)
+        s = mma(k0, tl.trans(q0), s, DOT_F32)
+        s = mma(k1, tl.trans(q1), s, DOT_F32)
+        s = mma(k2, tl.trans(q2), s, DOT_F32)
+        s = mma(k3, tl.trans(q3), s, DOT_F32)
+        logit = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+    else:  # scores [H, BLOCK_S]
+        s = tl.zeros((q0.shape[0], words.shape[0]), tl.float32)
+        s = mma(q0, tl.trans(k0), s, DOT_F32)
+        s = mma(q1, tl.trans(k1), s, DOT_F32)
+        s = mma(q2, tl.trans(k2), s, DOT_F32)
+        s = mma(q3, tl.trans(k3), s, DOT_F32)
+        logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0)
+    return logit * (k_scale * OUT_SCALE)
 
 
 @triton.jit
@@ -78,7 +106,7 @@ def _indexer_logits_kernel(
     num_heads, max_len, page_shift, span,
     S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
     Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
-    KEYS_AS_ROWS: tl.constexpr, ROWS_ALIGNED: tl.constexpr,
+    KEYS_AS_ROWS: tl.constexpr, ROWS_ALIGNED: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     r = tl.program_id(0)
     base = tl.program_id(1) * span
@@ -105,26 +133,39 @@ def _indexer_logits_kernel(
                                   HW_FP8)
         w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
         bt_row = block_table_ptr + (r // S_Q).to(tl.int64) * stride_bt
-        for s0 in range(t_lo, t_hi, BLOCK_S):
-            offs_s = s0 + tl.arange(0, BLOCK_S)
-            in_win = (offs_s >= lo) & (offs_s < hi) & (offs_s < max_len)
-            words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, bt_row, offs_s,
-                                       in_win, page_shift, PAGED, ROWS_ALIGNED)
-            k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
-            if KEYS_AS_ROWS:  # scores [BLOCK_S, H]: the head sum stays within a quad
-                s = tl.zeros((BLOCK_S, H_P2), tl.float32)
-                s = mma(k0, tl.trans(q0), s, DOT_F32)
-                s = mma(k1, tl.trans(q1), s, DOT_F32)
-                s = mma(k2, tl.trans(q2), s, DOT_F32)
-                s = mma(k3, tl.trans(q3), s, DOT_F32)
-                logit = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
-            else:  # scores [H, BLOCK_S]
-                s = tl.zeros((H_P2, BLOCK_S), tl.float32)
-                s = mma(q0, tl.trans(k0), s, DOT_F32)
-                s = mma(q1, tl.trans(k1), s, DOT_F32)
-                s = mma(q2, tl.trans(k2), s, DOT_F32)
-                s = mma(q3, tl.trans(k3), s, DOT_F32)
-                logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0)
-            logit = logit * (k_scale * OUT_SCALE)
-            tl.store(out_row + offs_s, tl.where(in_win, logit, float("-inf")),
-                     mask=offs_s < max_len)
+        offs = tl.arange(0, BLOCK_S)
+        if PREFETCH:
+            # registers carry tile i+1's keys and scales and tile i+2's row offsets, loaded
+            # before tile i's math (the compiler's 2-stage pipeline issues the next tile's copy
+            # only after the math, behind the page-table and scale loads)
+            in_win = (t_lo + offs >= lo) & (t_lo + offs < t_hi)
+            row, scale_at = _key_rows(bt_row, t_lo + offs, in_win, page_shift, PAGED,
+                                      ROWS_ALIGNED)
+            words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at,
+                                       in_win, PAGED)
+            in_x = (t_lo + BLOCK_S + offs >= lo) & (t_lo + BLOCK_S + offs < t_hi)
+            row_x, scale_x = _key_rows(bt_row, t_lo + BLOCK_S + offs, in_x, page_shift, PAGED,
+                                       ROWS_ALIGNED)
+            for s0 in tl.range(t_lo, t_hi, BLOCK_S, num_stages=1):
+                words_x, k_scale_x = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row_x,
+                                               scale_x, in_x, PAGED)
+                in_y = (s0 + 2 * BLOCK_S + offs >= lo) & (s0 + 2 * BLOCK_S + offs < t_hi)
+                row_y, scale_y = _key_rows(bt_row, s0 + 2 * BLOCK_S + offs, in_y, page_shift,
+                                           PAGED, ROWS_ALIGNED)
+                logit = _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8, DOT_F32,
+                                     KEYS_AS_ROWS, OUT_SCALE)
+                tl.store(out_row + s0 + offs, tl.where(in_win, logit, float("-inf")),
+                         mask=s0 + offs < max_len)
+                words, k_scale, in_win = words_x, k_scale_x, in_x
+                row_x, scale_x, in_x = row_y, scale_y, in_y
+        else:
+            for s0 in range(t_lo, t_hi, BLOCK_S):
+                in_win = (s0 + offs >= lo) & (s0 + offs < t_hi)
+                row, scale_at = _key_rows(bt_row, s0 + offs, in_win, page_shift, PAGED,
+                                          ROWS_ALIGNED)
+                words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at,
+                                           in_win, PAGED)
+                logit = _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8, DOT_F32,
+                                     KEYS_AS_ROWS, OUT_SCALE)
+                tl.store(out_row + s0 + offs, tl.where(in_win, logit, float("-inf")),
+                         mask=s0 + offs < max_len)
