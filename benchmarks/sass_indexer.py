@@ -14,7 +14,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from sass_decode import disassemble, loop_mix, resources  # noqa: E402
 
-from fp8mla.indexer import BLOCK_S, NUM_STAGES, PREFETCH  # noqa: E402
+from fp8mla.indexer import BLOCK_S, NUM_STAGES, PREFETCH_MIN_HEADS  # noqa: E402
 from fp8mla.kernels.indexer import _indexer_logits_kernel  # noqa: E402
 from portability_compile import INDEXER_SIG, compile_for  # noqa: E402
 
@@ -28,7 +28,7 @@ def main() -> None:
                 "S_Q": 1, "H_P2": heads, "BLOCK_S": BLOCK_S, "PAGED": True, "Q_FP8": True,
                 "HW_FP8": True, "DOT_F32": False, "OUT_SCALE": 1.0,
                 "KEYS_AS_ROWS": keys_as_rows, "ROWS_ALIGNED": True,
-                "PREFETCH": PREFETCH}, 90,
+                "PREFETCH": heads >= PREFETCH_MIN_HEADS}, 90,
                 num_stages=NUM_STAGES, aligned=True)
             usage, sass = disassemble(kernel)
             count, mix = loop_mix(sass)

@@ -12,7 +12,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH
+from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.kernels.indexer import _indexer_logits_kernel
@@ -150,7 +150,7 @@ def compile_target(cc):
             INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
                           "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0,
                           "KEYS_AS_ROWS": KEYS_AS_ROWS, "ROWS_ALIGNED": True,
-                          "PREFETCH": PREFETCH},
+                          "PREFETCH": heads >= PREFETCH_MIN_HEADS},
             cc, num_stages=INDEXER_STAGES)))
     lines.append(row("rms_norm", cc, compile_for(_rms_norm_kernel, NORM_SIG, {"BLOCK": 2048},
                                                  cc)))

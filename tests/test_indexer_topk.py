@@ -48,17 +48,17 @@ def _ref_paged(cache, table, lens, q, w, s_q, max_len):
     return torch.cat(rows)
 
 
-@pytest.fixture(params=["fill", "span", "span-other-loop"])
+@pytest.fixture(params=["fill", "span-prefetch", "span-pipelined"])
 def tiles_per_program(request, monkeypatch):
-    """fill: the launcher's choice (one key tile per program at these sizes); span: each
+    """fill: the launcher's choice (one key tile per program at these sizes); span-*: each
     program walks two tiles (as long rows do on a GPU, up to MAX_TILES_PER_PROGRAM), programs
-    starting past position 0, windows starting and ending inside their spans; other-loop: the
-    same with the tile loop the launcher does not use (register prefetch or not)."""
+    starting past position 0, windows starting and ending inside their spans, with either tile
+    loop (registers carrying the next tile, or the compiler's pipeline) at every head count."""
     if request.param.startswith("span"):
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
         monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 2)
-    if request.param == "span-other-loop":
-        monkeypatch.setattr(indexer_mod, "PREFETCH", not indexer_mod.PREFETCH)
+        always = request.param == "span-prefetch"
+        monkeypatch.setattr(indexer_mod, "PREFETCH_MIN_HEADS", 0 if always else 1 << 30)
     return request.param
 
 

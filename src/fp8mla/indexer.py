@@ -28,13 +28,14 @@ NUM_STAGES = 2  # 3 measured 28% slower at B=64 ctx 32K (h200-20261129-s4-indexe
 MAX_TILES_PER_PROGRAM = 8
 # Scores as [keys, heads] (a warpgroup MMA with the keys as rows; the head sum stays within a
 # thread's quad) instead of [heads, keys] (a cross-warp reduction through shared memory every
-# tile). The kernel is issue-bound: at 32 heads the measured 117.5 µs (B=64, 32K keys) is
-# ≈ 830 cycles per 64-key tile per SM against 887 SASS instructions per thread per tile × 4
-# warps over 4 schedulers. sm_90 SASS per tile (benchmarks/sass_indexer.py), with the page
-# shift: 621 → 526 at 32 heads, 1,198 → 550 at 64 (without it: 887 / 1,636). Not yet timed on
-# a GPU; benchmarks/indexer_variants.py sweeps both orientations.
+# tile): measured at B=64 × 32K keys 101.3 vs 107.0 µs at 32 heads, 130.5 vs 254.6 at 64
+# (h200-20261129-s5-indexer-variants-prefetch.json; sm_90 SASS per 64-key tile 269 vs 349 and
+# 300 vs 862 instructions, benchmarks/sass_indexer.py).
 KEYS_AS_ROWS = True
-PREFETCH = True
+# From this many (padded) heads on, the tile loop carries tile i+1's keys and scales in
+# registers instead of the compiler's pipeline: 64 heads 130.5 → 120.3 µs (the registers cost
+# no occupancy there); at 32 heads it costs two of six programs per SM: 101.3 → 105.0 µs.
+PREFETCH_MIN_HEADS = 64
 PROGRAMS_PER_SM = 4
 
 
@@ -67,14 +68,15 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
     tiles = triton.cdiv(out.shape[1], BLOCK_S)
     per_program = tiles_per_program(rows, tiles, target.num_sms)
     grid = (rows, triton.cdiv(tiles, per_program))
+    h_p2 = max(16, triton.next_power_of_2(heads))
     _indexer_logits_kernel[grid](
         qv, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out,
         qv.stride(0), weights.stride(0), block_table.stride(0), out.stride(0),
         heads, out.shape[1], page_size.bit_length() - 1, per_program * BLOCK_S,
-        S_Q=rows_per_req, H_P2=max(16, triton.next_power_of_2(heads)), BLOCK_S=BLOCK_S,
+        S_Q=rows_per_req, H_P2=h_p2, BLOCK_S=BLOCK_S,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
         OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS,
-        ROWS_ALIGNED=page_size % 4 == 0, PREFETCH=PREFETCH, num_warps=4,
+        ROWS_ALIGNED=page_size % 4 == 0, PREFETCH=h_p2 >= PREFETCH_MIN_HEADS, num_warps=4,
         num_stages=NUM_STAGES,
     )
     return out
