@@ -3,9 +3,9 @@
     python benchmarks/decode_variants.py OUT.json [--quick]
 
 For every case below: the launcher's default configuration first, then the variants (tile
-sizes, warps, pipeline depth, MMA orientation `swap`, single conversion `cvt_once`, split
-count). One JSON row per (case, variant) with µs (CUDA-graph replay, median), TB/s, TFLOPS and
-the ratio to the streaming-read ceiling measured in the same run. A variant that fails to
+sizes, warps, pipeline depth, scale fold, split count, launcher constants such as the combine's
+block sizes). One JSON row per (case, variant) with µs (CUDA-graph replay, median), TB/s, TFLOPS
+and the ratio to the streaming-read ceiling measured in the same run. A variant that fails to
 compile or to match the reference is recorded with its error, not dropped.
 """
 
@@ -17,25 +17,30 @@ from dataclasses import asdict, replace
 
 import torch
 
+import fp8mla.decode as decode_mod
 from fp8mla.bench.decode import DecodeCase, run_case
 from fp8mla.bench.harness import env_info, read_ceiling_tbps
 from fp8mla.runtime import decode_config
 
-# (case, format, [(label, DecodeConfig overrides, num_splits or None), ...]); the launcher's
-# default configuration and split count are always timed first.
+# (case, format, [(label, DecodeConfig overrides, num_splits or None[, fp8mla.decode
+# attributes set for the variant]), ...]); the launcher's default configuration and split
+# count are always timed first.
+OLD_COMBINE = dict(COMBINE_PROGRAMS_PER_SM=0)  # 128 dims and ≤ 32 splits per step (session 4)
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla", [("nofold", dict(fold_scales=False), None)]),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("nofold", dict(fold_scales=False), None)]),
+    (DecodeCase(1, 131072, 8), "fp8", [("combine 128 dims", {}, None, OLD_COMBINE)]),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("combine 128 dims", {}, None, OLD_COMBINE)]),
+    (DecodeCase(1, 4096, 8), "fp8", [("combine 128 dims", {}, None, OLD_COMBINE)]),
     (DecodeCase(64, 8192, 16), "fp8", [("bn64 s3", dict(num_stages=3), None)]),
 ]
 
 
 def variants(case: DecodeCase, fmt: str, extra):
-    """(label, config or None for the default, num_splits or None for the scheduler's)."""
+    """(label, config or None for the default, num_splits or None for the scheduler's,
+    module attributes to set)."""
     base = decode_config(90, fmt, case.heads, case.s_q)
-    yield "default", None, None
-    for label, over, splits in extra:
-        yield label, replace(base, **over), splits
+    yield "default", None, None, {}
+    for label, over, splits, *patch in extra:
+        yield label, replace(base, **over) if over else None, splits, (patch or [{}])[0]
 
 
 def kernel_resources() -> dict:
@@ -58,10 +63,13 @@ def main() -> int:
     print(f"{env['gpu']} triton {env['triton']} ceiling {ceiling:.2f} TB/s", flush=True)
     rows = []
     for case, fmt, extra in PLAN[:2] if quick else PLAN:
-        for label, cfg, splits in variants(case, fmt, extra):
+        for label, cfg, splits, patch in variants(case, fmt, extra):
             row = {"case": case.name(f"dense_decode/{fmt}", fmt), "variant": label,
-                   "config": asdict(cfg) if cfg else None, "splits": splits}
+                   "config": asdict(cfg) if cfg else None, "splits": splits, "patch": patch}
+            saved = {k: getattr(decode_mod, k) for k in patch}
             try:
+                for k, v in patch.items():
+                    setattr(decode_mod, k, v)
                 rec = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)[-1]
                 row.update(kernel_resources())
                 row.update(us=rec.us, TBps=rec.TBps, TFLOPS=rec.TFLOPS,
@@ -72,6 +80,9 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 — record and go on
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 print(f"{row['case']:<42} {label:<28} ERROR {row['error'][:120]}", flush=True)
+            finally:
+                for k, v in saved.items():
+                    setattr(decode_mod, k, v)
             rows.append(row)
             with open(out_path, "w") as f:  # after every row: a run cut short keeps its rows
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)

@@ -1,8 +1,9 @@
 """Registers, spills, shared memory and the SASS instruction mix of the decode kernel's main
 loop for sm_90, compiled on the CPU (no GPU): the offline half of tuning the kernel.
 
-    python benchmarks/sass_decode.py FMT HEADS_PER_BLOCK BLOCK_N STAGES WORDS_2D NUM_WARPS
+    python benchmarks/sass_decode.py FMT HEADS_PER_BLOCK BLOCK_N STAGES WORDS_2D NUM_WARPS [FOLD]
     e.g. python benchmarks/sass_decode.py fp8 16 64 2 1 4
+    FOLD (fp8_ds_mla at ≤ 16 rows; default 1): 0 compiles the unfolded scale path
 
 Uses the installed Triton and the cuobjdump / nvdisasm its wheel carries; put another Triton
 first on PYTHONPATH to see what that version generates (the H200 runs triton 3.6). On the H200
@@ -27,12 +28,12 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
 
 
 def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
-                   num_warps: int):
+                   num_warps: int, fold: bool = True):
     fn = _mla_decode_kernel
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
-                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": True}
+                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold}
     return compile_for(fn, DECODE_SIG, constexprs, 90, num_warps, stages, aligned=True)
 
 
@@ -102,8 +103,9 @@ def resources(kernel, usage: str) -> str:
 
 def main() -> None:
     fmt, heads, block_n, stages, words_2d, warps = sys.argv[1:7]
+    fold = sys.argv[7:8] != ["0"]
     kernel = compile_decode(fmt, int(heads), int(block_n), int(stages), words_2d == "1",
-                            int(warps))
+                            int(warps), fold)
     usage, sass = disassemble(kernel)
     n, ops = loop_mix(sass)
     print(f"triton {triton.__version__} sm_90 {fmt} heads/program {heads} block_n {block_n} "

@@ -26,9 +26,9 @@ from fp8mla.runtime import decode_config
 # (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
 PLAN = [  # (B=64 H=64: splits 4/8/16, bn32, h32/h16 blocks, stages 1/3 measured slower in s5)
     ((64, 8, 2048, 1), [
-        ("nofold", dict(fold_scales=False), None), ("stages2", dict(num_stages=2), None),
-        ("nofold stages2", dict(fold_scales=False, num_stages=2), None),
-        ("stages3 splits8", {}, 8), ("stages3 bn32", dict(block_n=32), None),
+        ("nofold", dict(fold_scales=False), None), ("stages3", dict(num_stages=3), None),
+        ("nofold stages3", dict(fold_scales=False, num_stages=3), None),
+        ("splits8", {}, 8), ("bn32", dict(block_n=32), None),
     ]),
     ((128, 128, 2048, 1), [
         ("splits2", {}, 2), ("bn32", dict(block_n=32), None), ("stages1", dict(num_stages=1), None),

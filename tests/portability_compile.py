@@ -94,8 +94,9 @@ KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr":
 
 
 def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligned=False):
-    """Compile fn for target cc. aligned: pointers and strides marked divisible by 16, as a
-    launch with real tensors specializes them (what decides vectorized loads; SASS studies)."""
+    """Compile fn for target cc. aligned: pointers and strides marked divisible by 16 — the
+    best case of what a launch specializes (pointers usually are; strides when they happen to
+    be multiples of 16); it decides vectorized loads (SASS studies)."""
     sig = dict(signature)
     sig.update({k: "constexpr" for k in constexprs})
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
@@ -140,9 +141,10 @@ def compile_target(cc):
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)
         lines.append(row(f"store/{fmt}", cc, k))
-    lines.append(row("combine", cc, compile_for(_combine_splits_kernel, COMBINE_SIG,
-                                                {"S_Q": 1, "SPLITS_P2": 256, "DIM": 512,
-                                                 "BLOCK_D": 128, "BLOCK_S": 32}, cc)))
+    for block_d, block_s in ((128, 32), (32, 128)):  # many rows; one long request
+        lines.append(row(f"combine/D{block_d}", cc, compile_for(
+            _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "SPLITS_P2": 256, "DIM": 512,
+                                                  "BLOCK_D": block_d, "BLOCK_S": block_s}, cc)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
     for heads in (32, 64):  # GLM-5, DeepSeek-V3.2 index heads; fp8 q, paged keys (decode)
@@ -151,7 +153,7 @@ def compile_target(cc):
                           "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0,
                           "KEYS_AS_ROWS": KEYS_AS_ROWS, "ROWS_ALIGNED": True,
                           "PREFETCH": heads >= PREFETCH_MIN_HEADS},
-            cc, num_stages=INDEXER_STAGES)))
+            cc, num_stages=INDEXER_STAGES, aligned=True)))
     lines.append(row("rms_norm", cc, compile_for(_rms_norm_kernel, NORM_SIG, {"BLOCK": 2048},
                                                  cc)))
     lines.append(row("quant_rows", cc, compile_for(_quant_rows_kernel, QUANT_SIG, {

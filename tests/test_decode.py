@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan, choose_num_splits, dense_decode
 from fp8mla.testing import assert_close
@@ -82,6 +83,29 @@ def test_scheduler_fills_whole_waves_without_tiny_splits():
     assert choose_num_splits(256, 1, 100, 264) == 1
     # more programs than slots: a few splits balance the last wave, not dozens
     assert 1 < choose_num_splits(300, 1, 8192, 264) <= 8
+
+
+def test_combine_blocks_spread_few_rows_over_the_gpu():
+    from fp8mla.decode import combine_blocks
+
+    assert combine_blocks(8, 256, 132) == (32, 128)  # B=1, 8 heads, 128K: 128 programs
+    assert combine_blocks(8, 64, 132) == (32, 64)  # the pool case: every split in one step
+    assert combine_blocks(64 * 16, 4, 132) == (128, 4)  # B=64 H=16: as before
+    assert combine_blocks(64 * 64, 256, 132) == (128, 32)
+    assert combine_blocks(48, 256, 132) == (64, 64)  # 384 programs at 64 dims
+
+
+def test_combine_in_narrow_dim_blocks(device, monkeypatch):
+    """The combine with 32-dim programs and several split steps (as for one long request on a
+    GPU) matches the reference."""
+    monkeypatch.setattr(decode_mod, "COMBINE_PROGRAMS_PER_SM", 1 << 20)  # always 32 dims
+    monkeypatch.setattr(decode_mod, "COMBINE_TILE", 32 * 4)  # 4 splits per step
+    cache, table, seqlens = paged_cache("fp8", [150, 20], 16, device=device, seed=5)
+    q = _q(2, 1, 3, device, 6)
+    plan = DecodePlan(batch=2, num_heads=3, kv_format="fp8", page_size=16,
+                      cache_seqlens=seqlens, device=device, num_splits=5)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
 def test_resident_programs_from_kernel_resources():
@@ -191,6 +215,25 @@ def test_tile_load_variants_agree(device, fmt, words_2d, stages):
                                           num_stages=stages, words_2d=words_2d))
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_ds_mla_scale_paths_agree(device, fold):
+    """Both ways of applying fp8_ds_mla scales at ≤ 16 rows per program (folded into the
+    float32 scores and P, or multiplied into the fp16 tile) match the reference, fp32-policy
+    scales included."""
+    from dataclasses import replace
+
+    from fp8mla.runtime import decode_config
+
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [130, 7], 16, policy="fp32",
+                                        device=device, seed=31)
+    q = _q(2, 1, 8, device, 32)
+    cfg = replace(decode_config(90, "fp8_ds_mla", 8, 1), block_n=32, fold_scales=fold)
+    plan = DecodePlan(batch=2, num_heads=8, kv_format="fp8_ds_mla", page_size=16,
+                      cache_seqlens=seqlens, device=device, num_splits=2, config=cfg)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens)
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5, "fp32", folded=fold)
 
 
 def test_non_causal_mtp_sees_every_token(device):

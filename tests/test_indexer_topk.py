@@ -51,19 +51,20 @@ def _ref_paged(cache, table, lens, q, w, s_q, max_len):
 @pytest.fixture(params=["fill", "span-prefetch", "span-pipelined"])
 def tiles_per_program(request, monkeypatch):
     """fill: the launcher's choice (one key tile per program at these sizes); span-*: each
-    program walks two tiles (as long rows do on a GPU, up to MAX_TILES_PER_PROGRAM), programs
-    starting past position 0, windows starting and ending inside their spans, with either tile
-    loop (registers carrying the next tile, or the compiler's pipeline) at every head count."""
+    program walks up to three tiles (as long rows do on a GPU, up to MAX_TILES_PER_PROGRAM:
+    the prefetching loop's lookups two tiles ahead meet real pages), programs starting past
+    position 0, windows starting and ending inside their spans, with either tile loop
+    (registers carrying the next tile, or the compiler's pipeline) at every head count."""
     if request.param.startswith("span"):
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
-        monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 2)
+        monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 3)
         always = request.param == "span-prefetch"
         monkeypatch.setattr(indexer_mod, "PREFETCH_MIN_HEADS", 0 if always else 1 << 30)
     return request.param
 
 
 @pytest.mark.parametrize("q_dtype", [torch.float8_e4m3fn, torch.bfloat16])
-@pytest.mark.parametrize("heads,s_q,lens,page_size", [(1, 1, [5], 1), (32, 2, [70, 3], 16),
+@pytest.mark.parametrize("heads,s_q,lens,page_size", [(1, 1, [5], 1), (32, 2, [260, 3], 2),
                                                       (64, 4, [130], 64), (7, 3, [2, 40], 16)])
 def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page_size,
                                          tiles_per_program):

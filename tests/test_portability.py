@@ -35,9 +35,10 @@ def _expected():
                 yield f"decode/{fmt}/H{heads}-sq{s_q}", cc
             yield f"sparse/{fmt}/H8", cc
             yield f"store/{fmt}", cc
-        for what in ("combine", "store/index_keys", "indexer/Hi32", "indexer/Hi64", "rope/fp32",
-                     "rope/bf16", "rms_norm", "quant_rows", "topk/1024+0", "topk/4096+256",
-                     "topk/4096+1024", "topk/8192+0", "topk_chunked/_topk_pass_kernel",
+        for what in ("combine/D128", "combine/D32", "store/index_keys", "indexer/Hi32",
+                     "indexer/Hi64", "rope/fp32", "rope/bf16", "rms_norm", "quant_rows",
+                     "topk/1024+0", "topk/4096+256", "topk/4096+1024", "topk/8192+0",
+                     "topk_chunked/_topk_pass_kernel",
                      "topk_chunked/_topk_count_kernel", "topk_chunked/_topk_emit_kernel",
                      "topk_chunked/_topk_compact_kernel",
                      "topk_chunked/_topk_select_compacted_kernel"):

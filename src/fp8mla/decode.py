@@ -37,6 +37,8 @@ _FORMAT_IDS = {"bf16": FMT_BF16, "fp8": FMT_FP8, "fp8_ds_mla": FMT_DS_MLA}
 MIN_SPLIT_TILES = 1  # a split is at least one tile; the cost model below weighs the rest
 MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
+COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
+COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (128 → 32) until the combine has this many
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -60,6 +62,19 @@ def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
         if best_cost is None or cost < best_cost:
             best, best_cost = splits, cost
     return best
+
+
+def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
+    """(BLOCK_D, BLOCK_S) of the split combine over ``rows`` (request, query, head) rows:
+    latent dims per program narrow from 128 to 32 while the grid has fewer than
+    COMBINE_PROGRAMS_PER_SM programs per SM, and splits per step widen to keep COMBINE_TILE
+    values per step. A single long request (B=1, 8 heads, 256 splits) then runs 128 programs
+    of 2 steps instead of 32 programs of 8 dependent steps (predicted B=1 × 128K: ≈ 70 → ≈ 62
+    µs; not yet run on a GPU). Many rows keep 128 dims and up to 32 splits per step."""
+    block_d = 128
+    while block_d > 32 and rows * (LATENT_DIM // block_d) < COMBINE_PROGRAMS_PER_SM * num_sms:
+        block_d //= 2
+    return block_d, min(triton.next_power_of_2(max(1, num_splits)), COMBINE_TILE // block_d)
 
 
 def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None = None) -> torch.Tensor:
@@ -330,13 +345,15 @@ class DecodePlan:
                                        out, lse, empty_lse)
         _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
         if not direct:
-            _combine_splits_kernel[(self.batch, self.s_q, self.num_heads * LATENT_DIM // 128)](
+            block_d, block_s = combine_blocks(self.batch * self.s_q * self.num_heads,
+                                              self.num_splits, self.target.num_sms)
+            grid = (self.batch, self.s_q, self.num_heads * LATENT_DIM // block_d)
+            _combine_splits_kernel[grid](
                 self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
                 out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
                 lse.stride(2), empty_lse, self.num_splits, self.num_heads,
                 S_Q=self.s_q, SPLITS_P2=triton.next_power_of_2(self.num_splits), DIM=LATENT_DIM,
-                BLOCK_D=128, BLOCK_S=min(32, triton.next_power_of_2(self.num_splits)),
-                num_warps=4,
+                BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
             )
         return out, lse
 

@@ -60,7 +60,8 @@ class DecodeConfig:
     num_stages: int
     words_2d: bool = False  # FP8 rows as one [BLOCK_N, 128]-word load instead of [BLOCK_N, 4, 32]
     # fp8_ds_mla at ≤ 16 rows: scales applied to the float32 scores and P per 128-dim tile
-    # instead of multiplied into each fp16 tile (exact for fp32-policy scales too)
+    # instead of multiplied into each fp16 tile (scores exact in float32; P · scale rounded
+    # to fp16, as P was)
     fold_scales: bool = True
 
 
@@ -111,8 +112,9 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeCo
     # 64 tokens needs 184 KB of shared memory: SM90 only.
     fp8 = kv_format != "bf16"
     block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
-    # sparse index lists: a third stage paid 81.7 → 75.2 µs at fp8_ds_mla B=64 H=8
-    # topk 2048 before the scale fold; with it both take 68.7 (h200-20261129-s5-sparse-variants)
+    # sparse index lists: a third stage paid 81.7 → 75.2 µs at fp8_ds_mla B=64 H=8 topk 2048
+    # before the scale fold (h200-20261129-s5-sparse-variants-first.json); with it 2 and 3
+    # stages both take 68.7 (-sparse-variants.json)
     num_stages = 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8")

@@ -21,10 +21,12 @@ topk_length; everything else is shared with dense decode.
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
 
-Precision: e4m3 → fp16 is exact, and so is a power-of-two fp8_ds_mla scale (the ``pow2``
-policy: lse within ~1e-6 of the float32 reference). An ``fp32``-policy scale is rounded to
-fp16 and multiplied into the fp16 tile: ≈ 2⁻¹⁰ relative error per element, lse errors up to
-~1e-3 on the tests' data (folding the scales into the fp32 scores and P would remove it).
+fp8_ds_mla scales: at ≤ 16 rows per program (FOLD_SCALES) each 128-dim scale tile's scores
+are scaled in float32 and its P · scale enters the P·V MMA in fp16 (rounded as P itself is);
+above, the scale multiplies the fp16 tile. Precision: e4m3 → fp16 is exact, and so is a
+power-of-two scale (the ``pow2`` policy: lse within ~1e-6 of the float32 reference); on the
+unfolded path an ``fp32``-policy scale rounded to fp16 costs ≈ 2⁻¹⁰ relative per element (lse
+errors up to ~1e-3 on the tests' data).
 """
 
 import triton
@@ -414,8 +416,9 @@ def _combine_splits_kernel(
 ):
     """LSE-weighted merge of one (request, query, head) row's split partials, BLOCK_D dims per
     program: out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf.
-    Splits are read BLOCK_S at a time so their loads overlap (all at once up to 32: a short
-    request split into one tile per program is latency-bound here)."""
+    Splits are read BLOCK_S at a time so their loads overlap (`fp8mla.decode.combine_blocks`
+    picks BLOCK_D and BLOCK_S: a short request split into one tile per program, or a long one
+    into hundreds of splits, is latency-bound here)."""
     b = tl.program_id(0)
     qi = tl.program_id(1)
     head = tl.program_id(2) // (DIM // BLOCK_D)

@@ -9,11 +9,12 @@ derives them (query i of S_Q in a request of length L sees [0, L − S_Q + 1 + i
 One program per (query row, ``span`` key positions), span a multiple of BLOCK_S chosen by the
 launcher (more positions per program when rows × positions leave programs to spare): q is loaded
 and converted once per program, then the program walks the span's tiles that meet the row's
-window (a loop the compiler pipelines) and writes −inf over the tiles outside it. With one tile
-per program, q's conversion costs as much as the keys' (H × 128 values each). Keys are e4m3
-bytes read as 32-bit words
-(four values each, converted to fp16 lanes as in the decode kernel, lane j = dims 4c + j) with
-one float32 scale per key. Key addressing:
+window and writes −inf over the tiles outside it. The walk is a loop the compiler pipelines
+(its next-tile copy waits behind the page-table and scale loads), or with PREFETCH (from
+``fp8mla.indexer.PREFETCH_MIN_HEADS`` heads) one that carries tile i+1's keys and scales in
+registers. With one tile per program, q's conversion costs as much as the keys' (H × 128
+values each). Keys are e4m3 bytes read as 32-bit words (four values each, converted to fp16
+lanes as in the decode kernel, lane j = dims 4c + j) with one float32 scale per key. Key addressing:
 - PAGED (DeepGEMM's ``fp8_paged_mqa_logits`` cache): per page, page_size · 128 key bytes, then
   page_size float32 scales; row r belongs to request r // S_Q, whose block table maps positions.
 - contiguous (``fp8_mqa_logits``): key bytes [S, 128] and scales [S] as separate tensors.
