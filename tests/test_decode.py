@@ -203,7 +203,8 @@ def test_unknown_backend_lists_valid_ones(small):
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
 @pytest.mark.parametrize("words_2d", [False, True])
-@pytest.mark.parametrize("stages", [2, 3])
+# pipeline depth exists only in compiled code: the interpreter would run stages 3 as 2
+@pytest.mark.parametrize("stages", [2, 3] if torch.cuda.is_available() else [2])
 def test_tile_load_variants_agree(device, fmt, words_2d, stages):
     from fp8mla.runtime import DecodeConfig
 
