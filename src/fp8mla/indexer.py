@@ -37,6 +37,7 @@ KEYS_AS_ROWS = True
 # no occupancy there); at 32 heads it costs two of six programs per SM: 101.3 → 105.0 µs.
 PREFETCH_MIN_HEADS = 64
 PROGRAMS_PER_SM = 4
+NUM_WARPS = 4
 
 
 def tiles_per_program(rows: int, tiles: int, num_sms: int) -> int:
@@ -76,7 +77,8 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
         S_Q=rows_per_req, H_P2=h_p2, BLOCK_S=BLOCK_S,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
         OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS,
-        ROWS_ALIGNED=paged and page_size % 4 == 0, PREFETCH=h_p2 >= PREFETCH_MIN_HEADS, num_warps=4,
+        ROWS_ALIGNED=paged and page_size % 4 == 0, PREFETCH=h_p2 >= PREFETCH_MIN_HEADS,
+        num_warps=NUM_WARPS,
         num_stages=NUM_STAGES,
     )
     return out
