@@ -28,7 +28,10 @@ from fp8mla.runtime import decode_config
 OLD_COMBINE = dict(COMBINE_PROGRAMS_PER_SM=0)  # 128 dims and ≤ 32 splits per step (session 4)
 PLAN = [
     (DecodeCase(1, 131072, 8), "fp8", [("combine 128 dims", {}, None, OLD_COMBINE)]),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("combine 128 dims", {}, None, OLD_COMBINE)]),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("combine 128 dims", {}, None, OLD_COMBINE),
+                                              ("bn32", dict(block_n=32), None)]),
+    # the folded scale path at 32 tokens: 194 registers, 740 SASS instructions per tile
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", [("bn32", dict(block_n=32), None)]),
     (DecodeCase(1, 4096, 8), "fp8", [("combine 128 dims", {}, None, OLD_COMBINE)]),
     (DecodeCase(64, 8192, 16), "fp8", [("bn64 s3", dict(num_stages=3), None)]),
 ]
