@@ -48,10 +48,13 @@ def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
 
 
 @triton.jit
-def _key_rows(bt_row, offs_s, in_win, page_shift, PAGED: tl.constexpr,
-              ROWS_ALIGNED: tl.constexpr):
-    """Where the keys at offs_s live: word offsets of their rows and of their scales. Pages
-    hold 2^page_shift keys (shifts and masks, not a division by a runtime page size)."""
+def _key_rows(bt_row, s0, lo, t_hi, page_shift, PAGED: tl.constexpr,
+              ROWS_ALIGNED: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Keys s0 … s0 + BLOCK_S − 1: which lie in the window [lo, t_hi), and where they live —
+    word offsets of their rows and of their scales. Pages hold 2^page_shift keys (shifts and
+    masks, not a division by a runtime page size)."""
+    offs_s = s0 + tl.arange(0, BLOCK_S)
+    in_win = (offs_s >= lo) & (offs_s < t_hi)
     if PAGED:
         page = tl.load(bt_row + (offs_s >> page_shift), mask=in_win, other=0).to(tl.int64)
         off = offs_s & ((1 << page_shift) - 1)
@@ -59,10 +62,10 @@ def _key_rows(bt_row, offs_s, in_win, page_shift, PAGED: tl.constexpr,
         row = page_words + off * 32
         if ROWS_ALIGNED:  # page_size % 4 == 0: every key row starts on 16 bytes (the shift
             row = tl.multiple_of(row, 4)  # hides it from the compiler: 4-byte copies, −30%)
-        return row, page_words + (32 << page_shift) + off
+        return in_win, row, page_words + (32 << page_shift) + off
     else:
         pos = offs_s.to(tl.int64)
-        return pos * 32, pos
+        return in_win, pos * 32, pos
 
 
 @triton.jit
@@ -139,20 +142,17 @@ def _indexer_logits_kernel(
             # registers carry tile i+1's keys and scales and tile i+2's row offsets, loaded
             # before tile i's math (the compiler's 2-stage pipeline issues the next tile's copy
             # only after the math, behind the page-table and scale loads)
-            in_win = (t_lo + offs >= lo) & (t_lo + offs < t_hi)
-            row, scale_at = _key_rows(bt_row, t_lo + offs, in_win, page_shift, PAGED,
-                                      ROWS_ALIGNED)
+            in_win, row, scale_at = _key_rows(bt_row, t_lo, lo, t_hi, page_shift, PAGED,
+                                              ROWS_ALIGNED, BLOCK_S)
             words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at,
                                        in_win, PAGED)
-            in_x = (t_lo + BLOCK_S + offs >= lo) & (t_lo + BLOCK_S + offs < t_hi)
-            row_x, scale_x = _key_rows(bt_row, t_lo + BLOCK_S + offs, in_x, page_shift, PAGED,
-                                       ROWS_ALIGNED)
+            in_x, row_x, scale_x = _key_rows(bt_row, t_lo + BLOCK_S, lo, t_hi, page_shift,
+                                             PAGED, ROWS_ALIGNED, BLOCK_S)
             for s0 in tl.range(t_lo, t_hi, BLOCK_S, num_stages=1):
                 words_x, k_scale_x = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row_x,
                                                scale_x, in_x, PAGED)
-                in_y = (s0 + 2 * BLOCK_S + offs >= lo) & (s0 + 2 * BLOCK_S + offs < t_hi)
-                row_y, scale_y = _key_rows(bt_row, s0 + 2 * BLOCK_S + offs, in_y, page_shift,
-                                           PAGED, ROWS_ALIGNED)
+                in_y, row_y, scale_y = _key_rows(bt_row, s0 + 2 * BLOCK_S, lo, t_hi,
+                                                 page_shift, PAGED, ROWS_ALIGNED, BLOCK_S)
                 logit = _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8, DOT_F32,
                                      KEYS_AS_ROWS, OUT_SCALE)
                 tl.store(out_row + s0 + offs, tl.where(in_win, logit, float("-inf")),
@@ -161,9 +161,8 @@ def _indexer_logits_kernel(
                 row_x, scale_x, in_x = row_y, scale_y, in_y
         else:
             for s0 in range(t_lo, t_hi, BLOCK_S):
-                in_win = (s0 + offs >= lo) & (s0 + offs < t_hi)
-                row, scale_at = _key_rows(bt_row, s0 + offs, in_win, page_shift, PAGED,
-                                          ROWS_ALIGNED)
+                in_win, row, scale_at = _key_rows(bt_row, s0, lo, t_hi, page_shift, PAGED,
+                                                  ROWS_ALIGNED, BLOCK_S)
                 words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at,
                                            in_win, PAGED)
                 logit = _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8, DOT_F32,
