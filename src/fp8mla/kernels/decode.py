@@ -69,6 +69,13 @@ def _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
+def _ds_rope(bf16_ptr, slot, mask_n, ROW_WORDS: tl.constexpr):
+    """fp8_ds_mla rows' rope: 64 bf16 after the 128 latent words and 4 scales, [BLOCK_N, 64]."""
+    return tl.load(bf16_ptr + slot[:, None] * (2 * ROW_WORDS) + 264 + tl.arange(0, 64)[None, :],
+                   mask=mask_n[:, None], other=0.0)
+
+
+@triton.jit
 def _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT: tl.constexpr,
                    ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_N: tl.constexpr):
     """Raw FP8 rows: latent words ([BLOCK_N, 128], or [BLOCK_N, 4, 32] by scale tile), scales
@@ -89,8 +96,7 @@ def _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT: tl.constexp
         if FORMAT == FMT_DS_MLA:
             scales = tl.load(f32_ptr + row + 128 + offs_t[None, :], mask=m2, other=0.0)
     if FORMAT == FMT_DS_MLA:
-        rope = tl.load(bf16_ptr + slot[:, None] * (2 * ROW_WORDS) + 264
-                       + tl.arange(0, 64)[None, :], mask=m2, other=0.0)
+        rope = _ds_rope(bf16_ptr, slot, mask_n, ROW_WORDS)
     else:
         scales = tl.zeros((BLOCK_N,), tl.float32)
         rope = tl.load(u32_ptr + row + 128 + tl.arange(0, 16)[None, :], mask=m2, other=0)
@@ -329,8 +335,7 @@ def _mla_decode_kernel(
                                                     ROW_WORDS, HW_FP8, SW_SCALE)
             kd0, kd1, kd2, kd3, sd = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 3,
                                                     ROW_WORDS, HW_FP8, SW_SCALE)
-            rope = tl.load(bf16_ptr + slot[:, None] * (2 * ROW_WORDS) + 264
-                           + tl.arange(0, 64)[None, :], mask=mask_n[:, None], other=0.0)
+            rope = _ds_rope(bf16_ptr, slot, mask_n, ROW_WORDS)
             qk = mma(qr0, tl.trans(rope), tl.zeros((BLOCK_M, BLOCK_N), tl.float32), DOT_F32)
             qk = _tile_scores(qk, qa0, qa1, qa2, qa3, ka0, ka1, ka2, ka3, sa, DOT_F32)
             qk = _tile_scores(qk, qb0, qb1, qb2, qb3, kb0, kb1, kb2, kb3, sb, DOT_F32)
