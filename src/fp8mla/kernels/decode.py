@@ -32,7 +32,7 @@ errors up to ~1e-3 on the tests' data).
 import triton
 import triton.language as tl
 
-from fp8mla.kernels.common import mma
+from fp8mla.kernels.common import mma, mma4
 from fp8mla.kernels.fp8 import e4m3x4_to_f16
 
 FMT_BF16 = tl.constexpr(0)
@@ -141,17 +141,12 @@ def _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT: tl
             HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr):
     """q · kv over 576 dims (unscaled), [BLOCK_M, BLOCK_N] fp32."""
-    qk = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    qk = mma(q0, tl.trans(k0), qk, DOT_F32)
-    qk = mma(q1, tl.trans(k1), qk, DOT_F32)
-    qk = mma(q2, tl.trans(k2), qk, DOT_F32)
-    qk = mma(q3, tl.trans(k3), qk, DOT_F32)
+    qk = mma4(q0, q1, q2, q3, tl.trans(k0), tl.trans(k1), tl.trans(k2), tl.trans(k3),
+              tl.zeros((BLOCK_M, BLOCK_N), tl.float32), DOT_F32)
     if FORMAT == FMT_FP8:
         r0, r1, r2, r3 = e4m3x4_to_f16(rope, HW_FP8)
-        qk = mma(qr0, tl.trans(r0), qk, DOT_F32)
-        qk = mma(qr1, tl.trans(r1), qk, DOT_F32)
-        qk = mma(qr2, tl.trans(r2), qk, DOT_F32)
-        qk = mma(qr3, tl.trans(r3), qk, DOT_F32)
+        qk = mma4(qr0, qr1, qr2, qr3, tl.trans(r0), tl.trans(r1), tl.trans(r2), tl.trans(r3),
+                  qk, DOT_F32)
     else:
         qk = mma(qr0, tl.trans(rope), qk, DOT_F32)
     return qk
@@ -175,12 +170,19 @@ def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, 
                    k0, k1, k2, k3, DOT_F32: tl.constexpr):
     """One tile of the online softmax and P · V into the four lane accumulators."""
     m_new, l_i, p, alpha = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i)
-    pm = p.to(k0.dtype)
-    acc0 = mma(pm, k0, acc0 * alpha[:, None], DOT_F32)
-    acc1 = mma(pm, k1, acc1 * alpha[:, None], DOT_F32)
-    acc2 = mma(pm, k2, acc2 * alpha[:, None], DOT_F32)
-    acc3 = mma(pm, k3, acc3 * alpha[:, None], DOT_F32)
+    acc0, acc1, acc2, acc3 = _pv(p.to(k0.dtype), alpha, acc0, acc1, acc2, acc3, k0, k1, k2, k3,
+                                 DOT_F32)
     return m_new, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _pv(pm, alpha, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
+    """Four lane accumulators rescaled and advanced by one tile: α · a_j + P · k_j."""
+    a0 = mma(pm, k0, a0 * alpha[:, None], DOT_F32)
+    a1 = mma(pm, k1, a1 * alpha[:, None], DOT_F32)
+    a2 = mma(pm, k2, a2 * alpha[:, None], DOT_F32)
+    a3 = mma(pm, k3, a3 * alpha[:, None], DOT_F32)
+    return a0, a1, a2, a3
 
 
 @triton.jit
@@ -213,22 +215,16 @@ def _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, t: tl.constexpr, ROW_WORDS: t
 @triton.jit
 def _tile_scores(qk, q0, q1, q2, q3, k0, k1, k2, k3, scale, DOT_F32: tl.constexpr):
     """qk + scale · (q · k) over one scale tile's 128 dims, the scale applied in float32."""
-    part = mma(q0, tl.trans(k0), tl.zeros(qk.shape, tl.float32), DOT_F32)
-    part = mma(q1, tl.trans(k1), part, DOT_F32)
-    part = mma(q2, tl.trans(k2), part, DOT_F32)
-    part = mma(q3, tl.trans(k3), part, DOT_F32)
+    part = mma4(q0, q1, q2, q3, tl.trans(k0), tl.trans(k1), tl.trans(k2), tl.trans(k3),
+                tl.zeros(qk.shape, tl.float32), DOT_F32)
     return qk + part * scale[None, :]
 
 
 @triton.jit
 def _tile_pv(p, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
     """One scale tile's accumulators [BLOCK_M, 32] per lane: α · acc + (P · scale) · k."""
-    pm = (p * scale[None, :]).to(tl.float16)
-    a0 = mma(pm, k0, a0 * alpha[:, None], DOT_F32)
-    a1 = mma(pm, k1, a1 * alpha[:, None], DOT_F32)
-    a2 = mma(pm, k2, a2 * alpha[:, None], DOT_F32)
-    a3 = mma(pm, k3, a3 * alpha[:, None], DOT_F32)
-    return a0, a1, a2, a3
+    return _pv((p * scale[None, :]).to(tl.float16), alpha, a0, a1, a2, a3, k0, k1, k2, k3,
+               DOT_F32)
 
 
 @triton.jit

@@ -14,7 +14,8 @@ window and writes −inf over the tiles outside it. The walk is a loop the compi
 ``fp8mla.indexer.PREFETCH_MIN_HEADS`` heads) one that carries tile i+1's keys and scales in
 registers. With one tile per program, q's conversion costs as much as the keys' (H × 128
 values each). Keys are e4m3 bytes read as 32-bit words (four values each, converted to fp16
-lanes as in the decode kernel, lane j = dims 4c + j) with one float32 scale per key. Key addressing:
+lanes as in the decode kernel, lane j = dims 4c + j) with one float32 scale per key. Key
+addressing:
 - PAGED (DeepGEMM's ``fp8_paged_mqa_logits`` cache): per page, page_size · 128 key bytes, then
   page_size float32 scales; row r belongs to request r // S_Q, whose block table maps positions.
 - contiguous (``fp8_mqa_logits``): key bytes [S, 128] and scales [S] as separate tensors.
@@ -27,7 +28,7 @@ tile (the instruction counts are in `fp8mla.indexer`).
 import triton
 import triton.language as tl
 
-from fp8mla.kernels.common import mma
+from fp8mla.kernels.common import mma4
 from fp8mla.kernels.fp8 import e4m3x4_to_f16
 
 
@@ -87,18 +88,12 @@ def _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8: tl.constexpr,
     """Σ_j w_j · ReLU(q_j · k) · k_scale for one tile of keys: float32 [BLOCK_S]."""
     k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
     if KEYS_AS_ROWS:  # scores [BLOCK_S, H]: the head sum stays within a quad
-        s = tl.zeros((words.shape[0], q0.shape[0]), tl.float32)
-        s = mma(k0, tl.trans(q0), s, DOT_F32)
-        s = mma(k1, tl.trans(q1), s, DOT_F32)
-        s = mma(k2, tl.trans(q2), s, DOT_F32)
-        s = mma(k3, tl.trans(q3), s, DOT_F32)
+        s = mma4(k0, k1, k2, k3, tl.trans(q0), tl.trans(q1), tl.trans(q2), tl.trans(q3),
+                 tl.zeros((words.shape[0], q0.shape[0]), tl.float32), DOT_F32)
         logit = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
     else:  # scores [H, BLOCK_S]
-        s = tl.zeros((q0.shape[0], words.shape[0]), tl.float32)
-        s = mma(q0, tl.trans(k0), s, DOT_F32)
-        s = mma(q1, tl.trans(k1), s, DOT_F32)
-        s = mma(q2, tl.trans(k2), s, DOT_F32)
-        s = mma(q3, tl.trans(k3), s, DOT_F32)
+        s = mma4(q0, q1, q2, q3, tl.trans(k0), tl.trans(k1), tl.trans(k2), tl.trans(k3),
+                 tl.zeros((q0.shape[0], words.shape[0]), tl.float32), DOT_F32)
         logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0)
     return logit * (k_scale * OUT_SCALE)
 
