@@ -78,8 +78,7 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
         OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS,
         ROWS_ALIGNED=paged and page_size % 4 == 0, PREFETCH=h_p2 >= PREFETCH_MIN_HEADS,
-        num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     return out
 
