@@ -25,15 +25,20 @@ from fp8mla.runtime import decode_config
 # (case, format, [(label, DecodeConfig overrides, num_splits or None[, fp8mla.decode
 # attributes set for the variant]), ...]); the launcher's default configuration and split
 # count are always timed first.
-OLD_COMBINE = dict(COMBINE_PROGRAMS_PER_SM=0)  # 128 dims and ≤ 32 splits per step (session 4)
+GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before session 6
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8", [("combine 128 dims", {}, None, OLD_COMBINE)]),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("combine 128 dims", {}, None, OLD_COMBINE),
-                                              ("bn32", dict(block_n=32), None)]),
-    # the folded scale path at 32 tokens: 194 registers, 740 SASS instructions per tile
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla", [("bn32", dict(block_n=32), None)]),
-    (DecodeCase(1, 4096, 8), "fp8", [("combine 128 dims", {}, None, OLD_COMBINE)]),
-    (DecodeCase(64, 8192, 16), "fp8", [("bn64 s3", dict(num_stages=3), None)]),
+    # fp8 whole tiles by TMA at 3 stages (two buffers, the copy two tiles ahead) by default
+    (DecodeCase(64, 8192, 16), "fp8", [("gather", GATHER, None),
+                                       ("tma s2", dict(tma_stages=2), None),
+                                       ("tma s4", dict(tma_stages=4), None),
+                                       ("tma bn32 s4", dict(block_n=32, tma_stages=4), None),
+                                       ("tma bn32 s3", dict(block_n=32), None)]),
+    (DecodeCase(1, 131072, 8), "fp8", [("gather", GATHER, None),
+                                       ("tma bn32 s4", dict(block_n=32, tma_stages=4), None)]),
+    (DecodeCase(64, 8192, 128), "fp8", [("gather", GATHER, None),
+                                        ("tma s2", dict(tma_stages=2), None)]),
+    (DecodeCase(1, 4096, 8), "fp8", [("gather", GATHER, None)]),
+    (DecodeCase(64, 8192, 16, s_q=2), "fp8", [("gather", GATHER, None)]),
 ]
 
 

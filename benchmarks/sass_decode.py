@@ -33,8 +33,13 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
-                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold}
-    return compile_for(fn, DECODE_SIG, constexprs, 90, num_warps, stages, aligned=True)
+                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold, "TMA": False}
+    sig = dict(DECODE_SIG)
+    if os.environ.get("TMA") == "1":
+        constexprs["TMA"] = True
+        sig["lat_desc"] = f"tensordesc<i32[{block_n}, 128]>"
+        sig["rope_desc"] = f"tensordesc<i32[{block_n}, 16]>"
+    return compile_for(fn, sig, constexprs, 90, num_warps, stages, aligned=True)
 
 
 ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")  # what marks an instruction line of nvdisasm

@@ -36,7 +36,8 @@ DECODE_SHAPES = ((8, 1), (128, 1))  # (heads, s_q): the smallest and largest BLO
 
 DECODE_SIG = {
     "q_ptr": "*bf16", "u32_ptr": "*i32", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
-    "fp8_scale_ptr": "*fp32", "block_table_ptr": "*i32", "seqlens_ptr": "*i32",
+    "fp8_scale_ptr": "*fp32", "lat_desc": "constexpr", "rope_desc": "constexpr",
+    "block_table_ptr": "*i32", "seqlens_ptr": "*i32",
     "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32", "part_out_ptr": "*fp32",
     "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
     "stride_qb": "i32", "stride_qs": "i32", "stride_qh": "i32", "stride_bt": "i32",
@@ -98,6 +99,7 @@ def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligne
     best case of what a launch specializes (pointers usually are; strides when they happen to
     be multiples of 16); it decides vectorized loads (SASS studies)."""
     sig = dict(signature)
+    constexprs = {**{k: None for k, v in signature.items() if v == "constexpr"}, **constexprs}
     sig.update({k: "constexpr" for k in constexprs})
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
              if aligned and (v.startswith("*") or k.startswith("stride"))}
@@ -111,6 +113,7 @@ def row(what, cc, kernel):
     return json.dumps({"what": what, "cc": cc, "shared": kernel.metadata.shared,
                        "cubin": bool(kernel.asm.get("cubin")),
                        "hw_cvt": "cvt.rn.f16x2.e4m3x2" in kernel.asm["ptx"],
+                       "tma": "cp.async.bulk.tensor" in kernel.asm["ptx"],
                        "trap": "trap;" in kernel.asm["ptx"]})
 
 
@@ -121,13 +124,18 @@ def compile_target(cc):
     for fmt, fid in FORMAT_IDS.items():
         for heads, s_q in DECODE_SHAPES:
             cfg = decode_config(cc, fmt, heads, s_q)
-            k = compile_for(_mla_decode_kernel, DECODE_SIG, {
+            sig, stages = DECODE_SIG, cfg.num_stages
+            if cfg.tma:  # what a plan whose pages hold whole tiles launches
+                sig = dict(DECODE_SIG, lat_desc=f"tensordesc<i32[{cfg.block_n}, 128]>",
+                           rope_desc=f"tensordesc<i32[{cfg.block_n}, 16]>")
+                stages = cfg.tma_stages
+            k = compile_for(_mla_decode_kernel, sig, {
                 "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,
                 "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
                 "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
                 "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": False,
-                "CAUSAL": True, "FOLD_SCALES": True,
-            }, cc, cfg.num_warps, cfg.num_stages)
+                "CAUSAL": True, "FOLD_SCALES": True, "TMA": cfg.tma,
+            }, cc, cfg.num_warps, stages)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
         cfg = decode_config(cc, fmt, 8, 1)
         k = compile_for(_mla_decode_kernel, DECODE_SIG, {
@@ -135,6 +143,7 @@ def compile_target(cc):
             "HEADS": cfg.heads_per_block, "BLOCK_N": cfg.block_n, "DIRECT": False,
             "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0 if hw else 256.0,
             "WORDS_2D": cfg.words_2d, "SPARSE": True, "CAUSAL": True, "FOLD_SCALES": True,
+            "TMA": False,
         }, cc, cfg.num_warps, cfg.num_stages)
         lines.append(row(f"sparse/{fmt}/H8", cc, k))
         k = compile_for(_store_kv_kernel, STORE_SIG, {

@@ -218,6 +218,37 @@ def test_tile_load_variants_agree(device, fmt, words_2d, stages):
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
+@pytest.mark.parametrize("page_size,lens,splits", [(64, [64, 1, 0, 200], 3),
+                                                    (128, [300, 127], 2)])
+def test_tma_tiles_match_reference(device, page_size, lens, splits):
+    """fp8 pages holding whole tiles are copied a tile at a time by the tensor memory
+    accelerator (SM90+; the interpreter runs the same descriptors): whole tiles, the partial
+    last tile of a split (gathered, masked: the poisoned rows after it are never read), empty
+    splits and a zero-length request, and the same answer as gathering every tile."""
+    from dataclasses import replace
+
+    cache, table, seqlens = paged_cache("fp8", lens, page_size, device=device, seed=41)
+    q = _q(len(lens), 2, 8, device, 42)
+    kw = dict(batch=len(lens), num_heads=8, s_q=2, kv_format="fp8", page_size=page_size,
+              cache_seqlens=seqlens, device=device, num_splits=splits)
+    plan = DecodePlan(**kw)
+    assert plan.tma == (plan.target.cc >= 90)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
+    gathered = DecodePlan(**kw, config=replace(plan.config, tma=False))
+    assert not gathered.tma
+    out_g, lse_g = gathered.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    assert_close(out, out_g, name="out vs gathered")
+    assert_close(lse, lse_g, atol=1e-5, rtol=1e-5, name="lse vs gathered")
+
+
+def test_tma_only_where_tiles_lie_in_pages(device):
+    kw = dict(batch=1, num_heads=8, max_seqlen=64, device=device)
+    assert not DecodePlan(kv_format="fp8", page_size=16, **kw).tma  # tiles span pages
+    assert not DecodePlan(kv_format="bf16", page_size=64, **kw).tma
+    assert not DecodePlan(kv_format="fp8_ds_mla", page_size=64, **kw).tma
+
+
 @pytest.mark.parametrize("fold", [False, True])
 def test_ds_mla_scale_paths_agree(device, fold):
     """Both ways of applying fp8_ds_mla scales at ≤ 16 rows per program (folded into the

@@ -17,6 +17,7 @@ import math
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fp8mla import formats, numerics
 from fp8mla._checks import check_int, check_page_size, check_tensor, same_device
@@ -178,6 +179,9 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q)
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
+        # whole tiles by tensor-memory copies: fp8 rows, dense, tiles inside pages
+        self.tma = (self.config.tma and not self.sparse and self.fmt.name == "fp8"
+                    and self.page_size >= self.config.block_n)
         self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
                                device=self.device)
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
@@ -289,8 +293,13 @@ class DecodePlan:
         u32 = flat.view(torch.int32) if self.fmt.is_fp8 else flat
         f32 = flat.view(torch.float32) if self.fmt.name == "fp8_ds_mla" else u32
         bf16 = flat.view(torch.bfloat16) if self.fmt.name != "fp8" else u32
+        tma = self.tma and u32.data_ptr() % 16 == 0
+        lat_desc = rope_desc = None
+        if tma:  # fp8 rows: 128 latent words, then 16 rope words
+            lat_desc = TensorDescriptor.from_tensor(u32, [cfg.block_n, 128])
+            rope_desc = TensorDescriptor.from_tensor(u32, [cfg.block_n, 16])
         args = (
-            q, u32, bf16, f32, kv_scale, block_table, cache_seqlens,
+            q, u32, bf16, f32, kv_scale, lat_desc, rope_desc, block_table, cache_seqlens,
             out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
             q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
@@ -303,7 +312,8 @@ class DecodePlan:
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
             WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
-            FOLD_SCALES=cfg.fold_scales, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            FOLD_SCALES=cfg.fold_scales, TMA=tma, num_warps=cfg.num_warps,
+            num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
         return args, meta
 

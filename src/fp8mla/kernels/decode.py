@@ -18,6 +18,14 @@ Sparse (SPARSE=True, DESIGN.md §2): each "request" is one query token (S_Q = 1)
 list is its row of slot indices (−1 = skip) instead of a block table, and whose length is its
 topk_length; everything else is shared with dense decode.
 
+TMA (fp8 rows, SM90+, pages of ≥ BLOCK_N tokens): a split's whole tiles each lie in one page,
+so each is one tensor-memory copy (``lat_desc``: [BLOCK_N, 128] latent words, ``rope_desc``:
+[BLOCK_N, 16] rope words) that Triton's pipeliner issues two tiles ahead into two buffers at 3
+stages; the slot of tile i + 1 is looked up during tile i, so the copy never waits on the
+block table. The partial last tile is gathered with masks, so rows past a request's end are
+never read. H200, B=64 × 8K, 16 heads: 164.9 → 138.9 µs; SASS per tile 1,203 → 989
+instructions (no per-row address arithmetic).
+
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
 
@@ -66,6 +74,14 @@ def _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
         page = tl.load(bt_row + (offs_n >> page_shift), mask=mask_n, other=0)
         slot = (page.to(tl.int64) << page_shift) + (offs_n & ((1 << page_shift) - 1))
     return offs_n, mask_n, slot
+
+
+@triton.jit
+def _tile_row(bt_row, n0, end, page_shift):
+    """Pool row of the token at n0 (< end, else 0): a whole tile's first row when tiles
+    lie inside pages."""
+    page = tl.load(bt_row + (n0 >> page_shift), mask=n0 < end, other=0)
+    return (page << page_shift) + (n0 & ((1 << page_shift) - 1))
 
 
 @triton.jit
@@ -186,6 +202,27 @@ def _pv(pm, alpha, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
 
 
 @triton.jit
+def _gathered_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, bt_row, n0,
+                   end, page_shift, num_slots, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
+                   acc3, FORMAT: tl.constexpr, HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr,
+                   DOT_F32: tl.constexpr, ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr,
+                   SPARSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One tile of rows gathered slot by slot (masked: entries past ``end`` or skipped are
+    never read): scores, online softmax and P · V."""
+    offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N, SPARSE)
+    if FORMAT == FMT_BF16:
+        k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
+    else:
+        words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n, FORMAT,
+                                             ROW_WORDS, WORDS_2D, BLOCK_N)
+        k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D, BLOCK_N)
+    qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT, HW_FP8,
+                 DOT_F32, BLOCK_M, BLOCK_N)
+    return _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
+                          acc3, k0, k1, k2, k3, DOT_F32)
+
+
+@triton.jit
 def _q_scale_tile(q_row, row_ok, t: tl.constexpr):
     """fp8_ds_mla's q lanes for scale tile t (dims 128 t … 128 t + 127): lane j holds dims
     4 (32 t + c) + j, fp16 [BLOCK_M, 32] each."""
@@ -236,7 +273,7 @@ def _lane_from_tiles(a, b, c, d, BLOCK_M: tl.constexpr):
 
 @triton.jit
 def _mla_decode_kernel(
-    q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr,
+    q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr, lat_desc, rope_desc,
     block_table_ptr, seqlens_ptr,
     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
     stride_qb, stride_qs, stride_qh,
@@ -249,6 +286,7 @@ def _mla_decode_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
+    TMA: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -355,21 +393,35 @@ def _mla_decode_kernel(
         acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
         acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
         acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
-        for n0 in range(start, end, BLOCK_N):
-            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
-                                              BLOCK_N, SPARSE)
-            if FORMAT == FMT_BF16:
-                k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
-            else:
-                words, scales, rope = _load_fp8_tile(u32_ptr, bf16_ptr, f32_ptr, slot, mask_n,
-                                                     FORMAT, ROW_WORDS, WORDS_2D, BLOCK_N)
-                k0, k1, k2, k3 = _fp8_lanes(words, scales, FORMAT, HW_FP8, SW_SCALE, WORDS_2D,
-                                            BLOCK_N)
-            qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
-                         HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
-                qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                k0, k1, k2, k3, DOT_F32)
+        if TMA:
+            # whole tiles (each inside one page) by tensor-memory copies; the slot of tile
+            # i + 1 is looked up during tile i, so the copy does not wait on the block table
+            tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
+            row_next = _tile_row(bt_row, start, tail, page_shift)
+            for n0 in range(start, tail, BLOCK_N):
+                row0 = row_next
+                row_next = _tile_row(bt_row, n0 + BLOCK_N, tail, page_shift)
+                k0, k1, k2, k3 = e4m3x4_to_f16(lat_desc.load([row0, 0]), HW_FP8)
+                qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3,
+                             rope_desc.load([row0, 128]), FORMAT, HW_FP8, DOT_F32, BLOCK_M,
+                             BLOCK_N)
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
+                    qk, offs_n, offs_n < end, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
+                    acc3, k0, k1, k2, k3, DOT_F32)
+            for n0 in tl.range(tail, end, BLOCK_N, num_stages=1):  # the partial last tile
+                m_i, l_i, acc0, acc1, acc2, acc3 = _gathered_tile(
+                    q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, bt_row, n0,
+                    end, page_shift, num_slots, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
+                    acc3, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, WORDS_2D, SPARSE,
+                    BLOCK_M, BLOCK_N)
+        else:
+            for n0 in range(start, end, BLOCK_N):
+                m_i, l_i, acc0, acc1, acc2, acc3 = _gathered_tile(
+                    q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, bt_row, n0,
+                    end, page_shift, num_slots, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
+                    acc3, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, WORDS_2D, SPARSE,
+                    BLOCK_M, BLOCK_N)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0
