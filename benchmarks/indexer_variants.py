@@ -1,6 +1,6 @@
-"""Indexer logits: the launcher's module constants varied one set at a time (tile loop with
-register prefetch or the compiler's pipeline, score orientation, keys per tile, warps, tiles per
-program, pipeline stages) on the benchmark's rows (B=64, ctx 32K, 32 and 64 index heads) and the
+"""Indexer logits: the launcher's module constants varied one set at a time (TMA copies or
+pointer loads with register prefetch or the compiler's pipeline, warps, tiles per program,
+pipeline stages) on the benchmark's rows (B=64, ctx 32K, 32 and 64 index heads) and the
 demo's (B=1, 4160), graph-timed in one run with the read ceiling; every variant checked against
 the defaults' output (bit for bit where it sums in the same order).
 
@@ -18,21 +18,18 @@ from fp8mla.bench.harness import graphed, read_ceiling_tbps, time_us
 from fp8mla.bench.sparse import _index_problem
 
 NAMES = ("PREFETCH_MIN_HEADS", "KEYS_AS_ROWS", "BLOCK_S", "NUM_WARPS", "MAX_TILES_PER_PROGRAM",
-         "NUM_STAGES")
+         "NUM_STAGES", "USE_TMA", "TMA_STAGES")
 ON, OFF = 0, 1 << 30  # PREFETCH_MIN_HEADS: prefetch at every head count / at none
-VARIANTS = [  # (label, {constant: value}); the defaults first
+VARIANTS = [  # (label, {constant: value}); the defaults first (TMA copies, session 6)
     ("default", {}),
-    ("pipelined", dict(PREFETCH_MIN_HEADS=OFF)),
-    ("pipelined tiles16", dict(PREFETCH_MIN_HEADS=OFF, MAX_TILES_PER_PROGRAM=16)),
-    ("pipelined 3 stages", dict(PREFETCH_MIN_HEADS=OFF, NUM_STAGES=3)),
-    ("pipelined [heads, keys]", dict(PREFETCH_MIN_HEADS=OFF, KEYS_AS_ROWS=False)),
-    ("prefetch", dict(PREFETCH_MIN_HEADS=ON)),
-    ("prefetch tiles16", dict(PREFETCH_MIN_HEADS=ON, MAX_TILES_PER_PROGRAM=16)),
-    ("prefetch 32 keys", dict(PREFETCH_MIN_HEADS=ON, BLOCK_S=32)),  # 80 registers at 32 heads
-    ("prefetch 32 keys tiles16", dict(PREFETCH_MIN_HEADS=ON, BLOCK_S=32,
-                                      MAX_TILES_PER_PROGRAM=16)),
-    ("prefetch 8 warps", dict(PREFETCH_MIN_HEADS=ON, NUM_WARPS=8)),
-    ("pipelined 32 keys", dict(PREFETCH_MIN_HEADS=OFF, BLOCK_S=32)),
+    ("tma 2 stages", dict(TMA_STAGES=2)),
+    ("tma 4 stages", dict(TMA_STAGES=4)),
+    ("tma tiles16", dict(MAX_TILES_PER_PROGRAM=16)),
+    ("tma tiles4", dict(MAX_TILES_PER_PROGRAM=4)),
+    ("tma 8 warps", dict(NUM_WARPS=8)),
+    ("pointers (session 5)", dict(USE_TMA=False)),
+    ("pointers pipelined", dict(USE_TMA=False, PREFETCH_MIN_HEADS=OFF)),
+    ("pointers prefetch", dict(USE_TMA=False, PREFETCH_MIN_HEADS=ON)),
 ]
 
 ceiling = read_ceiling_tbps()

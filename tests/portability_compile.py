@@ -14,6 +14,7 @@ from triton.compiler import ASTSource
 
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
+from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.kernels.indexer import _indexer_logits_kernel
 from fp8mla.kernels.rope import _rope_kernel
@@ -59,7 +60,8 @@ STORE_SIG = {
 }
 INDEXER_SIG = {
     "q_ptr": "*i32", "w_ptr": "*fp32", "k_u32_ptr": "*i32", "k_f32_ptr": "*fp32",
-    "k_scale_ptr": "*fp32", "block_table_ptr": "*i32", "lo_ptr": "*i32", "hi_ptr": "*i32",
+    "k_scale_ptr": "*fp32", "keys_desc": "constexpr",
+    "block_table_ptr": "*i32", "lo_ptr": "*i32", "hi_ptr": "*i32",
     "out_ptr": "*fp32", "stride_qr": "i32", "stride_wr": "i32", "stride_bt": "i32",
     "stride_or": "i32", "num_heads": "i32", "max_len": "i32", "page_shift": "i32",
     "span": "i32",
@@ -156,13 +158,15 @@ def compile_target(cc):
                                                   "BLOCK_D": block_d, "BLOCK_S": block_s}, cc)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
+    tma = cc >= 90  # pages of 64 keys: TMA copies from SM90 on
+    sig = dict(INDEXER_SIG, keys_desc="tensordesc<i32[1, 64, 32]>") if tma else INDEXER_SIG
     for heads in (32, 64):  # GLM-5, DeepSeek-V3.2 index heads; fp8 q, paged keys (decode)
         lines.append(row(f"indexer/Hi{heads}", cc, compile_for(_indexer_logits_kernel,
-            INDEXER_SIG, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
-                          "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0,
-                          "KEYS_AS_ROWS": KEYS_AS_ROWS, "ROWS_ALIGNED": True,
-                          "PREFETCH": heads >= PREFETCH_MIN_HEADS},
-            cc, num_stages=INDEXER_STAGES, aligned=True)))
+            sig, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
+                  "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0,
+                  "KEYS_AS_ROWS": KEYS_AS_ROWS, "ROWS_ALIGNED": True,
+                  "PREFETCH": not tma and heads >= PREFETCH_MIN_HEADS, "TMA": tma},
+            cc, num_stages=INDEXER_TMA_STAGES if tma else INDEXER_STAGES, aligned=True)))
     lines.append(row("rms_norm", cc, compile_for(_rms_norm_kernel, NORM_SIG, {"BLOCK": 2048},
                                                  cc)))
     lines.append(row("quant_rows", cc, compile_for(_quant_rows_kernel, QUANT_SIG, {

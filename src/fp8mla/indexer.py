@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fp8mla._checks import check_int, check_page_size, check_tensor
 from fp8mla.formats import INDEX_HEAD_DIM, INDEX_ROW_BYTES
@@ -38,6 +39,12 @@ KEYS_AS_ROWS = True
 PREFETCH_MIN_HEADS = 64
 PROGRAMS_PER_SM = 4
 NUM_WARPS = 4
+# Paged keys on SM90+ with pages of ≥ BLOCK_S keys: each tile's words are one TMA copy, issued
+# by the compiler's pipeline TMA_STAGES deep (3: two buffers), with the next tile's page and
+# scales looked up during this one (`fp8mla.kernels.indexer`); the register-prefetch loop is
+# then unused.
+USE_TMA = True
+TMA_STAGES = 3
 
 
 def tiles_per_program(rows: int, tiles: int, num_sms: int) -> int:
@@ -70,15 +77,23 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
     per_program = tiles_per_program(rows, tiles, target.num_sms)
     grid = (rows, triton.cdiv(tiles, per_program))
     h_p2 = max(16, triton.next_power_of_2(heads))
+    tma = (USE_TMA and paged and page_size >= BLOCK_S and target.cc >= 90
+           and keys_u32.data_ptr() % 16 == 0)
+    keys_desc = None
+    if tma:  # pages of [page_size keys × 32 words | page_size scales]: the keys as a 3-D box
+        keys_desc = TensorDescriptor(keys_u32, [keys_u32.numel() // (33 * page_size),
+                                                page_size, 32], [33 * page_size, 32, 1],
+                                     [1, BLOCK_S, 32])
     _indexer_logits_kernel[grid](
-        qv, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out,
+        qv, weights, keys_u32, keys_f32, key_scales, keys_desc, block_table, lo, hi, out,
         qv.stride(0), weights.stride(0), block_table.stride(0), out.stride(0),
         heads, out.shape[1], page_size.bit_length() - 1, per_program * BLOCK_S,
         S_Q=rows_per_req, H_P2=h_p2, BLOCK_S=BLOCK_S,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
         OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS,
-        ROWS_ALIGNED=paged and page_size % 4 == 0, PREFETCH=h_p2 >= PREFETCH_MIN_HEADS,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        ROWS_ALIGNED=paged and page_size % 4 == 0,
+        PREFETCH=not tma and h_p2 >= PREFETCH_MIN_HEADS, TMA=tma,
+        num_warps=NUM_WARPS, num_stages=TMA_STAGES if tma else NUM_STAGES,
     )
     return out
 

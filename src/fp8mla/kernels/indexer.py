@@ -83,6 +83,14 @@ def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at, in_win, PAGED: t
 
 
 @triton.jit
+def _page_scales(k_f32_ptr, page, s0, t_hi, page_shift, BLOCK_S: tl.constexpr):
+    """float32 scales of keys s0 … s0 + BLOCK_S − 1, all in ``page`` (zeros from t_hi on)."""
+    offs = (s0 & ((1 << page_shift) - 1)) + tl.arange(0, BLOCK_S)
+    at = (page.to(tl.int64) << page_shift) * 33 + (32 << page_shift) + offs
+    return tl.load(k_f32_ptr + at, mask=s0 + tl.arange(0, BLOCK_S) < t_hi, other=0.0)
+
+
+@triton.jit
 def _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8: tl.constexpr,
                  DOT_F32: tl.constexpr, KEYS_AS_ROWS: tl.constexpr, OUT_SCALE: tl.constexpr):
     """Σ_j w_j · ReLU(q_j · k) · k_scale for one tile of keys: float32 [BLOCK_S]."""
@@ -100,12 +108,14 @@ def _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8: tl.constexpr,
 
 @triton.jit
 def _indexer_logits_kernel(
-    q_ptr, w_ptr, k_u32_ptr, k_f32_ptr, k_scale_ptr, block_table_ptr, lo_ptr, hi_ptr, out_ptr,
+    q_ptr, w_ptr, k_u32_ptr, k_f32_ptr, k_scale_ptr, keys_desc,
+    block_table_ptr, lo_ptr, hi_ptr, out_ptr,
     stride_qr, stride_wr, stride_bt, stride_or,
     num_heads, max_len, page_shift, span,
     S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
     Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
     KEYS_AS_ROWS: tl.constexpr, ROWS_ALIGNED: tl.constexpr, PREFETCH: tl.constexpr,
+    TMA: tl.constexpr = False,
 ):
     r = tl.program_id(0)
     base = tl.program_id(1) * span
@@ -133,7 +143,29 @@ def _indexer_logits_kernel(
         w = tl.load(w_ptr + r.to(tl.int64) * stride_wr + offs_h, mask=mask_h, other=0.0)
         bt_row = block_table_ptr + (r // S_Q).to(tl.int64) * stride_bt
         offs = tl.arange(0, BLOCK_S)
-        if PREFETCH:
+        if TMA:
+            # paged keys, pages of ≥ BLOCK_S keys: each tile is one tensor-memory copy of its
+            # words ([1, BLOCK_S, 32] of [pages, page_size, 32]) and one of its scales; the
+            # page of tile i + 1 is looked up during tile i, so the pipelined copies never wait
+            # on the block table. Keys past the window are read (inside their page) and their
+            # logits replaced by −inf.
+            page_next = tl.load(bt_row + (t_lo >> page_shift), mask=t_lo < t_hi, other=0)
+            scale_next = _page_scales(k_f32_ptr, page_next, t_lo, t_hi, page_shift, BLOCK_S)
+            for s0 in range(t_lo, t_hi, BLOCK_S):
+                page, k_scale = page_next, scale_next
+                page_next = tl.load(bt_row + ((s0 + BLOCK_S) >> page_shift),
+                                    mask=s0 + BLOCK_S < t_hi, other=0)
+                scale_next = _page_scales(k_f32_ptr, page_next, s0 + BLOCK_S, t_hi, page_shift,
+                                          BLOCK_S)
+                words = tl.reshape(keys_desc.load([page, s0 & ((1 << page_shift) - 1), 0]),
+                                   (BLOCK_S, 32))
+                logit = _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8, DOT_F32,
+                                     KEYS_AS_ROWS, OUT_SCALE)
+                offs_s = s0 + offs
+                tl.store(out_row + offs_s,
+                         tl.where((offs_s >= lo) & (offs_s < t_hi), logit, float("-inf")),
+                         mask=offs_s < max_len)
+        elif PREFETCH:
             # registers carry tile i+1's keys and scales and tile i+2's row offsets, loaded
             # before tile i's math (the compiler's 2-stage pipeline issues the next tile's copy
             # only after the math, behind the page-table and scale loads)
