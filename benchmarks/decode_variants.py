@@ -27,18 +27,15 @@ from fp8mla.runtime import decode_config
 # count are always timed first.
 GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before session 6
 PLAN = [
-    # fp8 whole tiles by TMA at 3 stages (two buffers, the copy two tiles ahead) by default
-    (DecodeCase(64, 8192, 16), "fp8", [("gather", GATHER, None),
-                                       ("tma s2", dict(tma_stages=2), None),
-                                       ("tma s4", dict(tma_stages=4), None),
-                                       ("tma bn32 s4", dict(block_n=32, tma_stages=4), None),
-                                       ("tma bn32 s3", dict(block_n=32), None)]),
-    (DecodeCase(1, 131072, 8), "fp8", [("gather", GATHER, None),
-                                       ("tma bn32 s4", dict(block_n=32, tma_stages=4), None)]),
-    (DecodeCase(64, 8192, 128), "fp8", [("gather", GATHER, None),
+    # whole tiles by TMA at 3 stages (two buffers, the copy two tiles ahead) by default
+    (DecodeCase(64, 8192, 16), "fp8", [("gather", GATHER, None)]),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", [("gather", GATHER, None),
+                                              ("tma s2", dict(tma_stages=2), None)]),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("gather", GATHER, None)]),
+    (DecodeCase(64, 8192, 128), "fp8_ds_mla", [("gather", GATHER, None)]),
+    (DecodeCase(64, 8192, 16), "bf16", [("gather", GATHER, None),
                                         ("tma s2", dict(tma_stages=2), None)]),
-    (DecodeCase(1, 4096, 8), "fp8", [("gather", GATHER, None)]),
-    (DecodeCase(64, 8192, 16, s_q=2), "fp8", [("gather", GATHER, None)]),
+    (DecodeCase(1, 131072, 8), "bf16", [("gather", GATHER, None)]),
 ]
 
 

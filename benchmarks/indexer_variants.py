@@ -24,9 +24,8 @@ VARIANTS = [  # (label, {constant: value}); the defaults first (TMA copies, sess
     ("default", {}),
     ("tma 2 stages", dict(TMA_STAGES=2)),
     ("tma 4 stages", dict(TMA_STAGES=4)),
-    ("tma tiles16", dict(MAX_TILES_PER_PROGRAM=16)),
-    ("tma tiles4", dict(MAX_TILES_PER_PROGRAM=4)),
-    ("tma 8 warps", dict(NUM_WARPS=8)),
+    ("tma tiles×2", dict(MAX_TILES_PER_PROGRAM=16)),  # 32 tiles from 64 heads
+    ("tma tiles÷2", dict(MAX_TILES_PER_PROGRAM=4)),
     ("pointers (session 5)", dict(USE_TMA=False)),
     ("pointers pipelined", dict(USE_TMA=False, PREFETCH_MIN_HEADS=OFF)),
     ("pointers prefetch", dict(USE_TMA=False, PREFETCH_MIN_HEADS=ON)),

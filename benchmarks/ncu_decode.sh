@@ -11,5 +11,6 @@ M+=",sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cy
 M+=",sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
 M+=",sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
 M+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
+M+=",regex:sm__inst_executed_pipe_.*.avg.pct_of_peak_sustained_active"
 timeout 90 ncu --clock-control none -k regex:_mla_decode --launch-skip 2 --launch-count 1 --metrics "$M" \
   python3 benchmarks/profile_decode.py "$@" > "$out" 2>&1

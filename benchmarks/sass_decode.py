@@ -1,9 +1,10 @@
 """Registers, spills, shared memory and the SASS instruction mix of the decode kernel's main
 loop for sm_90, compiled on the CPU (no GPU): the offline half of tuning the kernel.
 
-    python benchmarks/sass_decode.py FMT HEADS_PER_BLOCK BLOCK_N STAGES WORDS_2D NUM_WARPS [FOLD]
-    e.g. python benchmarks/sass_decode.py fp8 16 64 2 1 4
+    python benchmarks/sass_decode.py FMT HEADS_PER_BLOCK BLOCK_N STAGES WORDS_2D NUM_WARPS [FOLD [TMA]]
+    e.g. python benchmarks/sass_decode.py fp8 16 64 3 1 4 1 1
     FOLD (fp8_ds_mla at ≤ 16 rows; default 1): 0 compiles the unfolded scale path
+    TMA (default 0): 1 compiles whole tiles by tensor-memory copies (pages of ≥ BLOCK_N)
 
 Uses the installed Triton and the cuobjdump / nvdisasm its wheel carries; put another Triton
 first on PYTHONPATH to see what that version generates (the H200 runs triton 3.6). On the H200
@@ -22,23 +23,22 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from fp8mla.kernels.decode import _mla_decode_kernel  # noqa: E402
-from portability_compile import DECODE_SIG, FORMAT_IDS, ROW_BYTES, compile_for  # noqa: E402
+from portability_compile import DECODE_SIG, FORMAT_IDS, ROW_BYTES, compile_for, decode_tma_sig  # noqa: E402
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 
 def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
-                   num_warps: int, fold: bool = True):
+                   num_warps: int, fold: bool = True, tma: bool = False):
     fn = _mla_decode_kernel
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
                   "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold, "TMA": False}
-    sig = dict(DECODE_SIG)
-    if os.environ.get("TMA") == "1":
+    sig = DECODE_SIG
+    if tma:
         constexprs["TMA"] = True
-        sig["lat_desc"] = f"tensordesc<i32[{block_n}, 128]>"
-        sig["rope_desc"] = f"tensordesc<i32[{block_n}, 16]>"
+        sig = decode_tma_sig(fmt, block_n, fold and fmt == "fp8_ds_mla" and heads <= 16)
     return compile_for(fn, sig, constexprs, 90, num_warps, stages, aligned=True)
 
 
@@ -53,6 +53,33 @@ def kernel_mix(sass: str) -> Counter:
 def mix_phrase(ops: Counter, n: int = 12) -> str:
     """The n most frequent opcodes with their counts, as one phrase."""
     return ", ".join(f"{op} {c}" for op, c in ops.most_common(n))
+
+
+def loops(sass: str, least: int = 100) -> list[tuple[int, Counter]]:
+    """Instruction count and opcode mix of every backward branch's body of ≥ ``least``
+    instructions, innermost first as they appear (a TMA kernel has its whole-tile loop, then
+    the gathered partial tile's, then the span of both)."""
+    label_at, pending, instrs = {}, [], []
+    for line in sass.split("\n"):
+        label = re.match(r"^\s*(\.L_x_\d+):", line)
+        if label:
+            pending.append(label.group(1))
+            continue
+        addr = ADDRESS.search(line)
+        if addr:
+            for name in pending:
+                label_at[name] = int(addr.group(1), 16)
+            pending = []
+            instrs.append((int(addr.group(1), 16), line))
+    found = []
+    for addr, line in instrs:
+        target = re.search(r"BRA\s+`\((\.L_x_\d+)\)", line)
+        if target and label_at.get(target.group(1), addr) < addr:
+            lo = label_at[target.group(1)]
+            body = [text for a, text in instrs if lo <= a <= addr]
+            if len(body) >= least:
+                found.append((len(body), Counter(opcode(text) for text in body)))
+    return found
 
 
 def loop_mix(sass: str) -> tuple[int, Counter]:
@@ -109,13 +136,14 @@ def resources(kernel, usage: str) -> str:
 def main() -> None:
     fmt, heads, block_n, stages, words_2d, warps = sys.argv[1:7]
     fold = sys.argv[7:8] != ["0"]
+    tma = sys.argv[8:9] == ["1"]
     kernel = compile_decode(fmt, int(heads), int(block_n), int(stages), words_2d == "1",
-                            int(warps), fold)
+                            int(warps), fold, tma)
     usage, sass = disassemble(kernel)
-    n, ops = loop_mix(sass)
     print(f"triton {triton.__version__} sm_90 {fmt} heads/program {heads} block_n {block_n} "
-          f"stages {stages} warps {warps}: {resources(kernel, usage)}")
-    print(f"tile loop: {n} instructions per thread: {mix_phrase(ops)}")
+          f"stages {stages} warps {warps}{' tma' if tma else ''}: {resources(kernel, usage)}")
+    for n, ops in loops(sass)[:2 if tma else 1]:
+        print(f"tile loop: {n} instructions per thread: {mix_phrase(ops)}")
 
 
 if __name__ == "__main__":

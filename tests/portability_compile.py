@@ -38,7 +38,7 @@ DECODE_SHAPES = ((8, 1), (128, 1))  # (heads, s_q): the smallest and largest BLO
 DECODE_SIG = {
     "q_ptr": "*bf16", "u32_ptr": "*i32", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
     "fp8_scale_ptr": "*fp32", "lat_desc": "constexpr", "rope_desc": "constexpr",
-    "block_table_ptr": "*i32", "seqlens_ptr": "*i32",
+    "scale_desc": "constexpr", "block_table_ptr": "*i32", "seqlens_ptr": "*i32",
     "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32", "part_out_ptr": "*fp32",
     "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
     "stride_qb": "i32", "stride_qs": "i32", "stride_qh": "i32", "stride_bt": "i32",
@@ -46,6 +46,21 @@ DECODE_SIG = {
     "stride_ls": "i32", "stride_lh": "i32", "softmax_scale": "fp32", "lse_empty": "fp32",
     "num_heads": "i32", "num_splits": "i32", "page_shift": "i32", "num_slots": "i32",
 }
+
+
+def decode_tma_sig(fmt: str, block_n: int, fold: bool) -> dict:
+    """DECODE_SIG with the descriptors `DecodePlan._descriptors` passes (TMA launches)."""
+    n = block_n
+    if fmt == "bf16":
+        descs = {"lat_desc": f"tensordesc<bf16[{n}, 128]>", "rope_desc": f"tensordesc<bf16[{n}, 64]>"}
+    elif fmt == "fp8":
+        descs = {"lat_desc": f"tensordesc<i32[{n}, 128]>", "rope_desc": f"tensordesc<i32[{n}, 16]>"}
+    else:
+        descs = {"lat_desc": f"tensordesc<i32[{n}, 32]>" if fold else f"tensordesc<i32[{n}, 4, 32]>",
+                 "rope_desc": f"tensordesc<bf16[{n}, 64]>", "scale_desc": f"tensordesc<fp32[{n}, 4]>"}
+    return {**DECODE_SIG, **descs}
+
+
 COMBINE_SIG = {
     "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32", "out_ptr": "*bf16",
     "lse_ptr": "*fp32", "max_ptr": "*fp32",
@@ -128,9 +143,8 @@ def compile_target(cc):
             cfg = decode_config(cc, fmt, heads, s_q)
             sig, stages = DECODE_SIG, cfg.num_stages
             if cfg.tma:  # what a plan whose pages hold whole tiles launches
-                sig = dict(DECODE_SIG, lat_desc=f"tensordesc<i32[{cfg.block_n}, 128]>",
-                           rope_desc=f"tensordesc<i32[{cfg.block_n}, 16]>")
-                stages = cfg.tma_stages
+                fold = triton.next_power_of_2(s_q) * cfg.heads_per_block <= 16
+                sig, stages = decode_tma_sig(fmt, cfg.block_n, fold), cfg.tma_stages
             k = compile_for(_mla_decode_kernel, sig, {
                 "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,
                 "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,

@@ -218,23 +218,33 @@ def test_tile_load_variants_agree(device, fmt, words_2d, stages):
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
-@pytest.mark.parametrize("page_size,lens,splits", [(64, [64, 1, 0, 200], 3),
-                                                    (128, [300, 127], 2)])
-def test_tma_tiles_match_reference(device, page_size, lens, splits):
-    """fp8 pages holding whole tiles are copied a tile at a time by the tensor memory
-    accelerator (SM90+; the interpreter runs the same descriptors): whole tiles, the partial
-    last tile of a split (gathered, masked: the poisoned rows after it are never read), empty
-    splits and a zero-length request, and the same answer as gathering every tile."""
+TMA_CASES = [  # (format, heads, page_size, lens, num_splits)
+    ("fp8", 8, 64, [64, 1, 0, 200], 3),
+    ("fp8", 8, 128, [300, 127], 2),  # two tiles per page
+    ("fp8_ds_mla", 8, 64, [64, 1, 0, 200], 3),  # scales folded (16 rows per program)
+    ("fp8_ds_mla", 32, 64, [100, 64], 2),  # scales on the fp16 tile (2 × 32 rows per program)
+    ("bf16", 8, 64, [64, 1, 0, 200], 3),
+]
+
+
+@pytest.mark.parametrize("fmt,heads,page_size,lens,splits", TMA_CASES)
+def test_tma_tiles_match_reference(device, fmt, heads, page_size, lens, splits):
+    """Pages holding whole tiles are copied a tile at a time by the tensor memory accelerator
+    (SM90+; the interpreter runs the same descriptors): whole tiles, the partial last tile of a
+    split (gathered, masked: the poisoned rows after it are never read), empty splits and a
+    zero-length request, and the same answer as gathering every tile."""
     from dataclasses import replace
 
-    cache, table, seqlens = paged_cache("fp8", lens, page_size, device=device, seed=41)
-    q = _q(len(lens), 2, 8, device, 42)
-    kw = dict(batch=len(lens), num_heads=8, s_q=2, kv_format="fp8", page_size=page_size,
+    policy = "fp32" if fmt == "fp8_ds_mla" else None
+    cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
+                                        seed=41)
+    q = _q(len(lens), 2, heads, device, 42)
+    kw = dict(batch=len(lens), num_heads=heads, s_q=2, kv_format=fmt, page_size=page_size,
               cache_seqlens=seqlens, device=device, num_splits=splits)
     plan = DecodePlan(**kw)
     assert plan.tma == (plan.target.cc >= 90)
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
-    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5, policy, folded=heads <= 8)
     gathered = DecodePlan(**kw, config=replace(plan.config, tma=False))
     assert not gathered.tma
     out_g, lse_g = gathered.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
@@ -245,8 +255,8 @@ def test_tma_tiles_match_reference(device, page_size, lens, splits):
 def test_tma_only_where_tiles_lie_in_pages(device):
     kw = dict(batch=1, num_heads=8, max_seqlen=64, device=device)
     assert not DecodePlan(kv_format="fp8", page_size=16, **kw).tma  # tiles span pages
-    assert not DecodePlan(kv_format="bf16", page_size=64, **kw).tma
-    assert not DecodePlan(kv_format="fp8_ds_mla", page_size=64, **kw).tma
+    assert DecodePlan(kv_format="fp8_ds_mla", page_size=64, **kw).tma == (
+        DecodePlan(kv_format="fp8_ds_mla", page_size=64, **kw).target.cc >= 90)
 
 
 @pytest.mark.parametrize("fold", [False, True])

@@ -179,9 +179,8 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q)
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
-        # whole tiles by tensor-memory copies: fp8 rows, dense, tiles inside pages
-        self.tma = (self.config.tma and not self.sparse and self.fmt.name == "fp8"
-                    and self.page_size >= self.config.block_n)
+        # whole tiles by tensor-memory copies: dense, tiles inside pages
+        self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
         self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
                                device=self.device)
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
@@ -293,13 +292,10 @@ class DecodePlan:
         u32 = flat.view(torch.int32) if self.fmt.is_fp8 else flat
         f32 = flat.view(torch.float32) if self.fmt.name == "fp8_ds_mla" else u32
         bf16 = flat.view(torch.bfloat16) if self.fmt.name != "fp8" else u32
-        tma = self.tma and u32.data_ptr() % 16 == 0
-        lat_desc = rope_desc = None
-        if tma:  # fp8 rows: 128 latent words, then 16 rope words
-            lat_desc = TensorDescriptor.from_tensor(u32, [cfg.block_n, 128])
-            rope_desc = TensorDescriptor.from_tensor(u32, [cfg.block_n, 16])
+        tma = self.tma and flat.data_ptr() % 16 == 0
+        descs = self._descriptors(u32, bf16, f32) if tma else (None, None, None)
         args = (
-            q, u32, bf16, f32, kv_scale, lat_desc, rope_desc, block_table, cache_seqlens,
+            q, u32, bf16, f32, kv_scale, *descs, block_table, cache_seqlens,
             out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
             q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
@@ -316,6 +312,30 @@ class DecodePlan:
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
         return args, meta
+
+    def _descriptors(self, u32, bf16, f32):
+        """Tensor-memory-copy descriptors over the pool's rows for `_tma_tile` / `_fold_tile`:
+        (latent, rope, scales or None)."""
+        n, name = self.config.block_n, self.fmt.name
+        if name == "bf16":
+            return (TensorDescriptor.from_tensor(bf16, [n, 128]),
+                    TensorDescriptor.from_tensor(bf16, [n, 64]), None)
+        if name == "fp8":
+            return (TensorDescriptor.from_tensor(u32, [n, 128]),
+                    TensorDescriptor.from_tensor(u32, [n, 16]), None)
+        words = self.fmt.row_bytes // 4
+        if self.folds_scales:  # one [n, 32]-word box per 128-dim scale tile
+            lat = TensorDescriptor.from_tensor(u32, [n, 32])
+        else:  # rows as [4 scale tiles, 32 words]
+            lat = TensorDescriptor(u32, [u32.shape[0], 4, 32], [words, 32, 1], [n, 4, 32])
+        return (lat, TensorDescriptor.from_tensor(bf16, [n, 64]),
+                TensorDescriptor.from_tensor(f32, [n, 4]))
+
+    @property
+    def folds_scales(self) -> bool:
+        """fp8_ds_mla scales folded into the scores and P (≤ 16 rows per program)."""
+        rows = (1 << (self.s_q - 1).bit_length()) * self.config.heads_per_block
+        return self.fmt.name == "fp8_ds_mla" and rows <= 16 and self.config.fold_scales
 
     def _programs_per_sm(self) -> int:
         """Compile the split kernel for this plan (with stand-in tensors) and count how many

@@ -47,11 +47,13 @@ USE_TMA = True
 TMA_STAGES = 3
 
 
-def tiles_per_program(rows: int, tiles: int, num_sms: int) -> int:
-    """Key tiles (BLOCK_S positions) per program: the most, up to MAX_TILES_PER_PROGRAM, that
-    still leave PROGRAMS_PER_SM programs per SM (q is converted once per program; a B=1 decode
-    row of 4K keys keeps one tile per program)."""
-    n = MAX_TILES_PER_PROGRAM
+def tiles_per_program(rows: int, tiles: int, num_sms: int, heads: int = 32) -> int:
+    """Key tiles (BLOCK_S positions) per program: the most, up to MAX_TILES_PER_PROGRAM (twice
+    that from 64 padded heads, whose q costs twice as much to convert), that still leave
+    PROGRAMS_PER_SM programs per SM (q is converted once per program; a B=1 decode row of 4K
+    keys keeps one tile per program). H200, B=64 × 32K, TMA copies: 64 heads 97.0 µs at 8
+    tiles, 93.5 at 16; 32 heads 86.2 at 8, 88.6 at 16 (h200-20261129-s6-indexer-variants)."""
+    n = MAX_TILES_PER_PROGRAM * (2 if heads >= 64 else 1)
     while n > 1 and rows * triton.cdiv(tiles, n) < PROGRAMS_PER_SM * num_sms:
         n //= 2
     return n
@@ -74,9 +76,9 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
     if rows == 0 or out.shape[1] == 0:
         return out
     tiles = triton.cdiv(out.shape[1], BLOCK_S)
-    per_program = tiles_per_program(rows, tiles, target.num_sms)
-    grid = (rows, triton.cdiv(tiles, per_program))
     h_p2 = max(16, triton.next_power_of_2(heads))
+    per_program = tiles_per_program(rows, tiles, target.num_sms, h_p2)
+    grid = (rows, triton.cdiv(tiles, per_program))
     tma = (USE_TMA and paged and page_size >= BLOCK_S and target.cc >= 90
            and keys_u32.data_ptr() % 16 == 0)
     keys_desc = None

@@ -63,8 +63,8 @@ class DecodeConfig:
     # instead of multiplied into each fp16 tile (scores exact in float32; P · scale rounded
     # to fp16, as P was)
     fold_scales: bool = True
-    # fp8 rows on SM90+: tiles that lie inside one page (page_size >= block_n) are copied by
-    # the tensor memory accelerator, tma_stages deep (3: two buffers, the copy two tiles ahead)
+    # SM90+: tiles that lie inside one page (page_size >= block_n) are copied by the tensor
+    # memory accelerator, tma_stages deep (3: two buffers, the copy two tiles ahead)
     tma: bool = False
     tma_stages: int = 3
 
@@ -122,4 +122,4 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeCo
     num_stages = 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
-                        tma=kv_format == "fp8" and cc >= 90)
+                        tma=cc >= 90)

@@ -141,6 +141,27 @@ def _fp8_lanes(words, scales, FORMAT: tl.constexpr, HW_FP8: tl.constexpr,
 
 
 @triton.jit
+def _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT: tl.constexpr, HW_FP8: tl.constexpr,
+              SW_SCALE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A whole tile from pool row ``row0`` by tensor-memory copies: lanes 0..3 ([BLOCK_N, 128]
+    fp16, fp8_ds_mla tiles scaled; bf16 as stored) and rope (fp8: [BLOCK_N, 16] words;
+    otherwise [BLOCK_N, 64] bf16). Descriptor boxes: fp8 [BLOCK_N, 128] + [BLOCK_N, 16] words;
+    fp8_ds_mla [BLOCK_N, 4, 32] words + [BLOCK_N, 4] scales + [BLOCK_N, 64] bf16; bf16
+    [BLOCK_N, 128] + [BLOCK_N, 64]."""
+    if FORMAT == FMT_BF16:
+        return (lat_desc.load([row0, 0]), lat_desc.load([row0, 128]),
+                lat_desc.load([row0, 256]), lat_desc.load([row0, 384]),
+                rope_desc.load([row0, 512]))
+    elif FORMAT == FMT_FP8:
+        k0, k1, k2, k3 = e4m3x4_to_f16(lat_desc.load([row0, 0]), HW_FP8)
+        return k0, k1, k2, k3, rope_desc.load([row0, 128])
+    else:
+        k0, k1, k2, k3 = _fp8_lanes(lat_desc.load([row0, 0, 0]), scale_desc.load([row0, 128]),
+                                    FORMAT, HW_FP8, SW_SCALE, False, BLOCK_N)
+        return k0, k1, k2, k3, rope_desc.load([row0, 264])
+
+
+@triton.jit
 def _load_bf16_tile(bf16_ptr, slot, mask_n):
     """BF16 rows: lanes 0..3 (dims 128 j + c), each [BLOCK_N, 128], and rope [BLOCK_N, 64]."""
     m2 = mask_n[:, None]
@@ -265,6 +286,57 @@ def _tile_pv(p, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.conste
 
 
 @triton.jit
+def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
+               qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
+               row0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+               aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
+               TILE_TMA: tl.constexpr, HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr,
+               DOT_F32: tl.constexpr, ROW_WORDS: tl.constexpr, SPARSE: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """One fp8_ds_mla tile with the scales folded (q, lanes and accumulators per 128-dim scale
+    tile a … d): rows gathered slot by slot (masked), or (TILE_TMA) a whole tile from pool row
+    ``row0`` by tensor-memory copies."""
+    if TILE_TMA:
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        sc4 = tl.reshape(scale_desc.load([row0, 128]), (BLOCK_N, 2, 2))  # [.., 4] scales
+        sac, sbd = tl.split(sc4)  # columns 0, 2 and 1, 3
+        sa, sc = tl.split(sac)
+        sb, sd = tl.split(sbd)
+        if not HW_FP8:
+            sa, sb, sc, sd = sa * SW_SCALE, sb * SW_SCALE, sc * SW_SCALE, sd * SW_SCALE
+        ka0, ka1, ka2, ka3 = e4m3x4_to_f16(lat_desc.load([row0, 0]), HW_FP8)
+        kb0, kb1, kb2, kb3 = e4m3x4_to_f16(lat_desc.load([row0, 32]), HW_FP8)
+        kc0, kc1, kc2, kc3 = e4m3x4_to_f16(lat_desc.load([row0, 64]), HW_FP8)
+        kd0, kd1, kd2, kd3 = e4m3x4_to_f16(lat_desc.load([row0, 96]), HW_FP8)
+        rope = rope_desc.load([row0, 264])
+    else:
+        offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N,
+                                          SPARSE)
+        ka0, ka1, ka2, ka3, sa = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 0, ROW_WORDS,
+                                                HW_FP8, SW_SCALE)
+        kb0, kb1, kb2, kb3, sb = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 1, ROW_WORDS,
+                                                HW_FP8, SW_SCALE)
+        kc0, kc1, kc2, kc3, sc = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 2, ROW_WORDS,
+                                                HW_FP8, SW_SCALE)
+        kd0, kd1, kd2, kd3, sd = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 3, ROW_WORDS,
+                                                HW_FP8, SW_SCALE)
+        rope = _ds_rope(bf16_ptr, slot, mask_n, ROW_WORDS)
+    qk = mma(qr0, tl.trans(rope), tl.zeros((qa0.shape[0], BLOCK_N), tl.float32), DOT_F32)
+    qk = _tile_scores(qk, qa0, qa1, qa2, qa3, ka0, ka1, ka2, ka3, sa, DOT_F32)
+    qk = _tile_scores(qk, qb0, qb1, qb2, qb3, kb0, kb1, kb2, kb3, sb, DOT_F32)
+    qk = _tile_scores(qk, qc0, qc1, qc2, qc3, kc0, kc1, kc2, kc3, sc, DOT_F32)
+    qk = _tile_scores(qk, qd0, qd1, qd2, qd3, kd0, kd1, kd2, kd3, sd, DOT_F32)
+    m_i, l_i, p, alpha = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i)
+    aa0, aa1, aa2, aa3 = _tile_pv(p, alpha, sa, aa0, aa1, aa2, aa3, ka0, ka1, ka2, ka3, DOT_F32)
+    ab0, ab1, ab2, ab3 = _tile_pv(p, alpha, sb, ab0, ab1, ab2, ab3, kb0, kb1, kb2, kb3, DOT_F32)
+    ac0, ac1, ac2, ac3 = _tile_pv(p, alpha, sc, ac0, ac1, ac2, ac3, kc0, kc1, kc2, kc3, DOT_F32)
+    ad0, ad1, ad2, ad3 = _tile_pv(p, alpha, sd, ad0, ad1, ad2, ad3, kd0, kd1, kd2, kd3, DOT_F32)
+    return (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
+            ad3)
+
+
+@triton.jit
 def _lane_from_tiles(a, b, c, d, BLOCK_M: tl.constexpr):
     """A lane's four scale-tile accumulators [BLOCK_M, 32] → [BLOCK_M, 128], column 32 t + c."""
     x = tl.join(tl.join(a, b), tl.join(c, d))  # [M, 32, 2, 2]: tile 2 · (last) + (third)
@@ -273,7 +345,7 @@ def _lane_from_tiles(a, b, c, d, BLOCK_M: tl.constexpr):
 
 @triton.jit
 def _mla_decode_kernel(
-    q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr, lat_desc, rope_desc,
+    q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr, lat_desc, rope_desc, scale_desc,
     block_table_ptr, seqlens_ptr,
     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
     stride_qb, stride_qs, stride_qh,
@@ -358,32 +430,36 @@ def _mla_decode_kernel(
         z = tl.zeros((BLOCK_M, 32), tl.float32)
         aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3 = z, z, z, z, z, z, z, z
         ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3 = z, z, z, z, z, z, z, z
-        for n0 in range(start, end, BLOCK_N):
-            offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots,
-                                              BLOCK_N, SPARSE)
-            ka0, ka1, ka2, ka3, sa = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 0,
-                                                    ROW_WORDS, HW_FP8, SW_SCALE)
-            kb0, kb1, kb2, kb3, sb = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 1,
-                                                    ROW_WORDS, HW_FP8, SW_SCALE)
-            kc0, kc1, kc2, kc3, sc = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 2,
-                                                    ROW_WORDS, HW_FP8, SW_SCALE)
-            kd0, kd1, kd2, kd3, sd = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 3,
-                                                    ROW_WORDS, HW_FP8, SW_SCALE)
-            rope = _ds_rope(bf16_ptr, slot, mask_n, ROW_WORDS)
-            qk = mma(qr0, tl.trans(rope), tl.zeros((BLOCK_M, BLOCK_N), tl.float32), DOT_F32)
-            qk = _tile_scores(qk, qa0, qa1, qa2, qa3, ka0, ka1, ka2, ka3, sa, DOT_F32)
-            qk = _tile_scores(qk, qb0, qb1, qb2, qb3, kb0, kb1, kb2, kb3, sb, DOT_F32)
-            qk = _tile_scores(qk, qc0, qc1, qc2, qc3, kc0, kc1, kc2, kc3, sc, DOT_F32)
-            qk = _tile_scores(qk, qd0, qd1, qd2, qd3, kd0, kd1, kd2, kd3, sd, DOT_F32)
-            m_i, l_i, p, alpha = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i)
-            aa0, aa1, aa2, aa3 = _tile_pv(p, alpha, sa, aa0, aa1, aa2, aa3, ka0, ka1, ka2, ka3,
-                                          DOT_F32)
-            ab0, ab1, ab2, ab3 = _tile_pv(p, alpha, sb, ab0, ab1, ab2, ab3, kb0, kb1, kb2, kb3,
-                                          DOT_F32)
-            ac0, ac1, ac2, ac3 = _tile_pv(p, alpha, sc, ac0, ac1, ac2, ac3, kc0, kc1, kc2, kc3,
-                                          DOT_F32)
-            ad0, ad1, ad2, ad3 = _tile_pv(p, alpha, sd, ad0, ad1, ad2, ad3, kd0, kd1, kd2, kd3,
-                                          DOT_F32)
+        if TMA:  # whole tiles by tensor-memory copies, then the partial last one gathered
+            tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
+            row_next = _tile_row(bt_row, start, tail, page_shift)
+            for n0 in range(start, tail, BLOCK_N):
+                row0 = row_next
+                row_next = _tile_row(bt_row, n0 + BLOCK_N, tail, page_shift)
+                (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
+                 ad3) = _fold_tile(
+                    qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
+                    qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
+                    row0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+                    aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
+                    True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
+            for n0 in tl.range(tail, end, BLOCK_N, num_stages=1):
+                (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
+                 ad3) = _fold_tile(
+                    qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
+                    qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
+                    0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+                    aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
+                    False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
+        else:
+            for n0 in range(start, end, BLOCK_N):
+                (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
+                 ad3) = _fold_tile(
+                    qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
+                    qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
+                    0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+                    aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
+                    False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
         acc0 = _lane_from_tiles(aa0, ab0, ac0, ad0, BLOCK_M)
         acc1 = _lane_from_tiles(aa1, ab1, ac1, ad1, BLOCK_M)
         acc2 = _lane_from_tiles(aa2, ab2, ac2, ad2, BLOCK_M)
@@ -401,10 +477,10 @@ def _mla_decode_kernel(
             for n0 in range(start, tail, BLOCK_N):
                 row0 = row_next
                 row_next = _tile_row(bt_row, n0 + BLOCK_N, tail, page_shift)
-                k0, k1, k2, k3 = e4m3x4_to_f16(lat_desc.load([row0, 0]), HW_FP8)
-                qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3,
-                             rope_desc.load([row0, 128]), FORMAT, HW_FP8, DOT_F32, BLOCK_M,
-                             BLOCK_N)
+                k0, k1, k2, k3, rope = _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT,
+                                                 HW_FP8, SW_SCALE, BLOCK_N)
+                qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT,
+                             HW_FP8, DOT_F32, BLOCK_M, BLOCK_N)
                 offs_n = n0 + tl.arange(0, BLOCK_N)
                 m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
                     qk, offs_n, offs_n < end, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
