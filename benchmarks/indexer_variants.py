@@ -24,7 +24,7 @@ VARIANTS = [  # (label, {constant: value}); the defaults first (TMA copies, sess
     ("default", {}),
     ("tma 2 stages", dict(TMA_STAGES=2)),
     ("tma 4 stages", dict(TMA_STAGES=4)),
-    ("tma tiles×2", dict(MAX_TILES_PER_PROGRAM=16)),  # 32 tiles from 64 heads
+    ("tma tiles×2", dict(MAX_TILES_PER_PROGRAM=16)),  # 64 tiles from 64 heads
     ("tma tiles÷2", dict(MAX_TILES_PER_PROGRAM=4)),
     ("pointers (session 5)", dict(USE_TMA=False)),
     ("pointers pipelined", dict(USE_TMA=False, PREFETCH_MIN_HEADS=OFF)),

@@ -235,14 +235,17 @@ def test_tma_tiles_match_reference(device, fmt, heads, page_size, lens, splits):
     zero-length request, and the same answer as gathering every tile."""
     from dataclasses import replace
 
+    from fp8mla.runtime import decode_config
+
     policy = "fp32" if fmt == "fp8_ds_mla" else None
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
                                         seed=41)
     q = _q(len(lens), 2, heads, device, 42)
     kw = dict(batch=len(lens), num_heads=heads, s_q=2, kv_format=fmt, page_size=page_size,
               cache_seqlens=seqlens, device=device, num_splits=splits)
-    plan = DecodePlan(**kw)
-    assert plan.tma == (plan.target.cc >= 90)
+    # forced on: the launcher picks TMA only where it measured faster (runtime._tma_pays)
+    plan = DecodePlan(**kw, config=replace(decode_config(90, fmt, heads, 2), tma=True))
+    assert plan.tma
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5, policy, folded=heads <= 8)
     gathered = DecodePlan(**kw, config=replace(plan.config, tma=False))
@@ -252,11 +255,19 @@ def test_tma_tiles_match_reference(device, fmt, heads, page_size, lens, splits):
     assert_close(lse, lse_g, atol=1e-5, rtol=1e-5, name="lse vs gathered")
 
 
-def test_tma_only_where_tiles_lie_in_pages(device):
-    kw = dict(batch=1, num_heads=8, max_seqlen=64, device=device)
-    assert not DecodePlan(kv_format="fp8", page_size=16, **kw).tma  # tiles span pages
-    assert DecodePlan(kv_format="fp8_ds_mla", page_size=64, **kw).tma == (
-        DecodePlan(kv_format="fp8_ds_mla", page_size=64, **kw).target.cc >= 90)
+def test_tma_where_it_pays_and_tiles_lie_in_pages(device):
+    from fp8mla.runtime import decode_config
+
+    kw = dict(batch=1, max_seqlen=64, device=device)
+    assert not DecodePlan(kv_format="fp8", num_heads=8, page_size=16, **kw).tma  # spans pages
+    on = DecodePlan(kv_format="fp8", num_heads=8, page_size=64, **kw)
+    assert on.tma == (on.target.cc >= 90)
+    assert [decode_config(cc, "fp8", 8, 1).tma for cc in (80, 89, 90, 100, 120)] == [
+        False, False, True, True, True]
+    # measured slower where the kernel then spills: folded fp8_ds_mla scales, bf16
+    assert not decode_config(90, "fp8_ds_mla", 8, 1).tma
+    assert decode_config(90, "fp8_ds_mla", 128, 1).tma
+    assert not decode_config(90, "bf16", 8, 1).tma
 
 
 @pytest.mark.parametrize("fold", [False, True])

@@ -57,7 +57,7 @@ def tiles_per_program(request, monkeypatch):
     (registers carrying the next tile, or the compiler's pipeline) at every head count."""
     if request.param.startswith("span"):
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
-        monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 3)  # 6 from 64 heads
+        monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 3)  # 12 from 64 heads
         always = request.param == "span-prefetch"
         monkeypatch.setattr(indexer_mod, "PREFETCH_MIN_HEADS", 0 if always else 1 << 30)
     return request.param

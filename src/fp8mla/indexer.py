@@ -48,12 +48,13 @@ TMA_STAGES = 3
 
 
 def tiles_per_program(rows: int, tiles: int, num_sms: int, heads: int = 32) -> int:
-    """Key tiles (BLOCK_S positions) per program: the most, up to MAX_TILES_PER_PROGRAM (twice
-    that from 64 padded heads, whose q costs twice as much to convert), that still leave
+    """Key tiles (BLOCK_S positions) per program: the most, up to MAX_TILES_PER_PROGRAM (four
+    times that from 64 padded heads, whose q costs twice as much to convert), that still leave
     PROGRAMS_PER_SM programs per SM (q is converted once per program; a B=1 decode row of 4K
-    keys keeps one tile per program). H200, B=64 × 32K, TMA copies: 64 heads 97.0 µs at 8
-    tiles, 93.5 at 16; 32 heads 86.2 at 8, 88.6 at 16 (h200-20261129-s6-indexer-variants)."""
-    n = MAX_TILES_PER_PROGRAM * (2 if heads >= 64 else 1)
+    keys keeps one tile per program). H200, B=64 × 32K, TMA copies: 64 heads 97.0 / 92.5 /
+    90.1 µs at 8 / 16 / 32 tiles; 32 heads 86.2 / 88.6 at 8 / 16
+    (h200-20261129-s6-indexer-variants-*.json)."""
+    n = MAX_TILES_PER_PROGRAM * (4 if heads >= 64 else 1)
     while n > 1 and rows * triton.cdiv(tiles, n) < PROGRAMS_PER_SM * num_sms:
         n //= 2
     return n

@@ -100,6 +100,15 @@ def _max_block_m(cc: int) -> int:
     return 64 if cc in (80, 90) else 32
 
 
+def _tma_pays(kv_format: str, block_m: int) -> bool:
+    """Whole tiles by TMA where it measured faster on the H200 (B=64 × 8K unless noted;
+    h200-20261129-s6-decode-variants-*.json): fp8 16 heads 163 → 139 µs, 128 heads 702 → 611,
+    B=1 × 128K 57.6 → 46.9; fp8_ds_mla at 64 rows 746 → 588. Slower where the kernel then
+    spills: fp8_ds_mla with folded scales (≤ 16 rows: 196 → 222 µs, 56 spilled registers) and
+    bf16 (its tiles are twice the bytes: 172 → 380 µs, one program per SM)."""
+    return kv_format == "fp8" or (kv_format == "fp8_ds_mla" and block_m > 16)
+
+
 def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeConfig:
     """The configuration the launcher picks for a target (also what the portability test
     compiles), dense or sparse. BLOCK_M = pow2(s_q) · heads_per_block rows is kept in
@@ -122,4 +131,4 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeCo
     num_stages = 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
-                        tma=cc >= 90)
+                        tma=cc >= 90 and _tma_pays(kv_format, block_m))
