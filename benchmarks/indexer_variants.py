@@ -9,9 +9,11 @@ the defaults' output (bit for bit where it sums in the same order).
 
 import json
 import sys
+import time
 from functools import partial
 
 import torch
+import triton
 
 from fp8mla import indexer
 from fp8mla.bench.harness import graphed, read_ceiling_tbps, time_us
@@ -55,4 +57,5 @@ for batch, ctx, heads in ((64, 32768, 32), (64, 32768, 64), (1, 4160, 32)):
               f"({tbps / ceiling:.0%})", flush=True)
 with open(sys.argv[1], "w") as f:
     json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "triton": triton.__version__, "date": time.strftime("%Y-%m-%d"),
                "ceiling_TBps": ceiling, "results": results}, f, indent=1)

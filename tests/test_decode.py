@@ -255,6 +255,21 @@ def test_tma_tiles_match_reference(device, fmt, heads, page_size, lens, splits):
     assert_close(lse, lse_g, atol=1e-5, rtol=1e-5, name="lse vs gathered")
 
 
+def test_tma_descriptors_follow_the_pool(device):
+    """A plan keeps its TMA descriptors for the pool it last ran on: a run on another pool
+    (same shape, other contents and address) reads that pool."""
+    lens = [130, 64]
+    first = paged_cache("fp8", lens, 64, device=device, seed=51)
+    second = paged_cache("fp8", lens, 64, device=device, seed=52)
+    q = _q(2, 1, 8, device, 53)
+    plan = DecodePlan(batch=2, num_heads=8, kv_format="fp8", page_size=64,
+                      cache_seqlens=first[2], device=device)
+    for cache, table, seqlens in (first, second, first):
+        out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+        assert torch.isfinite(out).all()
+        _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
+
+
 def test_tma_where_it_pays_and_tiles_lie_in_pages(device):
     from fp8mla.runtime import decode_config
 
