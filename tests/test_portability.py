@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import portability_compile as pc
+from fp8mla.runtime import decode_config
 
 # Shared memory per block (opt-in maximum), bytes: DESIGN.md §7.
 SMEM_LIMIT = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
@@ -55,5 +56,10 @@ def test_kernel_fits_target(compiled, what, cc):
         f"{what}: {row['shared']} B shared memory > sm_{cc}'s {SMEM_LIMIT[cc]} B")
     if what.startswith(("decode/fp8", "sparse/fp8", "indexer/")):
         assert row["hw_cvt"] == (cc >= 89), "hardware e4m3 conversion iff SM89+"
-    if what.startswith(("decode/", "indexer/")):  # whole tiles by tensor-memory copies
+    if what.startswith("decode/"):  # whole tiles by tensor-memory copies where they pay
+        _, fmt, shape = what.split("/")
+        heads, s_q = (int(x) for x in shape[1:].split("-sq"))
+        assert row["tma"] == decode_config(cc, fmt, heads, s_q).tma, "TMA as the launcher picks"
+        assert not row["tma"] or cc >= 90, "TMA only on SM90+"
+    if what.startswith("indexer/"):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"

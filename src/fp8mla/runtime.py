@@ -68,6 +68,23 @@ class DecodeConfig:
     tma: bool = False
     tma_stages: int = 3
 
+    def __post_init__(self) -> None:
+        """A tuning hook still gets a named error, not a Triton failure at launch."""
+        pow2 = {"block_n": (16, 128), "heads_per_block": (1, 64), "num_warps": (1, 16)}
+        for name, (lo, hi) in pow2.items():
+            v = getattr(self, name)
+            if type(v) is not int or not lo <= v <= hi or v & (v - 1):
+                raise ValueError(f"DecodeConfig.{name}: expected a power of two in [{lo}, {hi}], "
+                                 f"got {v!r}")
+        for name in ("num_stages", "tma_stages"):
+            v = getattr(self, name)
+            if type(v) is not int or not 1 <= v <= 8:
+                raise ValueError(f"DecodeConfig.{name}: expected an int in [1, 8], got {v!r}")
+        for name in ("words_2d", "fold_scales", "tma"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"DecodeConfig.{name}: expected a bool, got "
+                                f"{type(getattr(self, name)).__name__}")
+
 
 # Per-SM limits by compute capability (CUDA C++ Programming Guide, "Technical Specifications per
 # Compute Capability"): shared memory per SM in bytes (1 KB of it reserved per block) and
