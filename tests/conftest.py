@@ -24,6 +24,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session):
+    """Start the portability compile (tests/portability_compile.py: every kernel for five
+    targets, minutes with a cold Triton cache) in the background as soon as its tests are
+    collected, so it overlaps the interpreter tests that run before them; with other tests
+    selected it takes one worker process and leaves the interpreter the other core."""
+    files = {os.path.basename(str(item.fspath)) for item in session.items}
+    if "test_portability.py" in files:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env["FP8MLA_COMPILE_WORKERS"] = "1" if len(files) > 1 else "2"
+        from helpers import start_portability_compile
+
+        session.config.portability_compile = start_portability_compile(env)
+
+
+def pytest_sessionfinish(session):
+    run = getattr(session.config, "portability_compile", None)
+    if run is not None and run[0].poll() is None:
+        run[0].kill()
+        run[0].wait()
+
+
 @pytest.fixture
 def device():
     """Where kernel tests run: cuda when present, else the CPU under the interpreter."""

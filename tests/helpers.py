@@ -1,6 +1,12 @@
-"""Builders shared by the kernel tests: random paged caches with poisoned free pages."""
+"""Builders shared by the kernel tests: random paged caches with poisoned free pages; the
+portability compile started in the background."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
 
 import torch
 
@@ -46,3 +52,11 @@ def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None
         cache.store(0, lat.bfloat16(), rope.bfloat16(), slots)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
     return cache, table, seqlens
+
+
+def start_portability_compile(env):
+    """(process, stdout file, stderr file) of a portability compile run (files, not pipes: the
+    process never blocks on a full pipe while nobody reads it)."""
+    script = os.path.join(os.path.dirname(__file__), "portability_compile.py")
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    return subprocess.Popen([sys.executable, script], env=env, stdout=out, stderr=err), out, err

@@ -5,27 +5,31 @@ Runs on the CPU: Triton compiles for any target without the GPU."""
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 import portability_compile as pc
 from fp8mla.runtime import decode_config
+from helpers import start_portability_compile
 
 # Shared memory per block (opt-in maximum), bytes: DESIGN.md §7.
 SMEM_LIMIT = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
 
 
 @pytest.fixture(scope="module")
-def compiled():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = Path(__file__).with_name("portability_compile.py")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=480)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+def compiled(request):
+    """The compile's JSON lines by (what, cc): from the run conftest started at collection, or
+    (when that is absent) a run started here."""
+    run = getattr(request.config, "portability_compile", None)
+    if run is None:
+        run = start_portability_compile(
+            {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    proc, out, err = run
+    proc.wait(timeout=480)
+    out.seek(0)
+    err.seek(0)
+    assert proc.returncode == 0, err.read()[-3000:]
+    rows = [json.loads(line) for line in out.read().splitlines() if line.startswith("{")]
     return {(r["what"], r["cc"]): r for r in rows}
 
 
