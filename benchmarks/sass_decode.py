@@ -84,26 +84,7 @@ def loops(sass: str, least: int = 100) -> list[tuple[int, Counter]]:
 
 def loop_mix(sass: str) -> tuple[int, Counter]:
     """Instruction count and opcode mix of the longest backward branch's body (the tile loop)."""
-    label_at, pending, instrs = {}, [], []
-    for line in sass.split("\n"):
-        label = re.match(r"^\s*(\.L_x_\d+):", line)
-        if label:
-            pending.append(label.group(1))
-            continue
-        addr = ADDRESS.search(line)
-        if addr:
-            for name in pending:
-                label_at[name] = int(addr.group(1), 16)
-            pending = []
-            instrs.append((int(addr.group(1), 16), line))
-    lo = hi = 0
-    for addr, line in instrs:
-        target = re.search(r"BRA\s+`\((\.L_x_\d+)\)", line)
-        if target and label_at.get(target.group(1), addr) < addr and addr - label_at[
-                target.group(1)] > hi - lo:
-            lo, hi = label_at[target.group(1)], addr
-    body = [line for addr, line in instrs if lo <= addr <= hi]
-    return len(body), Counter(opcode(line) for line in body)
+    return max(loops(sass, 0), key=lambda found: found[0], default=(0, Counter()))
 
 
 def opcode(line: str) -> str:

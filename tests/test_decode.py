@@ -235,11 +235,12 @@ def test_tile_load_variants_agree(device, fmt, words_2d, stages):
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
-TMA_CASES = [  # (format, heads, page_size, lens, num_splits)
-    ("fp8", 8, 64, [64, 1, 0, 200], 3),
-    ("fp8", 8, 128, [300, 127], 2),  # two tiles per page
+# (format, heads, page_size, lens, num_splits). The launcher's own TMA plans (fp8; fp8_ds_mla
+# above 16 rows) also run in test_decode_matches_reference's page-64 cases (the interpreter
+# stands for SM90); these add two tiles per page and the paths it does not pick.
+TMA_CASES = [
+    ("fp8", 8, 128, [300, 127, 0], 3),  # two tiles per page, an empty request
     ("fp8_ds_mla", 8, 64, [64, 1, 0, 200], 3),  # scales folded (16 rows per program)
-    ("fp8_ds_mla", 32, 64, [100, 64], 2),  # scales on the fp16 tile (2 × 32 rows per program)
     ("bf16", 8, 64, [64, 1, 0, 200], 3),
 ]
 

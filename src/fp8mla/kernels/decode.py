@@ -430,6 +430,7 @@ def _mla_decode_kernel(
         z = tl.zeros((BLOCK_M, 32), tl.float32)
         aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3 = z, z, z, z, z, z, z, z
         ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3 = z, z, z, z, z, z, z, z
+        tail = start
         if TMA:  # whole tiles by tensor-memory copies, then the partial last one gathered
             tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
             row_next = _tile_row(bt_row, start, tail, page_shift)
@@ -443,23 +444,15 @@ def _mla_decode_kernel(
                     row0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
                     aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
                     True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
-            for n0 in tl.range(tail, end, BLOCK_N, num_stages=1):
-                (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
-                 ad3) = _fold_tile(
-                    qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
-                    qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
-                    0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
-                    aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
-                    False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
-        else:
-            for n0 in range(start, end, BLOCK_N):
-                (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
-                 ad3) = _fold_tile(
-                    qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
-                    qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
-                    0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
-                    aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
-                    False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
+        # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
+        for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
+            (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
+             ad3) = _fold_tile(
+                qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
+                qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
+                0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+                aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
+                False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
         acc0 = _lane_from_tiles(aa0, ab0, ac0, ad0, BLOCK_M)
         acc1 = _lane_from_tiles(aa1, ab1, ac1, ad1, BLOCK_M)
         acc2 = _lane_from_tiles(aa2, ab2, ac2, ad2, BLOCK_M)
@@ -469,6 +462,7 @@ def _mla_decode_kernel(
         acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
         acc2 = tl.zeros((BLOCK_M, 128), tl.float32)
         acc3 = tl.zeros((BLOCK_M, 128), tl.float32)
+        tail = start
         if TMA:
             # whole tiles (each inside one page) by tensor-memory copies; the slot of tile
             # i + 1 is looked up during tile i, so the copy does not wait on the block table
@@ -485,19 +479,13 @@ def _mla_decode_kernel(
                 m_i, l_i, acc0, acc1, acc2, acc3 = _online_update(
                     qk, offs_n, offs_n < end, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
                     acc3, k0, k1, k2, k3, DOT_F32)
-            for n0 in tl.range(tail, end, BLOCK_N, num_stages=1):  # the partial last tile
-                m_i, l_i, acc0, acc1, acc2, acc3 = _gathered_tile(
-                    q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, bt_row, n0,
-                    end, page_shift, num_slots, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
-                    acc3, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, WORDS_2D, SPARSE,
-                    BLOCK_M, BLOCK_N)
-        else:
-            for n0 in range(start, end, BLOCK_N):
-                m_i, l_i, acc0, acc1, acc2, acc3 = _gathered_tile(
-                    q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, bt_row, n0,
-                    end, page_shift, num_slots, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
-                    acc3, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, WORDS_2D, SPARSE,
-                    BLOCK_M, BLOCK_N)
+        # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
+        for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
+            m_i, l_i, acc0, acc1, acc2, acc3 = _gathered_tile(
+                q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, bt_row, n0,
+                end, page_shift, num_slots, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
+                acc3, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, WORDS_2D, SPARSE,
+                BLOCK_M, BLOCK_N)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0
