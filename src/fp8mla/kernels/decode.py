@@ -18,13 +18,14 @@ Sparse (SPARSE=True, DESIGN.md §2): each "request" is one query token (S_Q = 1)
 list is its row of slot indices (−1 = skip) instead of a block table, and whose length is its
 topk_length; everything else is shared with dense decode.
 
-TMA (fp8 rows, SM90+, pages of ≥ BLOCK_N tokens): a split's whole tiles each lie in one page,
-so each is one tensor-memory copy (``lat_desc``: [BLOCK_N, 128] latent words, ``rope_desc``:
-[BLOCK_N, 16] rope words) that Triton's pipeliner issues two tiles ahead into two buffers at 3
-stages; the slot of tile i + 1 is looked up during tile i, so the copy never waits on the
-block table. The partial last tile is gathered with masks, so rows past a request's end are
-never read. H200, B=64 × 8K, 16 heads: 164.9 → 138.9 µs; SASS per tile 1,203 → 989
-instructions (no per-row address arithmetic).
+TMA (dense, SM90+, pages of ≥ BLOCK_N tokens; the launcher picks it where it measured faster,
+`fp8mla.runtime._tma_pays`): a split's whole tiles each lie in one page, so each is a few
+tensor-memory copies (`_tma_tile` / `_fold_tile` list the descriptor boxes per format) that
+Triton's pipeliner issues two tiles ahead into two buffers at 3 stages; the slot of tile i + 1
+is looked up during tile i, so the copies never wait on the block table. The partial last tile
+is gathered with masks, so rows past a request's end are never read. H200, fp8, B=64 × 8K, 16
+heads: 164.9 → 138.9 µs; SASS per tile 1,203 → 989 instructions (no per-row address
+arithmetic).
 
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.

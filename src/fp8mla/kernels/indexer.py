@@ -9,10 +9,12 @@ derives them (query i of S_Q in a request of length L sees [0, L − S_Q + 1 + i
 One program per (query row, ``span`` key positions), span a multiple of BLOCK_S chosen by the
 launcher (more positions per program when rows × positions leave programs to spare): q is loaded
 and converted once per program, then the program walks the span's tiles that meet the row's
-window and writes −inf over the tiles outside it. The walk is a loop the compiler pipelines
-(its next-tile copy waits behind the page-table and scale loads), or with PREFETCH (from
-``fp8mla.indexer.PREFETCH_MIN_HEADS`` heads) one that carries tile i+1's keys and scales in
-registers. With one tile per program, q's conversion costs as much as the keys' (H × 128
+window and writes −inf over the tiles outside it. The walk is, with TMA (paged keys in pages of
+≥ BLOCK_S keys, SM90+), one tensor-memory copy per tile that the compiler pipelines two tiles
+deep, the next tile's page and scales fetched a tile ahead; otherwise a loop the compiler
+pipelines (its next-tile copy waits behind the page-table and scale loads), or with PREFETCH
+(from ``fp8mla.indexer.PREFETCH_MIN_HEADS`` heads) one that carries tile i+1's keys and scales
+in registers. With one tile per program, q's conversion costs as much as the keys' (H × 128
 values each). Keys are e4m3 bytes read as 32-bit words (four values each, converted to fp16
 lanes as in the decode kernel, lane j = dims 4c + j) with one float32 scale per key. Key
 addressing:
@@ -144,11 +146,12 @@ def _indexer_logits_kernel(
         bt_row = block_table_ptr + (r // S_Q).to(tl.int64) * stride_bt
         offs = tl.arange(0, BLOCK_S)
         if TMA:
-            # paged keys, pages of ≥ BLOCK_S keys: each tile is one tensor-memory copy of its
-            # words ([1, BLOCK_S, 32] of [pages, page_size, 32]) and one of its scales; the
-            # page of tile i + 1 is looked up during tile i, so the pipelined copies never wait
-            # on the block table. Keys past the window are read (inside their page) and their
-            # logits replaced by −inf.
+            # paged keys, pages of ≥ BLOCK_S keys: each tile's words are one tensor-memory copy
+            # ([1, BLOCK_S, 32] of [pages, page_size, 32]); tile i + 1's page and scales (plain
+            # loads: not an MMA operand, so the compiler would not pipeline their copy) are
+            # fetched during tile i, so the pipelined copies never wait on the block table.
+            # Keys past the window are read (inside their page) and their logits replaced by
+            # −inf.
             page_next = tl.load(bt_row + (t_lo >> page_shift), mask=t_lo < t_hi, other=0)
             scale_next = _page_scales(k_f32_ptr, page_next, t_lo, t_hi, page_shift, BLOCK_S)
             for s0 in range(t_lo, t_hi, BLOCK_S):
