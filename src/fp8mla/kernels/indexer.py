@@ -51,13 +51,26 @@ def _q_lanes(q_row, offs_h, mask_h, Q_FP8: tl.constexpr, HW_FP8: tl.constexpr):
 
 
 @triton.jit
+def _in_window(offs_s, lo, t_hi):
+    """Which key positions lie in a row's window [lo, t_hi)."""
+    return (offs_s >= lo) & (offs_s < t_hi)
+
+
+@triton.jit
+def _scale_words(page_words, off, page_shift):
+    """Word offset of the scale of key ``off`` in the page starting at word ``page_words``
+    (after the page's 2^page_shift rows of 32 key words)."""
+    return page_words + (32 << page_shift) + off
+
+
+@triton.jit
 def _key_rows(bt_row, s0, lo, t_hi, page_shift, PAGED: tl.constexpr,
               ROWS_ALIGNED: tl.constexpr, BLOCK_S: tl.constexpr):
     """Keys s0 … s0 + BLOCK_S − 1: which lie in the window [lo, t_hi), and where they live —
     word offsets of their rows and of their scales. Pages hold 2^page_shift keys (shifts and
     masks, not a division by a runtime page size)."""
     offs_s = s0 + tl.arange(0, BLOCK_S)
-    in_win = (offs_s >= lo) & (offs_s < t_hi)
+    in_win = _in_window(offs_s, lo, t_hi)
     if PAGED:
         page = tl.load(bt_row + (offs_s >> page_shift), mask=in_win, other=0).to(tl.int64)
         off = offs_s & ((1 << page_shift) - 1)
@@ -65,7 +78,7 @@ def _key_rows(bt_row, s0, lo, t_hi, page_shift, PAGED: tl.constexpr,
         row = page_words + off * 32
         if ROWS_ALIGNED:  # page_size % 4 == 0: every key row starts on 16 bytes (the shift
             row = tl.multiple_of(row, 4)  # hides it from the compiler: 4-byte copies, −30%)
-        return in_win, row, page_words + (32 << page_shift) + off
+        return in_win, row, _scale_words(page_words, off, page_shift)
     else:
         pos = offs_s.to(tl.int64)
         return in_win, pos * 32, pos
@@ -87,8 +100,8 @@ def _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at, in_win, PAGED: t
 @triton.jit
 def _page_scales(k_f32_ptr, page, s0, t_hi, page_shift, BLOCK_S: tl.constexpr):
     """float32 scales of keys s0 … s0 + BLOCK_S − 1, all in ``page`` (zeros from t_hi on)."""
-    offs = (s0 & ((1 << page_shift) - 1)) + tl.arange(0, BLOCK_S)
-    at = (page.to(tl.int64) << page_shift) * 33 + (32 << page_shift) + offs
+    off = (s0 & ((1 << page_shift) - 1)) + tl.arange(0, BLOCK_S)
+    at = _scale_words((page.to(tl.int64) << page_shift) * 33, off, page_shift)
     return tl.load(k_f32_ptr + at, mask=s0 + tl.arange(0, BLOCK_S) < t_hi, other=0.0)
 
 
@@ -166,7 +179,7 @@ def _indexer_logits_kernel(
                                      KEYS_AS_ROWS, OUT_SCALE)
                 offs_s = s0 + offs
                 tl.store(out_row + offs_s,
-                         tl.where((offs_s >= lo) & (offs_s < t_hi), logit, float("-inf")),
+                         tl.where(_in_window(offs_s, lo, t_hi), logit, float("-inf")),
                          mask=offs_s < max_len)
         elif PREFETCH:
             # registers carry tile i+1's keys and scales and tile i+2's row offsets, loaded
