@@ -21,6 +21,8 @@ from collections import Counter
 
 import triton
 
+from fp8mla.runtime import folds_scales
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from fp8mla.kernels.decode import _mla_decode_kernel  # noqa: E402
 from portability_compile import DECODE_SIG, FORMAT_IDS, ROW_BYTES, compile_for, decode_tma_sig  # noqa: E402
@@ -38,7 +40,7 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
     sig = DECODE_SIG
     if tma:
         constexprs["TMA"] = True
-        sig = decode_tma_sig(fmt, block_n, fold and fmt == "fp8_ds_mla" and heads <= 16)
+        sig = decode_tma_sig(fmt, block_n, folds_scales(fmt, heads, fold))
     return compile_for(fn, sig, constexprs, 90, num_warps, stages, aligned=True)
 
 

@@ -31,11 +31,10 @@ def pytest_collection_finish(session):
     selected it takes one worker process and leaves the interpreter the other core."""
     files = {os.path.basename(str(item.fspath)) for item in session.items}
     if "test_portability.py" in files:
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        env["FP8MLA_COMPILE_WORKERS"] = "1" if len(files) > 1 else "2"
         from helpers import start_portability_compile
 
-        session.config.portability_compile = start_portability_compile(env)
+        session.config.portability_compile = start_portability_compile(
+            1 if len(files) > 1 else 2)
 
 
 def pytest_sessionfinish(session):

@@ -54,9 +54,12 @@ def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None
     return cache, table, seqlens
 
 
-def start_portability_compile(env):
-    """(process, stdout file, stderr file) of a portability compile run (files, not pipes: the
-    process never blocks on a full pipe while nobody reads it)."""
+def start_portability_compile(workers: int):
+    """(process, stdout file, stderr file) of a portability compile run in ``workers``
+    processes, compiled (not interpreted), into files (not pipes: the process never blocks on
+    a full pipe while nobody reads it)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["FP8MLA_COMPILE_WORKERS"] = str(workers)
     script = os.path.join(os.path.dirname(__file__), "portability_compile.py")
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     return subprocess.Popen([sys.executable, script], env=env, stdout=out, stderr=err), out, err

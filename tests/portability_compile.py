@@ -29,7 +29,7 @@ from fp8mla.kernels.topk_chunked import (
     _topk_pass_kernel,
     _topk_select_compacted_kernel,
 )
-from fp8mla.runtime import decode_config
+from fp8mla.runtime import decode_config, folds_scales
 
 TARGETS = (80, 89, 90, 100, 120)
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
@@ -144,7 +144,7 @@ def compile_target(cc):
             cfg = decode_config(cc, fmt, heads, s_q)
             sig, stages = DECODE_SIG, cfg.num_stages
             if cfg.tma:  # what a plan whose pages hold whole tiles launches
-                fold = triton.next_power_of_2(s_q) * cfg.heads_per_block <= 16
+                fold = folds_scales(fmt, triton.next_power_of_2(s_q) * cfg.heads_per_block)
                 sig, stages = decode_tma_sig(fmt, cfg.block_n, fold), cfg.tma_stages
             k = compile_for(_mla_decode_kernel, sig, {
                 "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,

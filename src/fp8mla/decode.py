@@ -30,7 +30,14 @@ from fp8mla.kernels.decode import (
     _mla_decode_kernel,
 )
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
-from fp8mla.runtime import DecodeConfig, Target, decode_config, resident_programs, target_for
+from fp8mla.runtime import (
+    DecodeConfig,
+    Target,
+    decode_config,
+    folds_scales,
+    resident_programs,
+    target_for,
+)
 
 __all__ = ["DecodePlan", "dense_decode", "choose_num_splits", "check_paged_inputs"]
 
@@ -339,9 +346,9 @@ class DecodePlan:
 
     @property
     def folds_scales(self) -> bool:
-        """fp8_ds_mla scales folded into the scores and P (≤ 16 rows per program)."""
+        """fp8_ds_mla scales folded into the scores and P (`fp8mla.runtime.folds_scales`)."""
         rows = (1 << (self.s_q - 1).bit_length()) * self.config.heads_per_block
-        return self.fmt.name == "fp8_ds_mla" and rows <= 16 and self.config.fold_scales
+        return folds_scales(self.fmt.name, rows, self.config.fold_scales)
 
     def _programs_per_sm(self) -> int:
         """Compile the split kernel for this plan (with stand-in tensors) and count how many

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["interpreting", "Target", "target_for", "DecodeConfig", "decode_config",
-           "resident_programs"]
+           "folds_scales", "resident_programs"]
 
 
 def interpreting() -> bool:
@@ -117,13 +117,23 @@ def _max_block_m(cc: int) -> int:
     return 64 if cc in (80, 90) else 32
 
 
+FOLD_MAX_ROWS = 16  # the kernel's FOLD_SCALES path spills above (kernels/decode.py)
+
+
+def folds_scales(kv_format: str, block_m: int, fold_scales: bool = True) -> bool:
+    """Whether the decode kernel folds fp8_ds_mla scales into the float32 scores and P for a
+    program of ``block_m`` rows (pow2(s_q) · heads per block) — the kernel's FOLD rule."""
+    return kv_format == "fp8_ds_mla" and block_m <= FOLD_MAX_ROWS and fold_scales
+
+
 def _tma_pays(kv_format: str, block_m: int) -> bool:
     """Whole tiles by TMA where it measured faster on the H200 (B=64 × 8K unless noted;
     h200-20261129-s6-decode-variants-*.json): fp8 16 heads 163 → 139 µs, 128 heads 702 → 611,
     B=1 × 128K 57.6 → 46.9; fp8_ds_mla at 64 rows 746 → 588. Slower where the kernel then
     spills: fp8_ds_mla with folded scales (≤ 16 rows: 196 → 222 µs, 56 spilled registers) and
     bf16 (its tiles are twice the bytes: 172 → 380 µs, one program per SM)."""
-    return kv_format == "fp8" or (kv_format == "fp8_ds_mla" and block_m > 16)
+    return kv_format == "fp8" or (kv_format == "fp8_ds_mla" and not folds_scales(kv_format,
+                                                                                  block_m))
 
 
 def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeConfig:
