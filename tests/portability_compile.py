@@ -24,10 +24,8 @@ from fp8mla.kernels.store import _store_index_keys_kernel, _store_kv_kernel
 from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.kernels.topk_chunked import (
     _topk_compact_kernel,
-    _topk_count_kernel,
-    _topk_emit_kernel,
+    _topk_finish_kernel,
     _topk_pass_kernel,
-    _topk_select_compacted_kernel,
 )
 from fp8mla.runtime import decode_config, folds_scales
 
@@ -89,19 +87,14 @@ TOPK_SIG = {
 }
 CHUNK_PASS_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "ws_ptr": "*i32",
                   "stride_lr": "i32", "k": "i32", "num_cols": "i32", "num_chunks": "i32"}
-CHUNK_COUNT_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "ws_ptr": "*i32",
-                   "counts_ptr": "*i32", "stride_lr": "i32", "k": "i32", "num_cols": "i32",
-                   "num_chunks": "i32"}
-CHUNK_EMIT_SIG = {"logits_ptr": "*fp32", "out_ptr": "*i32", "block_table_ptr": "*i32",
-                  "length_ptr": "*i32", "ws_ptr": "*i32", "counts_ptr": "*i32",
-                  "stride_lr": "i32", "stride_or": "i32", "stride_bt": "i32", "k": "i32",
-                  "page_size": "i32", "num_cols": "i32", "num_chunks": "i32"}
 CHUNK_COMPACT_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "ws_ptr": "*i32",
-                     "counts_ptr": "*i32", "cval_ptr": "*fp32", "cpos_ptr": "*i32",
+                     "runs_ptr": "*i32", "cval_ptr": "*fp32", "cpos_ptr": "*i32",
                      "stride_lr": "i32", "k": "i32", "num_cols": "i32", "num_chunks": "i32"}
-CHUNK_SELECT_SIG = {"cval_ptr": "*fp32", "cpos_ptr": "*i32", "out_ptr": "*i32",
-                    "block_table_ptr": "*i32", "ws_ptr": "*i32", "stride_or": "i32",
-                    "stride_bt": "i32", "k": "i32", "page_size": "i32"}
+CHUNK_FINISH_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "cval_ptr": "*fp32",
+                    "cpos_ptr": "*i32", "runs_ptr": "*i32", "out_ptr": "*i32",
+                    "block_table_ptr": "*i32", "ws_ptr": "*i32", "stride_lr": "i32",
+                    "stride_or": "i32", "stride_bt": "i32", "k": "i32", "page_size": "i32",
+                    "num_cols": "i32", "num_chunks": "i32"}
 ROPE_SIG = {"x_ptr": "*bf16", "out_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
             "num_rows": "i32", "stride_xr": "i32", "stride_or": "i32"}
 NORM_SIG = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "stride_x": "i32",
@@ -198,15 +191,13 @@ def compile_target(cc):
             "TO_SLOTS": True}, cc, num_warps=warps)))
     for kern, sig, extra in (
             (_topk_pass_kernel, CHUNK_PASS_SIG, {"FIRST": False}),
-            (_topk_count_kernel, CHUNK_COUNT_SIG, {}),
-            (_topk_emit_kernel, CHUNK_EMIT_SIG, {"CHUNKS_P2": 16, "ROWS_PER_REQ": 1,
-                                                 "TO_SLOTS": True}),
-            (_topk_compact_kernel, CHUNK_COMPACT_SIG, {"CAP": 8192, "CHUNKS_P2": 128})):
+            (_topk_compact_kernel, CHUNK_COMPACT_SIG, {"CAP": 8192})):
         lines.append(row(f"topk_chunked/{kern.__name__}", cc, compile_for(
             kern, sig, {"CHUNK": 8192, **extra}, cc, num_warps=16)))
-    lines.append(row("topk_chunked/_topk_select_compacted_kernel", cc, compile_for(
-        _topk_select_compacted_kernel, CHUNK_SELECT_SIG, {
-            "CAP": 8192, "ROWS_PER_REQ": 1, "TO_SLOTS": True}, cc, num_warps=16)))
+    lines.append(row("topk_chunked/_topk_finish_kernel", cc, compile_for(
+        _topk_finish_kernel, CHUNK_FINISH_SIG, {
+            "CAP": 8192, "CHUNK": 1024, "CHUNKS_P2": 256, "ROWS_PER_REQ": 1, "TO_SLOTS": True},
+        cc, num_warps=16)))
     return lines
 
 

@@ -9,7 +9,7 @@ from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.dsa import dsa_decode_step
 from fp8mla.formats import dequantize_index_keys, quantize_index_keys
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
-from fp8mla.kernels.topk_chunked import ST_COMPACT
+from fp8mla.kernels.topk_chunked import ST_CAND
 from fp8mla.testing import assert_close
 from fp8mla.topk import compact_capacity, topk_indices
 from helpers import POISON_PAD, paged_cache
@@ -182,15 +182,15 @@ def test_topk_chunked_slots_lengths_and_bad_chunk(device):
     """Several programs per row: ranks continue across chunks (ties straddling a chunk
     boundary), slots through the block table, lengths ending mid-chunk or past the row, a row
     with nothing valid, rows settled at different passes; rows finished from their compacted
-    candidates (≤ compact_capacity(150) = 1024 after 4 digits) and rows whose ties overflow it
-    (row 4: every key equal; row 0: its plateau) and finish chunk by chunk."""
+    candidates (≤ compact_capacity(150) = 1024 after 2 digits) and rows whose ties overflow it
+    (row 4: every key equal; row 0: its plateau) and finish over the whole row."""
     g = torch.Generator().manual_seed(3)
     n = 3 * 1024 + 100
     assert compact_capacity(150) < n
     x = torch.randint(0, 25, (5, n), generator=g).float()
     x[0, 1000:1100] = 99.0  # a plateau across the first chunk boundary, cut by k
     x[0, 2000:3100] = 98.0  # ties beyond the capacity just below it
-    x[1] = torch.randn(n, generator=g)  # distinct: unsettled after 4 digits, compacted
+    x[1] = torch.randn(n, generator=g)  # distinct: unsettled after 2 digits, compacted
     x[3] = float("-inf")
     x[4] = 7.0
     lengths = torch.tensor([n, n + 500, 2500, n, n], dtype=torch.int32)
@@ -210,9 +210,10 @@ def test_topk_chunked_slots_lengths_and_bad_chunk(device):
 
 
 def test_topk_chunked_compaction_paths(device):
-    """Which rows the compaction takes (the workspace says: 1 + candidates, or 0) and that both
-    paths select exactly: candidates = capacity (compacted), capacity + 1 (not), as many valid
-    keys as k (all taken), distinct values (compacted, the select going on from 4 digits)."""
+    """Which rows the compaction takes (the workspace's candidate count ≤ capacity) and that
+    both paths select exactly: candidates = capacity (compacted), capacity + 1 (not: the whole
+    row in one program), as many valid keys as k (all taken), distinct values (compacted, the
+    select going on from 2 digits)."""
     k, n = 150, 3 * 1024 + 100
     cap = compact_capacity(k)
     g = torch.Generator().manual_seed(5)
@@ -225,10 +226,44 @@ def test_topk_chunked_compaction_paths(device):
     out = torch.empty(4, k, dtype=torch.int32, device=device)
     lengths = torch.full((4,), n, dtype=torch.int32, device=device)
     ws = topk._chunked(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, 1024).cpu()
-    flag = ws[:, ST_COMPACT.value]
-    assert flag[:3].tolist() == [cap + 1, 0, k + 1] and flag[3] > k
+    cand = ws[:, ST_CAND.value]
+    assert cand[:3].tolist() == [cap, cap + 1, k] and k < cand[3] <= cap
     ref = reference.topk_indices(x, k)
     for r in range(4):
+        assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
+
+
+def test_topk_chunked_runs_claimed_in_any_order(device):
+    """The compaction's chunks claim their runs of the buffer with atomics, so on a GPU the runs
+    lie in any order; the finish puts them back in position order. Scramble them (reverse the
+    runs, poison the gap) and the selection — ties cut at the lower positions — is unchanged."""
+    k, n, chunk = 300, 5 * 1024 - 7, 1024
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, n, generator=g)
+    x[0, 900:1300] = 3.0  # ties across a chunk boundary, cut by k
+    x[1, ::5] = float("-inf")
+    xd = x.to(device)
+    lengths = torch.full((2,), n, dtype=torch.int32, device=device)
+    ws, runs, cval, cpos = topk._candidates(xd, lengths, k, chunk)
+    cand = ws[:, ST_CAND.value].cpu()
+    assert (cand <= cval.shape[1]).all() and (cand > k).all()
+    for r in range(2):  # move run c to the end of the buffer's used part, last chunk first
+        starts, ns = runs[r, :, 0].cpu().tolist(), runs[r, :, 1].cpu().tolist()
+        val, pos = cval[r].clone(), cpos[r].clone()
+        cval[r].fill_(float("nan"))
+        cpos[r].fill_(-7)
+        at = 0
+        for c in reversed(range(len(ns))):
+            cval[r, at:at + ns[c]] = val[starts[c]:starts[c] + ns[c]]
+            cpos[r, at:at + ns[c]] = pos[starts[c]:starts[c] + ns[c]]
+            runs[r, c, 0] = at
+            at += ns[c]
+        assert at == int(cand[r])
+    out = torch.empty(2, k, dtype=torch.int32, device=device)
+    topk._finish(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, chunk, ws, runs, cval,
+                 cpos)
+    ref = reference.topk_indices(x, k)
+    for r in range(2):
         assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
 
 

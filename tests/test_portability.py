@@ -41,10 +41,8 @@ def _expected():
         for what in ("combine/D128", "combine/D32", "store/index_keys", "indexer/Hi32",
                      "indexer/Hi64", "rope/fp32", "rope/bf16", "rms_norm", "quant_rows",
                      "topk/1024+0", "topk/4096+256", "topk/4096+1024", "topk/8192+0",
-                     "topk_chunked/_topk_pass_kernel",
-                     "topk_chunked/_topk_count_kernel", "topk_chunked/_topk_emit_kernel",
-                     "topk_chunked/_topk_compact_kernel",
-                     "topk_chunked/_topk_select_compacted_kernel"):
+                     "topk_chunked/_topk_pass_kernel", "topk_chunked/_topk_compact_kernel",
+                     "topk_chunked/_topk_finish_kernel"):
             yield what, cc
 
 

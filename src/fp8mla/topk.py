@@ -16,10 +16,8 @@ from fp8mla.kernels.topk import DIGIT_BITS, _topk_kernel
 from fp8mla.kernels.topk_chunked import (
     WS_WORDS,
     _topk_compact_kernel,
-    _topk_count_kernel,
-    _topk_emit_kernel,
+    _topk_finish_kernel,
     _topk_pass_kernel,
-    _topk_select_compacted_kernel,
 )
 from fp8mla.runtime import target_for
 
@@ -31,7 +29,7 @@ MIN_BLOCK, MAX_BLOCK = 1024, 8192
 # no more than CHUNKED_ROWS_PER_SM rows per SM (H200, 64 and 256 rows of 32K and 128K:
 # benchmarks/results/h200-20261129-s4-topk-profile.json; more rows fill the GPU anyway)
 CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 16384, 2048, 2
-COMPACT_AFTER = 4  # digit passes over the whole row before its candidates are compacted
+PASSES = 2  # 8-bit digit passes over the whole row before its candidates are compacted
 
 
 def _pow2_block(n: int) -> int:
@@ -40,8 +38,8 @@ def _pow2_block(n: int) -> int:
 
 
 def compact_capacity(k: int) -> int:
-    """Candidates a chunked row may keep after COMPACT_AFTER passes and still finish in one
-    program on registers: room for k plus as many ties at the prefix (1024–8192)."""
+    """Candidates a chunked row may keep after its digit passes and still finish in one
+    program on registers: room for k plus as many at the prefix (1024–8192)."""
     return _pow2_block(2 * k)
 
 
@@ -134,34 +132,40 @@ def topk_indices(
 
 def _chunked(logits, out, block_table, lengths, k, page_size, rows_per_request, to_slots,
              chunk):
+    found = _candidates(logits, lengths, k, chunk)
+    _finish(logits, out, block_table, lengths, k, page_size, rows_per_request, to_slots, chunk,
+            *found)
+    return found[0]  # ws: per row the radix state and its candidates (compacted when ≤ cap)
+
+
+def _candidates(logits, lengths, k, chunk):
+    """The digit passes and the compaction: (ws, runs, cval, cpos)."""
     rows, length = logits.shape
     chunks = -(-length // chunk)
     cap = compact_capacity(k)
     dev = logits.device
     ws = torch.zeros(rows, WS_WORDS.value, dtype=torch.int32, device=dev)  # state, histogram
-    counts = torch.empty(rows, chunks, 2, dtype=torch.int32, device=dev)
+    runs = torch.empty(rows, chunks, 2, dtype=torch.int32, device=dev)
     cval = torch.empty(rows, cap, dtype=torch.float32, device=dev)  # compacted candidates
     cpos = torch.empty(rows, cap, dtype=torch.int32, device=dev)
     grid = (rows, chunks)
-    common = dict(CHUNK=chunk, num_warps=max(4, chunk // 512))
-    chunks_p2 = max(2, 1 << (chunks - 1).bit_length())
-    for p in range(32 // DIGIT_BITS.value):  # one launch per digit; settled rows return at once
+    warps = max(4, chunk // 512)
+    for p in range(PASSES):  # one launch per digit; settled rows return at once
         _topk_pass_kernel[grid](logits, lengths, ws, logits.stride(0), k, length, chunks,
-                                FIRST=p == 0, **common)
-        if p == COMPACT_AFTER - 1:
-            _topk_count_kernel[grid](logits, lengths, ws, counts, logits.stride(0), k, length,
-                                     chunks, **common)
-            _topk_compact_kernel[grid](logits, lengths, ws, counts, cval, cpos,
-                                       logits.stride(0), k, length, chunks, CAP=cap,
-                                       CHUNKS_P2=chunks_p2, **common)
-    # rows not compacted (candidates past cap): counts at the final prefix, then emit
-    _topk_count_kernel[grid](logits, lengths, ws, counts, logits.stride(0), k, length, chunks,
-                             **common)
-    _topk_emit_kernel[grid](logits, out, block_table, lengths, ws, counts, logits.stride(0),
-                            out.stride(0), block_table.stride(0), k, page_size, length, chunks,
-                            CHUNKS_P2=chunks_p2, ROWS_PER_REQ=rows_per_request,
-                            TO_SLOTS=to_slots, **common)
-    _topk_select_compacted_kernel[(rows,)](
-        cval, cpos, out, block_table, ws, out.stride(0), block_table.stride(0), k, page_size,
-        CAP=cap, ROWS_PER_REQ=rows_per_request, TO_SLOTS=to_slots, num_warps=max(4, cap // 512))
-    return ws  # per row: the radix state and whether (1 + candidates) it was compacted
+                                FIRST=p == 0, CHUNK=chunk, num_warps=warps)
+    _topk_compact_kernel[grid](logits, lengths, ws, runs, cval, cpos, logits.stride(0), k, length,
+                               chunks, CAP=cap, CHUNK=chunk, num_warps=warps)
+    return ws, runs, cval, cpos
+
+
+def _finish(logits, out, block_table, lengths, k, page_size, rows_per_request, to_slots, chunk,
+            ws, runs, cval, cpos):
+    """One program per row: the compacted candidates, or (ties past capacity) the whole row."""
+    rows, length = logits.shape
+    chunks = runs.shape[1]
+    cap = cval.shape[1]
+    _topk_finish_kernel[(rows,)](
+        logits, lengths, cval, cpos, runs, out, block_table, ws, logits.stride(0), out.stride(0),
+        block_table.stride(0), k, page_size, length, chunks, CAP=cap, CHUNK=chunk,
+        CHUNKS_P2=max(2, 1 << (chunks - 1).bit_length()), ROWS_PER_REQ=rows_per_request,
+        TO_SLOTS=to_slots, num_warps=max(4, cap // 512))

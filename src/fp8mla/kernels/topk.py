@@ -46,17 +46,27 @@ def _digit_hist(valid, key, prefix, shift):
 
 
 @triton.jit
-def _choose_digit(hist, k_rem):
-    """From a digit histogram (bins ≥ NO_MATCH ignored): (keys counted, the digit d of the
-    k_rem-th largest, keys above digit d, keys at digit d)."""
-    bins = tl.arange(0, 32)
-    hist = tl.where(bins < NO_MATCH, hist, 0)
+def _digit_hist_masked(valid, key, prefix, shift, BITS: tl.constexpr, BINS: tl.constexpr):
+    """_digit_hist for BITS-bit digits: BINS = 2^BITS bins, the keys outside the prefix masked
+    out (no extra bin: at 8 bits that would double the warp-ballot histogram's bins)."""
+    match = valid & (((key >> (shift + BITS - 1)) >> 1) == prefix)
+    digit = ((key >> shift) & (BINS - 1)).to(tl.int32)
+    return tl.histogram(digit, BINS, mask=match)
+
+
+@triton.jit
+def _choose_digit(hist, k_rem, BINS: tl.constexpr = 32, DIGITS: tl.constexpr = NO_MATCH):
+    """From a digit histogram [BINS] whose first DIGITS bins count the digits (the rest, e.g.
+    NO_MATCH, ignored): (keys counted, the digit d of the k_rem-th largest, keys above digit d,
+    keys at digit d)."""
+    bins = tl.arange(0, BINS)
+    hist = tl.where(bins < DIGITS, hist, 0)
     total = tl.sum(hist, axis=0)
     # keys with digit >= d; the k-th largest has the highest d where that reaches k_rem.
     # at_or_above falls with d, so the keys above that digit are the largest count below
     # k_rem, and the keys at it the smallest count reaching k_rem minus those above.
     at_or_above = total - tl.cumsum(hist, axis=0) + hist
-    reach = (at_or_above >= k_rem) & (bins < NO_MATCH)
+    reach = (at_or_above >= k_rem) & (bins < DIGITS)
     d = tl.max(tl.where(reach, bins, 0), axis=0)
     above = tl.max(tl.where(reach, 0, at_or_above), axis=0)
     at_d = tl.min(tl.where(reach, at_or_above, 2147483647), axis=0) - above

@@ -1,57 +1,55 @@
 """Top-k over long rows with several programs per row: the radix select of
-`fp8mla.kernels.topk`, one launch per 4-bit digit, each row cut into chunks of CHUNK logits.
+`fp8mla.kernels.topk`, its first digits found by passes over chunks of CHUNK logits, the rest
+on the row's few remaining candidates in one program. Five launches, whatever the data:
 
-Per row a small int32 workspace ``ws`` [rows, WS_WORDS] (zeroed before the first launch):
-state (prefix bits, shift, k_rem, settled, n_valid, compacted), a 32-bin histogram and a ticket.
+1. `_topk_pass_kernel` (grid rows × chunks), PASSES times: every program adds its chunk's
+   histogram of the next PASS_BITS-bit digit (among keys matching the digits found so far) into
+   the row's (atomics) and takes a ticket; the last one chooses the digit, updates the state and
+   the row's candidate count (keys above or at the prefix: a superset of its top k), and clears
+   the histogram and the ticket. Settled rows' programs return at once. Two 8-bit digits: the
+   sign, exponent and 7 mantissa bits — on rows of distinct logits tens to hundreds of
+   candidates beyond the top k remain (a 4-bit digit's histogram costs ~10 instructions per key,
+   an 8-bit one ~8 ballots more, and a pass is mostly the launch and the ticket's latency: two
+   8-bit passes replace four 4-bit ones).
+2. `_topk_compact_kernel` (rows × chunks): where the row's candidates fit CAP, each chunk
+   copies its candidates (value and position, in position order) to a run of the row's compact
+   buffer claimed with one atomic add, and records (run start, length) per chunk.
+3. `_topk_finish_kernel` (one program per row): a compacted row puts the runs back in chunk
+   order (position order) in place, then `_select_row` goes on over ≤ CAP keys in registers
+   from the digits the passes found; a row whose candidates exceed CAP (thousands of keys tied
+   at the prefix) finishes over the whole row in this one program, CAP keys per step (slower,
+   still exact).
 
-- `_topk_pass_kernel` (grid rows × chunks, one launch per digit): every program of a row adds
-  its chunk's digit histogram into the row's (atomics) and takes a ticket; the last one chooses
-  the digit, updates the state and clears the histogram and the ticket for the next launch.
-  Once a row's prefix has settled (or its 32 bits are found, or the row was compacted) its
-  programs return at once.
-- `_topk_count_kernel`: per chunk, the keys above and at the prefix found so far.
-- `_topk_compact_kernel` (after COMPACT_AFTER digit passes): when a row's candidates — keys
-  above or at the prefix, a superset of its top k — fit CAP, each chunk copies its candidates
-  (value and position, in position order) to the row's compact buffer at the offset of the
-  counts before it, and the row is marked compacted; `_topk_select_compacted_kernel` then
-  finishes the row in one program on registers (`_select_row` over ≤ CAP keys, going on from
-  the digits already found). A digit pass costs the same whether 10 or all of a chunk's keys
-  match the prefix (H200: ≈ 9 µs per 2M keys), and distinct logits need ~6 of the 8 digits to
-  settle (2–4 on a 4K row, 5–7 on a 32K one); after 4 (16 bits) tens to hundreds of
-  candidates beyond the top k remain on 128K rows of normally distributed logits.
-- Rows whose candidates exceed CAP (heavy ties) go on: the remaining digit passes, then
-  `_topk_count_kernel` and `_topk_emit_kernel` — each chunk's ranks start after the counts of
-  the chunks before it (positions stay in ascending order, ties lowest-positioned first); the
-  last chunk pads. Compacted rows return at once from these.
-
-Memory: rows · (WS_WORDS + 2 · chunks + 2 · CAP) 32-bit words — independent of row length
-beyond the chunk counts. Graph-safe (no host synchronisation); the launches' kernel boundaries
-order the passes.
+Per row a small int32 workspace ``ws`` [rows, WS_WORDS] (zeroed before the first launch) holds
+the state (prefix bits, shift, k_rem, settled, n_valid, candidates, the compaction cursor), a
+histogram and a ticket; ``runs`` [rows, chunks, 2] the compacted runs. Memory: rows · (WS_WORDS
++ 2 · chunks + 2 · CAP) 32-bit words — independent of row length beyond the runs. Graph-safe
+(no host synchronisation); the launches' kernel boundaries order the steps.
 """
 
 import triton
 import triton.language as tl
 
 from fp8mla.kernels.topk import (
-    DIGIT_BITS,
     _above_at,
     _choose_digit,
-    _digit_hist,
-    _emit,
+    _digit_hist_masked,
     _load_keys,
-    _pad,
     _select_row,
 )
 
-WS_WORDS = tl.constexpr(48)  # [0:6] state, [8:40] histogram, [40] ticket
+PASS_BITS = tl.constexpr(8)
+PASS_BINS = tl.constexpr(256)
+WS_WORDS = tl.constexpr(272)  # [0:8] state, [8:264] histogram, [264] ticket
 ST_PREFIX = tl.constexpr(0)
 ST_SHIFT = tl.constexpr(1)
 ST_KREM = tl.constexpr(2)
 ST_SETTLED = tl.constexpr(3)
 ST_NVALID = tl.constexpr(4)
-ST_COMPACT = tl.constexpr(5)  # 0: not compacted; else 1 + the compacted candidates
+ST_CAND = tl.constexpr(5)  # keys above or at the prefix (all valid keys when ≤ k of them)
+ST_CURSOR = tl.constexpr(6)  # compact buffer words claimed so far
 HIST = tl.constexpr(8)
-TICKET = tl.constexpr(40)
+TICKET = tl.constexpr(264)
 
 
 @triton.jit
@@ -69,29 +67,33 @@ def _topk_pass_kernel(logits_ptr, length_ptr, ws_ptr, stride_lr, k, num_cols, nu
         prefix = tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True)
         shift = tl.load(ws + ST_SHIFT)
         k_rem = tl.load(ws + ST_KREM)
-        settled = tl.load(ws + ST_SETTLED) | tl.load(ws + ST_COMPACT)
-    if (settled == 0) & (shift > 0):
-        shift -= DIGIT_BITS
+        settled = tl.load(ws + ST_SETTLED)
+    if settled == 0:
+        shift -= PASS_BITS
         length = tl.minimum(tl.load(length_ptr + r), num_cols)
-        row = logits_ptr + r.to(tl.int64) * stride_lr
-        pos, valid, key = _load_keys(row, c * CHUNK, length, CHUNK)
-        bins = tl.arange(0, 32)
-        tl.atomic_add(ws + HIST + bins, _digit_hist(valid, key, prefix, shift), sem="release")
+        pos, valid, key = _load_keys(logits_ptr + r.to(tl.int64) * stride_lr, c * CHUNK,
+                                     length, CHUNK)
+        bins = tl.arange(0, PASS_BINS)
+        hist = _digit_hist_masked(valid, key, prefix, shift, PASS_BITS, PASS_BINS)
+        tl.atomic_add(ws + HIST + bins, hist, mask=hist > 0, sem="release")
         tl.debug_barrier()  # every thread's histogram update precedes the ticket
         if tl.atomic_add(ws + TICKET, 1, sem="acq_rel") == num_chunks - 1:
-            hist = tl.atomic_xchg(ws + HIST + bins, tl.zeros((32,), tl.int32), sem="acquire")
-            total, d, above, at_d = _choose_digit(hist, k_rem)
+            hist = tl.atomic_xchg(ws + HIST + bins, tl.zeros_like(bins), sem="acquire")
+            total, d, above, at_d = _choose_digit(hist, k_rem, PASS_BINS, PASS_BINS)
             if FIRST:
+                n_valid = total
                 tl.store(ws + ST_NVALID, total)
+            else:
+                n_valid = tl.load(ws + ST_NVALID)
             k_rem = k_rem - above
-            prefix = (prefix << DIGIT_BITS) | d.to(tl.uint32)
+            prefix = (prefix << PASS_BITS) | d.to(tl.uint32)
             tl.store(ws + ST_PREFIX, prefix.to(tl.int32, bitcast=True))
             tl.store(ws + ST_SHIFT, shift)
             tl.store(ws + ST_KREM, k_rem)
-            if FIRST:  # rows with no more than k candidates take them all: nothing to find
-                tl.store(ws + ST_SETTLED, ((at_d == k_rem) | (total <= k)).to(tl.int32))
-            else:
-                tl.store(ws + ST_SETTLED, (at_d == k_rem).to(tl.int32))
+            # rows with no more than k candidates take them all: nothing to find
+            tl.store(ws + ST_SETTLED, ((at_d == k_rem) | (n_valid <= k)).to(tl.int32))
+            # keys above the new prefix: all in the top k (k − k_rem of them); plus those at it
+            tl.store(ws + ST_CAND, tl.where(n_valid <= k, n_valid, k - k_rem + at_d))
             tl.atomic_xchg(ws + TICKET, 0, sem="release")
 
 
@@ -107,92 +109,78 @@ def _prefix_state(ws, k):
 
 
 @triton.jit
-def _topk_count_kernel(logits_ptr, length_ptr, ws_ptr, counts_ptr, stride_lr, k, num_cols,
-                       num_chunks, CHUNK: tl.constexpr):
-    r = tl.program_id(0)
-    c = tl.program_id(1)
-    ws = ws_ptr + r.to(tl.int64) * WS_WORDS
-    if tl.load(ws + ST_COMPACT) == 0:
-        prefix, shift, need_eq = _prefix_state(ws, k)
-        length = tl.minimum(tl.load(length_ptr + r), num_cols)
-        pos, valid, key = _load_keys(logits_ptr + r.to(tl.int64) * stride_lr, c * CHUNK,
-                                     length, CHUNK)
-        gt, eq = _above_at(valid, key, shift, prefix)
-        at = counts_ptr + (r.to(tl.int64) * num_chunks + c) * 2
-        tl.store(at, tl.sum(gt.to(tl.int32), axis=0))
-        tl.store(at + 1, tl.sum(eq.to(tl.int32), axis=0))
-
-
-@triton.jit
-def _chunk_counts(counts_ptr, r, c, num_chunks, CHUNKS_P2: tl.constexpr):
-    """Per chunk of row r: keys above / at the prefix, [CHUNKS_P2] each (0 past the last
-    chunk), and a mask of the chunks before chunk c."""
-    offs_c = tl.arange(0, CHUNKS_P2)
-    counts = counts_ptr + r.to(tl.int64) * num_chunks * 2 + offs_c * 2
-    gt = tl.load(counts, mask=offs_c < num_chunks, other=0)
-    eq = tl.load(counts + 1, mask=offs_c < num_chunks, other=0)
-    return gt, eq, offs_c < c
-
-
-@triton.jit
-def _topk_compact_kernel(logits_ptr, length_ptr, ws_ptr, counts_ptr, cval_ptr, cpos_ptr,
+def _topk_compact_kernel(logits_ptr, length_ptr, ws_ptr, runs_ptr, cval_ptr, cpos_ptr,
                          stride_lr, k, num_cols, num_chunks, CAP: tl.constexpr,
-                         CHUNK: tl.constexpr, CHUNKS_P2: tl.constexpr):
+                         CHUNK: tl.constexpr):
     r = tl.program_id(0)
     c = tl.program_id(1)
     ws = ws_ptr + r.to(tl.int64) * WS_WORDS
-    gt, eq, before = _chunk_counts(counts_ptr, r, c, num_chunks, CHUNKS_P2)
-    n_cand = tl.sum(gt + eq, axis=0)
-    if n_cand <= CAP:
+    if tl.load(ws + ST_CAND) <= CAP:
         prefix, shift, need_eq = _prefix_state(ws, k)
         length = tl.minimum(tl.load(length_ptr + r), num_cols)
         row = logits_ptr + r.to(tl.int64) * stride_lr
         pos, valid, key = _load_keys(row, c * CHUNK, length, CHUNK)
         above, at = _above_at(valid, key, shift, prefix)
         take = above | at
-        dst = r.to(tl.int64) * CAP + tl.sum(tl.where(before, gt + eq, 0), axis=0) \
-            + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        n = tl.sum(take.to(tl.int32), axis=0)
+        start = tl.atomic_add(ws + ST_CURSOR, n, sem="relaxed")  # this chunk's run
+        dst = r.to(tl.int64) * CAP + start + tl.cumsum(take.to(tl.int32), axis=0) - 1
         tl.store(cval_ptr + dst, tl.load(row + pos, mask=take), mask=take)
         tl.store(cpos_ptr + dst, pos, mask=take)
-        if c == 0:
-            tl.store(ws + ST_COMPACT, n_cand + 1)
+        run = runs_ptr + (r.to(tl.int64) * num_chunks + c) * 2
+        tl.store(run, start)
+        tl.store(run + 1, n)
 
 
 @triton.jit
-def _topk_select_compacted_kernel(cval_ptr, cpos_ptr, out_ptr, block_table_ptr, ws_ptr,
-                                  stride_or, stride_bt, k, page_size, CAP: tl.constexpr,
-                                  ROWS_PER_REQ: tl.constexpr, TO_SLOTS: tl.constexpr):
-    r = tl.program_id(0)
-    ws = ws_ptr + r.to(tl.int64) * WS_WORDS
-    n_cand = tl.load(ws + ST_COMPACT) - 1
-    if n_cand >= 0:  # the select goes on from the digits the passes found
-        _select_row(cval_ptr + r.to(tl.int64) * CAP, n_cand, out_ptr + r.to(tl.int64) * stride_or,
-                    block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt,
-                    cpos_ptr + r.to(tl.int64) * CAP, k, page_size,
-                    tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True), tl.load(ws + ST_SHIFT),
-                    tl.load(ws + ST_KREM), tl.load(ws + ST_SETTLED), tl.load(ws + ST_NVALID),
-                    CAP, True, 0, TO_SLOTS, True)
+def _order_runs(cval, cpos, runs, num_chunks, n_cand, CAP: tl.constexpr,
+                CHUNK: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    """Move the compacted runs (claimed in any order) into chunk order, in place: candidate j
+    of chunk c's run goes to (the runs of chunks before c) + j − (its run's start). The
+    positions say each candidate's chunk; every load precedes the barrier, every store
+    follows it."""
+    offs_c = tl.arange(0, CHUNKS_P2)
+    start = tl.load(runs + 2 * offs_c, mask=offs_c < num_chunks, other=0)
+    n = tl.load(runs + 2 * offs_c + 1, mask=offs_c < num_chunks, other=0)
+    shift = tl.cumsum(n, axis=0) - n - start  # ordered index − claimed index, per chunk
+    tl.store(runs + 2 * offs_c, shift, mask=offs_c < num_chunks)
+    tl.debug_barrier()
+    j = tl.arange(0, CAP)
+    ok = j < n_cand
+    val = tl.load(cval + j, mask=ok)
+    pos = tl.load(cpos + j, mask=ok, other=0)
+    dst = j + tl.load(runs + 2 * (pos // CHUNK), mask=ok, other=0)
+    tl.debug_barrier()
+    tl.store(cval + dst, val, mask=ok)
+    tl.store(cpos + dst, pos, mask=ok)
+    tl.debug_barrier()
 
 
 @triton.jit
-def _topk_emit_kernel(logits_ptr, out_ptr, block_table_ptr, length_ptr, ws_ptr, counts_ptr,
-                      stride_lr, stride_or, stride_bt, k, page_size, num_cols, num_chunks,
-                      CHUNK: tl.constexpr, CHUNKS_P2: tl.constexpr, ROWS_PER_REQ: tl.constexpr,
-                      TO_SLOTS: tl.constexpr):
+def _topk_finish_kernel(logits_ptr, length_ptr, cval_ptr, cpos_ptr, runs_ptr, out_ptr,
+                        block_table_ptr, ws_ptr, stride_lr, stride_or, stride_bt, k, page_size,
+                        num_cols, num_chunks, CAP: tl.constexpr, CHUNK: tl.constexpr,
+                        CHUNKS_P2: tl.constexpr, ROWS_PER_REQ: tl.constexpr,
+                        TO_SLOTS: tl.constexpr):
     r = tl.program_id(0)
-    c = tl.program_id(1)
     ws = ws_ptr + r.to(tl.int64) * WS_WORDS
-    if tl.load(ws + ST_COMPACT) == 0:
-        prefix, shift, need_eq = _prefix_state(ws, k)
-        gt, eq, before = _chunk_counts(counts_ptr, r, c, num_chunks, CHUNKS_P2)
+    n_cand = tl.load(ws + ST_CAND)
+    out_row = out_ptr + r.to(tl.int64) * stride_or
+    bt_row = block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt
+    prefix = tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True)
+    shift = tl.load(ws + ST_SHIFT)
+    k_rem = tl.load(ws + ST_KREM)
+    settled = tl.load(ws + ST_SETTLED)
+    n_valid = tl.load(ws + ST_NVALID)
+    if n_cand <= CAP:  # the select goes on from the digits the passes found
+        cval = cval_ptr + r.to(tl.int64) * CAP
+        cpos = cpos_ptr + r.to(tl.int64) * CAP
+        _order_runs(cval, cpos, runs_ptr + r.to(tl.int64) * num_chunks * 2, num_chunks, n_cand,
+                    CAP, CHUNK, CHUNKS_P2)
+        _select_row(cval, n_cand, out_row, bt_row, cpos, k, page_size, prefix, shift, k_rem,
+                    settled, n_valid, CAP, True, 0, TO_SLOTS, True)
+    else:  # ties overflow the buffer: the whole row, CAP keys per step
         length = tl.minimum(tl.load(length_ptr + r), num_cols)
-        pos, valid, key = _load_keys(logits_ptr + r.to(tl.int64) * stride_lr, c * CHUNK,
-                                     length, CHUNK)
-        out_row = out_ptr + r.to(tl.int64) * stride_or
-        bt_row = block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt
-        _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq,
-              tl.sum(tl.where(before, gt, 0), axis=0), tl.sum(tl.where(before, eq, 0), axis=0),
-              k, page_size, out_row, TO_SLOTS, False)
-        if c == num_chunks - 1:  # pad after every chunk's selections
-            _pad(out_row, tl.sum(gt, axis=0) + tl.minimum(tl.sum(eq, axis=0), need_eq), k,
-                 CHUNK)
+        _select_row(logits_ptr + r.to(tl.int64) * stride_lr, length, out_row, bt_row, out_row,
+                    k, page_size, prefix, shift, k_rem, settled, n_valid, CAP, False, 0,
+                    TO_SLOTS, False)
