@@ -26,6 +26,7 @@ from fp8mla.kernels.topk_chunked import (
     _topk_compact_kernel,
     _topk_finish_kernel,
     _topk_pass_kernel,
+    _topk_sample_kernel,
 )
 from fp8mla.runtime import decode_config, folds_scales
 
@@ -90,6 +91,8 @@ CHUNK_PASS_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "ws_ptr": "*i32",
 CHUNK_COMPACT_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "ws_ptr": "*i32",
                      "runs_ptr": "*i32", "cval_ptr": "*fp32", "cpos_ptr": "*i32",
                      "stride_lr": "i32", "k": "i32", "num_cols": "i32", "num_chunks": "i32"}
+CHUNK_SAMPLE_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "ws_ptr": "*i32",
+                    "stride_lr": "i32", "k": "i32", "num_cols": "i32"}
 CHUNK_FINISH_SIG = {"logits_ptr": "*fp32", "length_ptr": "*i32", "cval_ptr": "*fp32",
                     "cpos_ptr": "*i32", "runs_ptr": "*i32", "out_ptr": "*i32",
                     "block_table_ptr": "*i32", "ws_ptr": "*i32", "stride_lr": "i32",
@@ -190,14 +193,17 @@ def compile_target(cc):
             "BLOCK": block, "ONE_BLOCK": one, "TAIL": tail, "ROWS_PER_REQ": 1,
             "TO_SLOTS": True}, cc, num_warps=warps)))
     for kern, sig, extra in (
-            (_topk_pass_kernel, CHUNK_PASS_SIG, {"FIRST": False}),
-            (_topk_compact_kernel, CHUNK_COMPACT_SIG, {"CAP": 8192})):
+            (_topk_pass_kernel, CHUNK_PASS_SIG, {"FIRST": False, "CHUNK": 8192}),
+            (_topk_sample_kernel, CHUNK_SAMPLE_SIG, {"CAP": 8192, "SAMPLES": 4096}),
+            (_topk_compact_kernel, CHUNK_COMPACT_SIG, {"CAP": 8192, "CHUNK": 8192,
+                                                       "SAMPLED": True})):
         lines.append(row(f"topk_chunked/{kern.__name__}", cc, compile_for(
-            kern, sig, {"CHUNK": 8192, **extra}, cc, num_warps=16)))
-    lines.append(row("topk_chunked/_topk_finish_kernel", cc, compile_for(
-        _topk_finish_kernel, CHUNK_FINISH_SIG, {
-            "CAP": 8192, "CHUNK": 1024, "CHUNKS_P2": 256, "ROWS_PER_REQ": 1, "TO_SLOTS": True},
-        cc, num_warps=16)))
+            kern, sig, extra, cc, num_warps=16)))
+    for sampled in (False, True):
+        lines.append(row(f"topk_chunked/_topk_finish_kernel/sampled{int(sampled)}", cc,
+                         compile_for(_topk_finish_kernel, CHUNK_FINISH_SIG, {
+                             "CAP": 8192, "CHUNK": 1024, "CHUNKS_P2": 256, "ROWS_PER_REQ": 1,
+                             "TO_SLOTS": True, "SAMPLED": sampled}, cc, num_warps=16)))
     return lines
 
 

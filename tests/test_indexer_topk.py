@@ -9,7 +9,7 @@ from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.dsa import dsa_decode_step
 from fp8mla.formats import dequantize_index_keys, quantize_index_keys
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
-from fp8mla.kernels.topk_chunked import ST_CAND
+from fp8mla.kernels.topk_chunked import ST_CAND, ST_CURSOR, ST_NVALID, ST_PREFIX
 from fp8mla.testing import assert_close
 from fp8mla.topk import compact_capacity, topk_indices
 from helpers import POISON_PAD, paged_cache
@@ -264,6 +264,61 @@ def test_topk_chunked_runs_claimed_in_any_order(device):
                  cpos)
     ref = reference.topk_indices(x, k)
     for r in range(2):
+        assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
+
+
+def test_topk_chunked_sampled_threshold(device):
+    """Rows of ≤ 16 k logits take a threshold from evenly spread samples instead of digit
+    passes: distinct values (the threshold keeps between k and capacity), a plateau cut by k
+    across chunks, rows with fewer valid keys than the sample's rank (every valid key kept), a
+    row shorter than the capacity, and heavy ties (more than capacity at the threshold: the
+    whole row in one program) — all exact, positions ascending."""
+    k, n, chunk = 150, 2300, 1024  # capacity 1024; rows shorter than SAMPLES: strata of 0–1
+    assert topk.sampled(n, k) and not topk.sampled(n, 100)
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(6, n, generator=g)
+    x[1, 700:1400] = 2.5  # ties at the k-th value across a chunk boundary
+    x[2, 40:] = float("-inf")  # 40 valid keys: fewer than k
+    x[3, ::7] = float("-inf")
+    x[4] = torch.randint(0, 2, (n,), generator=g).float()  # ~1150 ties at the top value
+    x[5, 1:] = 0.0
+    lengths = torch.tensor([n, n, n, n, n, 900], dtype=torch.int32)
+    xd, ld = x.to(device), lengths.to(device)
+    ws, runs, cval, cpos = topk._candidates(xd, ld, k, chunk)
+    kept = ws[:, ST_CURSOR.value].cpu()
+    assert k <= kept[0] <= compact_capacity(k), "the sampled threshold's count"
+    assert kept[2] == 40 and ws[2, ST_NVALID.value] == 40
+    assert kept[4] > compact_capacity(k)  # more ties than fit: finished over the whole row
+    out = topk_indices(xd, k, lengths=ld, chunk=chunk).cpu()
+    for r in range(6):
+        ref = reference.topk_indices(x[r:r + 1, : int(lengths[r])], k)[0]
+        assert out[r].tolist() == ref.sort().values.tolist() if r != 2 else \
+            out[r, :40].tolist() == list(range(40)) and (out[r, 40:] == -1).all(), f"row {r}"
+
+
+def test_topk_chunked_unlucky_threshold_falls_back(device):
+    """A sampled threshold that keeps fewer than k keys (or more than capacity) is detected
+    from the compaction's counts: such a row finishes over the whole row, still exact."""
+    k, n, chunk = 150, 2300, 1024
+    g = torch.Generator().manual_seed(22)
+    x = torch.randn(3, n, generator=g)
+    xd = x.to(device)
+    lengths = torch.full((3,), n, dtype=torch.int32, device=device)
+    top = x.sort(dim=1, descending=True).values
+    assert (top[:, k] > 0).all()
+    keys = top.view(torch.int32) | (-2147483648)  # positive values' order-preserving keys
+    ws = torch.zeros(3, topk.WS_WORDS.value, dtype=torch.int32)
+    ws[0, ST_PREFIX.value] = keys[0, k // 2]  # keeps k / 2 + 1
+    ws[1, ST_PREFIX.value] = 0  # keeps every key: 2300 > capacity 1024
+    ws[2, ST_PREFIX.value] = keys[2, k]  # keeps k + 1: enough
+    ws = ws.to(device)
+    runs, cval, cpos = topk._compact(xd, lengths, k, chunk, ws)
+    assert ws[:, ST_CURSOR.value].cpu().tolist() == [k // 2 + 1, n, k + 1]
+    out = torch.empty(3, k, dtype=torch.int32, device=device)
+    topk._finish(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, chunk, ws, runs, cval,
+                 cpos)
+    ref = reference.topk_indices(x, k)
+    for r in range(3):
         assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
 
 

@@ -41,8 +41,10 @@ def _expected():
         for what in ("combine/D128", "combine/D32", "store/index_keys", "indexer/Hi32",
                      "indexer/Hi64", "rope/fp32", "rope/bf16", "rms_norm", "quant_rows",
                      "topk/1024+0", "topk/4096+256", "topk/4096+1024", "topk/8192+0",
-                     "topk_chunked/_topk_pass_kernel", "topk_chunked/_topk_compact_kernel",
-                     "topk_chunked/_topk_finish_kernel"):
+                     "topk_chunked/_topk_pass_kernel", "topk_chunked/_topk_sample_kernel",
+                     "topk_chunked/_topk_compact_kernel",
+                     "topk_chunked/_topk_finish_kernel/sampled0",
+                     "topk_chunked/_topk_finish_kernel/sampled1"):
             yield what, cc
 
 

@@ -9,15 +9,18 @@ kernels take.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from fp8mla._checks import check_int, check_page_size, check_pow2, check_tensor
-from fp8mla.kernels.topk import DIGIT_BITS, _topk_kernel
+from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.kernels.topk_chunked import (
     WS_WORDS,
     _topk_compact_kernel,
     _topk_finish_kernel,
     _topk_pass_kernel,
+    _topk_sample_kernel,
 )
 from fp8mla.runtime import target_for
 
@@ -28,8 +31,19 @@ MIN_BLOCK, MAX_BLOCK = 1024, 8192
 # rows longer than this take several programs each, CHUNK logits per program, while there are
 # no more than CHUNKED_ROWS_PER_SM rows per SM (H200, 64 and 256 rows of 32K and 128K:
 # benchmarks/results/h200-20261129-s4-topk-profile.json; more rows fill the GPU anyway)
-CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 16384, 2048, 2
+CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 8192, 2048, 2
 PASSES = 2  # 8-bit digit passes over the whole row before its candidates are compacted
+# rows that expect at least SAMPLE_HITS of SAMPLES evenly spread samples among their top k
+# (length ≤ 16 k) take a sampled threshold instead of the digit passes
+SAMPLES, SAMPLE_HITS = 4096, 256
+SAMPLE_WARPS, FINISH_KEYS_PER_WARP = 8, 512  # launch shapes (benchmarks vary them)
+
+
+@functools.lru_cache(maxsize=16)
+def _full_lengths(rows: int, length: int, device: torch.device) -> torch.Tensor:
+    """int32 [rows] of ``length`` (read only): made once per shape, so a call without lengths
+    launches no fill kernel (nor records one in a CUDA graph)."""
+    return torch.full((rows,), length, dtype=torch.int32, device=device)
 
 
 def _pow2_block(n: int) -> int:
@@ -88,7 +102,7 @@ def topk_indices(
     check_int("k", k, lo=1, hi=MAX_TOPK)
     check_int("rows_per_request", rows_per_request, lo=1)
     if lengths is None:
-        lengths = torch.full((rows,), length, dtype=torch.int32, device=logits.device)
+        lengths = _full_lengths(rows, length, logits.device)
     else:
         check_tensor("lengths", lengths, dtype=torch.int32, shape=(rows,), device=logits.device)
     to_slots = block_table is not None
@@ -138,24 +152,45 @@ def _chunked(logits, out, block_table, lengths, k, page_size, rows_per_request, 
     return found[0]  # ws: per row the radix state and its candidates (compacted when ≤ cap)
 
 
+def sampled(length: int, k: int) -> bool:
+    """Whether the chunked path thresholds rows of ``length`` from a sample (else: digit
+    passes): when SAMPLES evenly spread samples are expected to hold SAMPLE_HITS of the top k,
+    the threshold aimed at (k + capacity) / 2 candidates misses [k, capacity] only beyond
+    ~5 standard deviations; such a row (or heavy ties) finishes over the whole row."""
+    return SAMPLES * k >= SAMPLE_HITS * length
+
+
 def _candidates(logits, lengths, k, chunk):
-    """The digit passes and the compaction: (ws, runs, cval, cpos)."""
+    """The threshold (sampled, or digit passes) and the compaction: (ws, runs, cval, cpos)."""
+    rows, length = logits.shape
+    chunks = -(-length // chunk)
+    if sampled(length, k):  # the sample kernel sets the state the compaction reads
+        ws = torch.empty(rows, WS_WORDS.value, dtype=torch.int32, device=logits.device)
+        _topk_sample_kernel[(rows,)](logits, lengths, ws, logits.stride(0), k, length,
+                                     CAP=compact_capacity(k), SAMPLES=SAMPLES,
+                                     num_warps=SAMPLE_WARPS)
+    else:  # the passes' histograms and tickets start from zero
+        ws = torch.zeros(rows, WS_WORDS.value, dtype=torch.int32, device=logits.device)
+        for p in range(PASSES):  # one launch per digit; settled rows return at once
+            _topk_pass_kernel[(rows, chunks)](logits, lengths, ws, logits.stride(0), k, length,
+                                              chunks, FIRST=p == 0, CHUNK=chunk,
+                                              num_warps=max(4, chunk // 512))
+    return (ws, *_compact(logits, lengths, k, chunk, ws))
+
+
+def _compact(logits, lengths, k, chunk, ws):
+    """Copy each row's candidates (the state in ws says which) into runs: (runs, cval, cpos)."""
     rows, length = logits.shape
     chunks = -(-length // chunk)
     cap = compact_capacity(k)
     dev = logits.device
-    ws = torch.zeros(rows, WS_WORDS.value, dtype=torch.int32, device=dev)  # state, histogram
     runs = torch.empty(rows, chunks, 2, dtype=torch.int32, device=dev)
     cval = torch.empty(rows, cap, dtype=torch.float32, device=dev)  # compacted candidates
     cpos = torch.empty(rows, cap, dtype=torch.int32, device=dev)
-    grid = (rows, chunks)
-    warps = max(4, chunk // 512)
-    for p in range(PASSES):  # one launch per digit; settled rows return at once
-        _topk_pass_kernel[grid](logits, lengths, ws, logits.stride(0), k, length, chunks,
-                                FIRST=p == 0, CHUNK=chunk, num_warps=warps)
-    _topk_compact_kernel[grid](logits, lengths, ws, runs, cval, cpos, logits.stride(0), k, length,
-                               chunks, CAP=cap, CHUNK=chunk, num_warps=warps)
-    return ws, runs, cval, cpos
+    _topk_compact_kernel[(rows, chunks)](
+        logits, lengths, ws, runs, cval, cpos, logits.stride(0), k, length, chunks, CAP=cap,
+        CHUNK=chunk, SAMPLED=sampled(length, k), num_warps=max(4, chunk // 512))
+    return runs, cval, cpos
 
 
 def _finish(logits, out, block_table, lengths, k, page_size, rows_per_request, to_slots, chunk,
@@ -168,4 +203,5 @@ def _finish(logits, out, block_table, lengths, k, page_size, rows_per_request, t
         logits, lengths, cval, cpos, runs, out, block_table, ws, logits.stride(0), out.stride(0),
         block_table.stride(0), k, page_size, length, chunks, CAP=cap, CHUNK=chunk,
         CHUNKS_P2=max(2, 1 << (chunks - 1).bit_length()), ROWS_PER_REQ=rows_per_request,
-        TO_SLOTS=to_slots, num_warps=max(4, cap // 512))
+        TO_SLOTS=to_slots, SAMPLED=sampled(length, k),
+        num_warps=max(4, min(16, cap // FINISH_KEYS_PER_WARP)))

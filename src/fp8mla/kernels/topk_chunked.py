@@ -31,8 +31,10 @@ import triton
 import triton.language as tl
 
 from fp8mla.kernels.topk import (
+    DIGIT_BITS,
     _above_at,
     _choose_digit,
+    _digit_hist,
     _digit_hist_masked,
     _load_keys,
     _select_row,
@@ -98,6 +100,47 @@ def _topk_pass_kernel(logits_ptr, length_ptr, ws_ptr, stride_lr, k, num_cols, nu
 
 
 @triton.jit
+def _topk_sample_kernel(logits_ptr, length_ptr, ws_ptr, stride_lr, k, num_cols,
+                        CAP: tl.constexpr, SAMPLES: tl.constexpr):
+    """A threshold T per row from SAMPLES of its logits, one per stratum of length / SAMPLES
+    positions (at a hashed offset inside it): T is the 16-bit bin floor of the r-th largest
+    valid sample, r chosen so that the row's keys ≥ T are expected to number (k + CAP) / 2;
+    T = 0 (every valid key) when the row has no more than CAP positions or too few valid
+    samples. Stored as the prefix at shift 0; the compaction counts what T really keeps."""
+    r = tl.program_id(0)
+    ws = ws_ptr + r.to(tl.int64) * WS_WORDS
+    length = tl.minimum(tl.load(length_ptr + r), num_cols)
+    threshold = tl.zeros((), tl.uint32)
+    if length > CAP:
+        i = tl.arange(0, SAMPLES).to(tl.int64)
+        lo = i * length // SAMPLES
+        # strata of length / SAMPLES positions (0 or 1 when the row is shorter than SAMPLES:
+        # each position then sampled about equally often)
+        width = tl.maximum((i + 1) * length // SAMPLES - lo, 1)
+        mix = (i * 40503 + 12345) % 65521  # an offset inside the stratum that is not periodic
+        pos, valid, key = _load_keys(logits_ptr + r.to(tl.int64) * stride_lr, lo + mix % width,
+                                     length, SAMPLES, True)
+        rank = (SAMPLES * (k + CAP) + 2 * length - 1) // (2 * length)
+        prefix = tl.zeros((), tl.uint32)
+        shift = 32
+        k_rem = rank
+        settled = 0
+        n_valid = 0
+        while (shift > 16) & (settled == 0):
+            shift -= DIGIT_BITS
+            total, d, above, at_d = _choose_digit(_digit_hist(valid, key, prefix, shift), k_rem)
+            n_valid = tl.where(shift == 32 - DIGIT_BITS, total, n_valid)
+            k_rem = k_rem - above
+            prefix = (prefix << DIGIT_BITS) | d.to(tl.uint32)
+            settled = ((at_d == k_rem) | (n_valid <= rank)).to(tl.int32)
+        threshold = tl.where(n_valid <= rank, 0, prefix << shift)
+    tl.store(ws + ST_PREFIX, threshold.to(tl.int32, bitcast=True))
+    tl.store(ws + ST_CAND, 0)  # the workspace is not zeroed first: what the next steps read
+    tl.store(ws + ST_CURSOR, 0)
+    tl.store(ws + ST_NVALID, 0)
+
+
+@triton.jit
 def _prefix_state(ws, k):
     """(prefix, shift, keys at the prefix that belong to the top k); all valid keys when the
     row has no more than k (every valid key is above the 0 prefix)."""
@@ -111,12 +154,19 @@ def _prefix_state(ws, k):
 @triton.jit
 def _topk_compact_kernel(logits_ptr, length_ptr, ws_ptr, runs_ptr, cval_ptr, cpos_ptr,
                          stride_lr, k, num_cols, num_chunks, CAP: tl.constexpr,
-                         CHUNK: tl.constexpr):
+                         CHUNK: tl.constexpr, SAMPLED: tl.constexpr):
     r = tl.program_id(0)
     c = tl.program_id(1)
     ws = ws_ptr + r.to(tl.int64) * WS_WORDS
+    # digit passes: the candidate count is known (compact only what fits); a sampled
+    # threshold (ST_CAND stays 0): count while compacting — the finish checks the count, so
+    # every valid key is counted too
     if tl.load(ws + ST_CAND) <= CAP:
-        prefix, shift, need_eq = _prefix_state(ws, k)
+        if SAMPLED:
+            prefix = tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True)
+            shift = 0
+        else:
+            prefix, shift, need_eq = _prefix_state(ws, k)
         length = tl.minimum(tl.load(length_ptr + r), num_cols)
         row = logits_ptr + r.to(tl.int64) * stride_lr
         pos, valid, key = _load_keys(row, c * CHUNK, length, CHUNK)
@@ -124,7 +174,11 @@ def _topk_compact_kernel(logits_ptr, length_ptr, ws_ptr, runs_ptr, cval_ptr, cpo
         take = above | at
         n = tl.sum(take.to(tl.int32), axis=0)
         start = tl.atomic_add(ws + ST_CURSOR, n, sem="relaxed")  # this chunk's run
-        dst = r.to(tl.int64) * CAP + start + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        if SAMPLED:
+            tl.atomic_add(ws + ST_NVALID, tl.sum(valid.to(tl.int32), axis=0), sem="relaxed")
+        at_run = start + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        take = take & (at_run < CAP)  # a sampled threshold may keep more than fit
+        dst = r.to(tl.int64) * CAP + at_run
         tl.store(cval_ptr + dst, tl.load(row + pos, mask=take), mask=take)
         tl.store(cpos_ptr + dst, pos, mask=take)
         run = runs_ptr + (r.to(tl.int64) * num_chunks + c) * 2
@@ -161,25 +215,48 @@ def _topk_finish_kernel(logits_ptr, length_ptr, cval_ptr, cpos_ptr, runs_ptr, ou
                         block_table_ptr, ws_ptr, stride_lr, stride_or, stride_bt, k, page_size,
                         num_cols, num_chunks, CAP: tl.constexpr, CHUNK: tl.constexpr,
                         CHUNKS_P2: tl.constexpr, ROWS_PER_REQ: tl.constexpr,
-                        TO_SLOTS: tl.constexpr):
+                        TO_SLOTS: tl.constexpr, SAMPLED: tl.constexpr):
     r = tl.program_id(0)
     ws = ws_ptr + r.to(tl.int64) * WS_WORDS
-    n_cand = tl.load(ws + ST_CAND)
     out_row = out_ptr + r.to(tl.int64) * stride_or
     bt_row = block_table_ptr + (r // ROWS_PER_REQ).to(tl.int64) * stride_bt
-    prefix = tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True)
-    shift = tl.load(ws + ST_SHIFT)
-    k_rem = tl.load(ws + ST_KREM)
-    settled = tl.load(ws + ST_SETTLED)
-    n_valid = tl.load(ws + ST_NVALID)
-    if n_cand <= CAP:  # the select goes on from the digits the passes found
+    if SAMPLED:  # the select starts from scratch over the candidates (or the row)
+        n_cand = tl.load(ws + ST_CURSOR)
+        # the candidates hold the top k: at least k of them, or every valid key
+        ok = (n_cand <= CAP) & ((n_cand >= k) | (n_cand == tl.load(ws + ST_NVALID)))
+        prefix = tl.zeros((), tl.uint32)
+        shift = tl.full((), 32, tl.int32)
+        k_rem = tl.full((), k, tl.int32)
+        settled = tl.zeros((), tl.int32)
+        n_valid = tl.zeros((), tl.int32)
+    else:  # going on from the digits the passes found
+        n_cand = tl.load(ws + ST_CAND)
+        ok = n_cand <= CAP
+        prefix = tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True)
+        shift = tl.load(ws + ST_SHIFT)
+        k_rem = tl.load(ws + ST_KREM)
+        settled = tl.load(ws + ST_SETTLED)
+        n_valid = tl.load(ws + ST_NVALID)
+    if ok:
         cval = cval_ptr + r.to(tl.int64) * CAP
         cpos = cpos_ptr + r.to(tl.int64) * CAP
         _order_runs(cval, cpos, runs_ptr + r.to(tl.int64) * num_chunks * 2, num_chunks, n_cand,
                     CAP, CHUNK, CHUNKS_P2)
+        base = tl.zeros((), tl.uint32)
+        if SAMPLED:
+            # every candidate lies in [T, the largest]: counted from T, all share the bits
+            # above the span's top bit, so the digits start there (distinct normal logits:
+            # ~24 bits, two 4-bit digits fewer). The float conversion may round the span up a
+            # power of two: one bit more, never fewer.
+            base = tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True)
+            _, valid, key = _load_keys(cval, 0, n_cand, CAP)
+            span = (tl.max(tl.where(valid, key, base), axis=0) - base).to(tl.float32)
+            bits = (span.to(tl.int32, bitcast=True) >> 23) - 126  # 32 - leading zeros; 0 → −126
+            shift = tl.minimum(tl.maximum(bits + 3, 0) // DIGIT_BITS * DIGIT_BITS, 32)
+            n_valid = n_cand  # the first digit would have counted them
         _select_row(cval, n_cand, out_row, bt_row, cpos, k, page_size, prefix, shift, k_rem,
-                    settled, n_valid, CAP, True, 0, TO_SLOTS, True)
-    else:  # ties overflow the buffer: the whole row, CAP keys per step
+                    settled, n_valid, CAP, True, 0, TO_SLOTS, True, base, SAMPLED)
+    else:  # ties overflow the buffer (or an unlucky sample): the whole row, CAP keys a step
         length = tl.minimum(tl.load(length_ptr + r), num_cols)
         _select_row(logits_ptr + r.to(tl.int64) * stride_lr, length, out_row, bt_row, out_row,
                     k, page_size, prefix, shift, k_rem, settled, n_valid, CAP, False, 0,
