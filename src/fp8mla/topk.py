@@ -29,8 +29,9 @@ __all__ = ["topk_indices", "MAX_TOPK"]
 MAX_TOPK = 4096
 MIN_BLOCK, MAX_BLOCK = 1024, 8192
 # rows longer than this take several programs each, CHUNK logits per program, while there are
-# no more than CHUNKED_ROWS_PER_SM rows per SM (H200, 64 and 256 rows of 32K and 128K:
-# benchmarks/results/h200-20261129-s4-topk-profile.json; more rows fill the GPU anyway)
+# no more than CHUNKED_ROWS_PER_SM rows per SM (H200, B=64 rows of 16K: 37.5 µs chunked, 59.3
+# one program per row; 256 rows of 32K 85 vs 217: h200-20261129-s7-topk-profile.json; more
+# rows fill the GPU anyway)
 CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 8192, 2048, 2
 PASSES = 2  # 8-bit digit passes over the whole row before its candidates are compacted
 # rows that expect at least SAMPLE_HITS of SAMPLES evenly spread samples among their top k
@@ -90,11 +91,12 @@ def topk_indices(
     programs (`fp8mla.kernels.topk_chunked`); 0: one program per row; None (default): CHUNK
     for rows longer than CHUNKED_ABOVE when there are at most CHUNKED_ROWS_PER_SM rows per SM,
     else one program per row. Either path selects the same positions in the same order. The
-    chunked path is 14 kernels, meant for CUDA graphs (B=64 rows of 32K: 82 µs; one program
-    per row: 123 µs); called eagerly with nothing else queued on the GPU their launches take
-    ~350 µs of host time — pass chunk=0 there. (The choice cannot follow graph capture: a
-    kernel first launched inside a capture breaks it.) Its workspace: rows · (48 + 2 · chunks
-    + 2 · compact_capacity(k)) int32 — 33 KB per row at k = 2048.
+    chunked path (B=64 rows of 32K on the H200: 43.6 µs; one program per row: 122 µs) is three
+    kernels for rows of ≤ 16 k logits (a sampled threshold) and four beyond (two digit passes),
+    each with a small tensor allocated per call; heavy ties (more than compact_capacity(k) keys
+    at the threshold) finish over the whole row in one program (B=64 × 32K of a dozen distinct
+    values: 155 µs). Its workspace: rows · (272 + 2 · chunks + 2 · compact_capacity(k)) int32
+    — 34 KB per row at k = 2048.
     Returns int32 [rows, k].
     """
     check_tensor("logits", logits, dtype=torch.float32, ndim=2, contiguous_last=True)

@@ -1,30 +1,40 @@
-"""Top-k over long rows with several programs per row: the radix select of
-`fp8mla.kernels.topk`, its first digits found by passes over chunks of CHUNK logits, the rest
-on the row's few remaining candidates in one program. Five launches, whatever the data:
+"""Top-k over long rows with several programs per row: a threshold that keeps a superset of
+each row's top k, the keys above it compacted, and the radix select of `fp8mla.kernels.topk`
+finished on those few candidates in one program per row. Three to four launches, whatever
+the data:
 
-1. `_topk_pass_kernel` (grid rows × chunks), PASSES times: every program adds its chunk's
-   histogram of the next PASS_BITS-bit digit (among keys matching the digits found so far) into
-   the row's (atomics) and takes a ticket; the last one chooses the digit, updates the state and
-   the row's candidate count (keys above or at the prefix: a superset of its top k), and clears
-   the histogram and the ticket. Settled rows' programs return at once. Two 8-bit digits: the
-   sign, exponent and 7 mantissa bits — on rows of distinct logits tens to hundreds of
-   candidates beyond the top k remain (a 4-bit digit's histogram costs ~10 instructions per key,
-   an 8-bit one ~8 ballots more, and a pass is mostly the launch and the ticket's latency: two
-   8-bit passes replace four 4-bit ones).
-2. `_topk_compact_kernel` (rows × chunks): where the row's candidates fit CAP, each chunk
-   copies its candidates (value and position, in position order) to a run of the row's compact
-   buffer claimed with one atomic add, and records (run start, length) per chunk.
+1. The threshold, one of two ways (the launcher picks by row length, `fp8mla.topk.sampled`):
+   - `_topk_sample_kernel` (one program per row; rows ≤ 16 k logits): SAMPLES logits, one per
+     stratum of the row, and T = the 16-bit bin floor of the r-th largest valid sample, r set so
+     that the keys ≥ T are expected to number (k + CAP) / 2 — k and CAP then lie over 5
+     standard deviations away (B=64 × 32K: 10 µs, where two digit passes take 27).
+   - `_topk_pass_kernel` (grid rows × chunks), PASSES times: every program adds its chunk's
+     histogram of the next PASS_BITS-bit digit (among keys matching the digits found so far)
+     into the row's (atomics) and takes a ticket; the last one chooses the digit, updates the
+     state and the row's candidate count (keys above or at the prefix: a superset of its top
+     k), and clears the histogram and the ticket. Settled rows' programs return at once. Two
+     8-bit digits (sign, exponent, 7 mantissa bits) leave tens to hundreds of candidates beyond
+     the top k on rows of distinct logits; an 8-bit digit's histogram costs ~1.5× a 4-bit
+     one's instructions per key (warp ballots), and a pass is mostly launch and ticket latency.
+2. `_topk_compact_kernel` (rows × chunks): each chunk copies its candidates (value and
+   position, in position order) to a run of the row's compact buffer claimed with one atomic
+   add, and records (run start, length). After digit passes only rows whose candidate count
+   fits CAP compact; after a sample every row does (stores past CAP dropped), counting what it
+   keeps and every valid key.
 3. `_topk_finish_kernel` (one program per row): a compacted row puts the runs back in chunk
-   order (position order) in place, then `_select_row` goes on over ≤ CAP keys in registers
-   from the digits the passes found; a row whose candidates exceed CAP (thousands of keys tied
-   at the prefix) finishes over the whole row in this one program, CAP keys per step (slower,
-   still exact).
+   order (position order) in place, then `_select_row` runs over ≤ CAP keys in registers —
+   going on from the passes' digits, or after a sample from scratch with the digits counted
+   from T (every candidate lies in [T, max], so they start at the span's top bit). A row
+   whose candidates exceed CAP (thousands of keys tied at the prefix) or, after a sample, fall
+   short of k (and of the row's valid keys) finishes over the whole row in this one program,
+   CAP keys per step (slower, exact).
 
-Per row a small int32 workspace ``ws`` [rows, WS_WORDS] (zeroed before the first launch) holds
-the state (prefix bits, shift, k_rem, settled, n_valid, candidates, the compaction cursor), a
-histogram and a ticket; ``runs`` [rows, chunks, 2] the compacted runs. Memory: rows · (WS_WORDS
-+ 2 · chunks + 2 · CAP) 32-bit words — independent of row length beyond the runs. Graph-safe
-(no host synchronisation); the launches' kernel boundaries order the steps.
+Per row a small int32 workspace ``ws`` [rows, WS_WORDS] holds the state (prefix bits, shift,
+k_rem, settled, n_valid, candidates, the compaction cursor), a histogram and a ticket (zeroed
+before the passes; the sample kernel sets what the later steps read); ``runs`` [rows, chunks,
+2] the compacted runs. Memory: rows · (WS_WORDS + 2 · chunks + 2 · CAP) 32-bit words —
+independent of row length beyond the runs. Graph-safe (no host synchronisation); the launches'
+kernel boundaries order the steps.
 """
 
 import triton
