@@ -19,6 +19,7 @@ want tests && run tests 90 python3 -m pytest -q -p no:cacheprovider tests/test_i
 want decode && run decode_variants 240 python3 benchmarks/decode_variants.py "$W/decode_variants.json" && pack
 want indexer && run indexer_variants 90 python3 benchmarks/indexer_variants.py "$W/indexer_variants.json" && pack
 want topk && run profile_topk 120 python3 benchmarks/profile_topk.py "$W/profile_topk.json" && pack
+want topk && run topk_variants 90 python3 benchmarks/topk_variants.py "$W/topk_variants.json" && pack
 want sparse && run sparse_variants 150 python3 benchmarks/sparse_variants.py "$W/sparse_variants.json" && pack
 if want memcheck; then
   export PYTORCH_NO_CUDA_MEMORY_CACHING=1  # every tensor its own allocation: overruns show

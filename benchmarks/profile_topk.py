@@ -17,7 +17,7 @@ from functools import partial
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from fp8mla.bench.harness import graphed, time_us
+from fp8mla.bench.harness import env_info, graphed, read_ceiling_tbps, time_us
 from fp8mla.bench.sparse import _index_problem, topk_reference
 from fp8mla.indexer import indexer_logits_paged
 from fp8mla.topk import topk_indices
@@ -52,5 +52,4 @@ for rows, length, ties in ((64, 16384, False), (64, 32768, False), (64, 131072, 
         print(f"{rows:4d} x {length:6d}{' ties' if ties else ''} chunk {str(chunk):5s} {us:8.1f} us "
               f"({us / us_logits:.2f} x logits {us_logits:.1f})  {dict(kernels)}", flush=True)
 with open(sys.argv[1], "w") as f:
-    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "results": results}, f, indent=1)
+    json.dump({**env_info(), "ceiling_TBps": read_ceiling_tbps(), "results": results}, f, indent=1)

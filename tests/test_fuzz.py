@@ -107,12 +107,16 @@ def test_fuzz_indexer(rows, heads, seq, fp8_q, seed, data):
 
 @FUZZ
 @given(rows=st.integers(1, 3), length=st.integers(1, 3000 * SCALE), k=st.integers(1, min(2048, 300 * SCALE)),
-       distinct=st.integers(1, 50), neg_inf=st.floats(0, 1), seed=st.integers(0, 2**16),
+       distinct=st.integers(0, 50), neg_inf=st.floats(0, 1), seed=st.integers(0, 2**16),
        chunk=st.sampled_from([None, 1024]))
 def test_fuzz_topk(rows, length, k, distinct, neg_inf, seed, chunk):
+    """distinct: that many values (ties), or 0: continuous (the sampled threshold's case)."""
     _log("topk", rows=rows, length=length, k=k, distinct=distinct, chunk=chunk)
     g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, distinct, (rows, length), generator=g).float() * 0.37 - 3.0
+    if distinct:
+        x = torch.randint(0, distinct, (rows, length), generator=g).float() * 0.37 - 3.0
+    else:
+        x = torch.randn(rows, length, generator=g)
     x[torch.rand(rows, length, generator=g) < neg_inf] = float("-inf")
     out = topk_indices(x.to(DEVICE), k, chunk=chunk).cpu()
     ref = reference.topk_indices(x, k)
