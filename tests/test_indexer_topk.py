@@ -233,6 +233,17 @@ def test_topk_chunked_compaction_paths(device):
         assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
 
 
+def _finish_matches_reference(x, xd, lengths, k, chunk, ws, runs, cval, cpos):
+    """The chunked top-k's last launch over the given state: every row equals the reference's
+    positions, ascending."""
+    out = torch.empty(x.shape[0], k, dtype=torch.int32, device=xd.device)
+    topk._finish(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, chunk, ws, runs, cval,
+                 cpos)
+    ref = reference.topk_indices(x, k)
+    for r in range(x.shape[0]):
+        assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
+
+
 def test_topk_chunked_runs_claimed_in_any_order(device):
     """The compaction's chunks claim their runs of the buffer with atomics, so on a GPU the runs
     lie in any order; the finish puts them back in position order. Scramble them (reverse the
@@ -259,12 +270,7 @@ def test_topk_chunked_runs_claimed_in_any_order(device):
             runs[r, c, 0] = at
             at += ns[c]
         assert at == int(cand[r])
-    out = torch.empty(2, k, dtype=torch.int32, device=device)
-    topk._finish(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, chunk, ws, runs, cval,
-                 cpos)
-    ref = reference.topk_indices(x, k)
-    for r in range(2):
-        assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
+    _finish_matches_reference(x, xd, lengths, k, chunk, ws, runs, cval, cpos)
 
 
 def test_topk_chunked_sampled_threshold(device):
@@ -314,12 +320,7 @@ def test_topk_chunked_unlucky_threshold_falls_back(device):
     ws = ws.to(device)
     runs, cval, cpos = topk._compact(xd, lengths, k, chunk, ws)
     assert ws[:, ST_CURSOR.value].cpu().tolist() == [k // 2 + 1, n, k + 1]
-    out = torch.empty(3, k, dtype=torch.int32, device=device)
-    topk._finish(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, chunk, ws, runs, cval,
-                 cpos)
-    ref = reference.topk_indices(x, k)
-    for r in range(3):
-        assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
+    _finish_matches_reference(x, xd, lengths, k, chunk, ws, runs, cval, cpos)
 
 
 def test_topk_slots_and_lengths(device):
