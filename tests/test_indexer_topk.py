@@ -235,20 +235,23 @@ def test_topk_chunked_compaction_paths(device):
 
 def _finish_matches_reference(x, xd, lengths, k, chunk, ws, runs, cval, cpos):
     """The chunked top-k's last launch over the given state: every row equals the reference's
-    positions, ascending."""
+    positions, ascending, then the −1 padding."""
     out = torch.empty(x.shape[0], k, dtype=torch.int32, device=xd.device)
     topk._finish(xd, out, lengths.view(1, -1), lengths, k, 1, 1, False, chunk, ws, runs, cval,
                  cpos)
     ref = reference.topk_indices(x, k)
     for r in range(x.shape[0]):
-        assert out[r].cpu().tolist() == ref[r].sort().values.tolist(), f"row {r}"
+        want = sorted(p for p in ref[r].tolist() if p >= 0)
+        assert out[r].cpu().tolist() == want + [-1] * (k - len(want)), f"row {r}"
 
 
-def test_topk_chunked_runs_claimed_in_any_order(device):
+@pytest.mark.parametrize("k,n", [(300, 5117), (320, 5000)])  # digit passes / sampled
+def test_topk_chunked_runs_claimed_in_any_order(device, k, n):
     """The compaction's chunks claim their runs of the buffer with atomics, so on a GPU the runs
     lie in any order; the finish puts them back in position order. Scramble them (reverse the
     runs, poison the gap) and the selection — ties cut at the lower positions — is unchanged."""
-    k, n, chunk = 300, 5 * 1024 - 7, 1024
+    chunk = 1024
+    assert topk.sampled(n, k) == (k == 320)
     g = torch.Generator().manual_seed(9)
     x = torch.randn(2, n, generator=g)
     x[0, 900:1300] = 3.0  # ties across a chunk boundary, cut by k
@@ -256,7 +259,7 @@ def test_topk_chunked_runs_claimed_in_any_order(device):
     xd = x.to(device)
     lengths = torch.full((2,), n, dtype=torch.int32, device=device)
     ws, runs, cval, cpos = topk._candidates(xd, lengths, k, chunk)
-    cand = ws[:, ST_CAND.value].cpu()
+    cand = ws[:, ST_CURSOR.value].cpu()
     assert (cand <= cval.shape[1]).all() and (cand > k).all()
     for r in range(2):  # move run c to the end of the buffer's used part, last chunk first
         starts, ns = runs[r, :, 0].cpu().tolist(), runs[r, :, 1].cpu().tolist()
@@ -304,23 +307,56 @@ def test_topk_chunked_sampled_threshold(device):
 
 def test_topk_chunked_unlucky_threshold_falls_back(device):
     """A sampled threshold that keeps fewer than k keys (or more than capacity) is detected
-    from the compaction's counts: such a row finishes over the whole row, still exact."""
+    from the compaction's counts: such a row finishes over the whole row, still exact. One that
+    keeps exactly k, or every valid key of a row with fewer than k, is taken as it is — with
+    keys equal to the threshold among them (1.0: the low 16 key bits zero, as any
+    bf16-representable logit's)."""
     k, n, chunk = 150, 2300, 1024
     g = torch.Generator().manual_seed(22)
-    x = torch.randn(3, n, generator=g)
+    x = torch.randn(5, n, generator=g)
+    x[3, 1000:1000 + k] = 1.0 + torch.rand(k, generator=g)  # exactly k keys ≥ 1.0 ...
+    x[3, 1000] = 1.0  # ... the smallest of them = the threshold
+    x[3, 1000 + k:] = torch.rand(n - 1000 - k, generator=g) * 0.9
+    x[3, :1000] = -torch.rand(1000, generator=g)
+    x[4] = float("-inf")
+    x[4, 7:7 + 60] = 1.0 + torch.rand(60, generator=g)  # 60 valid keys, the smallest = T
+    x[4, 7] = 1.0
     xd = x.to(device)
-    lengths = torch.full((3,), n, dtype=torch.int32, device=device)
+    lengths = torch.full((5,), n, dtype=torch.int32, device=device)
     top = x.sort(dim=1, descending=True).values
-    assert (top[:, k] > 0).all()
+    assert (top[:3, k] > 0).all()
     keys = top.view(torch.int32) | (-2147483648)  # positive values' order-preserving keys
-    ws = torch.zeros(3, topk.WS_WORDS.value, dtype=torch.int32)
+    one = torch.tensor([1.0]).view(torch.int32) | (-2147483648)
+    ws = torch.zeros(5, topk.WS_WORDS.value, dtype=torch.int32)
     ws[0, ST_PREFIX.value] = keys[0, k // 2]  # keeps k / 2 + 1
     ws[1, ST_PREFIX.value] = 0  # keeps every key: 2300 > capacity 1024
     ws[2, ST_PREFIX.value] = keys[2, k]  # keeps k + 1: enough
+    ws[3:, ST_PREFIX.value] = one  # keeps exactly k / every valid key, the least equal to T
     ws = ws.to(device)
     runs, cval, cpos = topk._compact(xd, lengths, k, chunk, ws)
-    assert ws[:, ST_CURSOR.value].cpu().tolist() == [k // 2 + 1, n, k + 1]
+    assert ws[:, ST_CURSOR.value].cpu().tolist() == [k // 2 + 1, n, k + 1, k, 60]
     _finish_matches_reference(x, xd, lengths, k, chunk, ws, runs, cval, cpos)
+
+
+def test_topk_chunked_sampled_rows_longer_than_the_sample(device):
+    """Sampled rows longer than SAMPLES: strata of one or two positions at hashed offsets, the
+    sample's rank from the row length; distinct values, a plateau at the k-th value, a row
+    ending mid-chunk, and one that is mostly −inf."""
+    k, n, chunk = 320, 5000, 1024
+    assert topk.sampled(n, k) and n > topk.SAMPLES
+    g = torch.Generator().manual_seed(23)
+    x = torch.randn(4, n, generator=g)
+    x[1, 2000:2600] = 1.7  # ~ the k-th value: a plateau cut by k
+    x[3, torch.rand(n, generator=g) < 0.93] = float("-inf")  # ~350 valid: just over k
+    lengths = torch.tensor([n, n, 4321, n], dtype=torch.int32)
+    xd, ld = x.to(device), lengths.to(device)
+    ws, runs, cval, cpos = topk._candidates(xd, ld, k, chunk)
+    kept = ws[:, ST_CURSOR.value].cpu()
+    assert ((kept >= k) & (kept <= compact_capacity(k))).all(), kept
+    out = topk_indices(xd, k, lengths=ld, chunk=chunk).cpu()
+    for r in range(4):
+        ref = reference.topk_indices(x[r:r + 1, : int(lengths[r])], k)[0]
+        assert out[r].tolist() == ref.sort().values.tolist(), f"row {r}"
 
 
 def test_topk_slots_and_lengths(device):

@@ -197,7 +197,9 @@ def _compact(logits, lengths, k, chunk, ws):
 
 def _finish(logits, out, block_table, lengths, k, page_size, rows_per_request, to_slots, chunk,
             ws, runs, cval, cpos):
-    """One program per row: the compacted candidates, or (ties past capacity) the whole row."""
+    """One program per row: the compacted candidates, or (ties past capacity) the whole row.
+    Consumes the compaction's output: it reorders runs, cval and cpos in place (run it once
+    per `_compact`)."""
     rows, length = logits.shape
     chunks = runs.shape[1]
     cap = cval.shape[1]

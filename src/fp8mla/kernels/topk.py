@@ -122,8 +122,9 @@ def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, prefix, shi
     starting from (prefix, shift, k_rem, settled, n_valid) — (0, 32, k, 0, 0) from scratch, or a
     state found by earlier passes over a longer row whose candidates this row holds; MAPPED: row
     is a compacted copy whose key i sits at position pos_map[i] of the original row. OFFSET
-    (ONE_BLOCK): every valid key is ≥ base and the digits count from key − base (so a select
-    over keys in a narrow range can start at a low shift). (8-bit
+    (ONE_BLOCK): every valid key is > base and the digits count from key − base (so a select
+    over keys in a narrow range can start at a low shift; > base, not ≥: with ≤ k valid keys
+    all are taken as the keys above 0). (8-bit
     digits here — half the passes over a compacted row of 4096 — measured slower on the H200:
     finish 16.8 → 19.6 µs, h200-20261129-s7-topk-profile-wide.json.)"""
     if ONE_BLOCK:  # the row in registers: BLOCK keys, then TAIL more (0: none)

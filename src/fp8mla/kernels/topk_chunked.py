@@ -254,11 +254,12 @@ def _topk_finish_kernel(logits_ptr, length_ptr, cval_ptr, cpos_ptr, runs_ptr, ou
                     CAP, CHUNK, CHUNKS_P2)
         base = tl.zeros((), tl.uint32)
         if SAMPLED:
-            # every candidate lies in [T, the largest]: counted from T, all share the bits
+            # every candidate lies in [T, the largest]: counted from T − 1, all share the bits
             # above the span's top bit, so the digits start there (distinct normal logits:
-            # ~24 bits, two 4-bit digits fewer). The float conversion may round the span up a
-            # power of two: one bit more, never fewer.
-            base = tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True)
+            # ~24 bits, two 4-bit digits fewer). From T − 1, not T: every offset key stays ≥ 1,
+            # as `_select_row`'s take-all case (≤ k candidates: keys above 0) requires. The
+            # float conversion may round the span up a power of two: one bit more, never fewer.
+            base = tl.maximum(tl.load(ws + ST_PREFIX).to(tl.uint32, bitcast=True), 1) - 1
             _, valid, key = _load_keys(cval, 0, n_cand, CAP)
             span = (tl.max(tl.where(valid, key, base), axis=0) - base).to(tl.float32)
             bits = (span.to(tl.int32, bitcast=True) >> 23) - 126  # 32 - leading zeros; 0 → −126
