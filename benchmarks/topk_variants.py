@@ -1,6 +1,6 @@
 """Time top-k launch shapes on a GPU (graph replays, median), each checked against a stable sort.
 
-    python benchmarks/topk_variants.py OUT.json
+    python benchmarks/topk_variants.py OUT.json [--default]   (--default: the defaults only)
 
 B=64 rows of indexer logits (32K, 16K, 128K), k = 2048: the launcher's defaults, then the
 finishing program's warps (`fp8mla.topk.FINISH_KEYS_PER_WARP`) and the sampled threshold's
@@ -34,7 +34,7 @@ def main() -> int:
         logits = indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=length,
                                       check=False)
         ref = topk_reference(logits, 2048)
-        for label, patch in VARIANTS:
+        for label, patch in VARIANTS[:1] if "--default" in sys.argv else VARIANTS:
             if label.startswith("sample") and not topk.sampled(length, 2048):
                 continue
             saved = {k: getattr(topk, k) for k in patch}
