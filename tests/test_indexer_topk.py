@@ -341,7 +341,8 @@ def test_topk_chunked_unlucky_threshold_falls_back(device):
 def test_topk_chunked_sampled_rows_longer_than_the_sample(device):
     """Sampled rows longer than SAMPLES: strata of one or two positions at hashed offsets, the
     sample's rank from the row length; distinct values, a plateau at the k-th value, a row
-    ending mid-chunk, and one that is mostly −inf."""
+    ending mid-chunk, and one that is mostly −inf; positions, and slots through a block table
+    shared by two rows per request."""
     k, n, chunk = 320, 5000, 1024
     assert topk.sampled(n, k) and n > topk.SAMPLES
     g = torch.Generator().manual_seed(23)
@@ -354,9 +355,14 @@ def test_topk_chunked_sampled_rows_longer_than_the_sample(device):
     kept = ws[:, ST_CURSOR.value].cpu()
     assert ((kept >= k) & (kept <= compact_capacity(k))).all(), kept
     out = topk_indices(xd, k, lengths=ld, chunk=chunk).cpu()
+    table = torch.randperm(400, generator=g)[:2 * 79].view(2, 79).int()  # 2 rows per request
+    slots = topk_indices(xd, k, lengths=ld, block_table=table.to(device), page_size=64,
+                         rows_per_request=2, chunk=chunk).cpu()
     for r in range(4):
         ref = reference.topk_indices(x[r:r + 1, : int(lengths[r])], k)[0]
         assert out[r].tolist() == ref.sort().values.tolist(), f"row {r}"
+        pos = out[r].long()
+        assert slots[r].tolist() == (table[r // 2, pos // 64].long() * 64 + pos % 64).tolist()
 
 
 def test_topk_slots_and_lengths(device):
