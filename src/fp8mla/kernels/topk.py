@@ -78,6 +78,22 @@ def _choose_digit(hist, k_rem, BINS: tl.constexpr = 32, DIGITS: tl.constexpr = N
 
 
 @triton.jit
+def _next_digit(hist, k_rem, prefix, n_valid, first, need, BITS: tl.constexpr,
+                BINS: tl.constexpr = 32, DIGITS: tl.constexpr = NO_MATCH):
+    """One digit of the radix select from its histogram (`_choose_digit`): the digit of the
+    k_rem-th largest key appended to prefix, the keys still needed at the new prefix, n_valid
+    (the keys counted, taken when ``first``: the first digit counts every valid key), and
+    whether the select has settled — every key at the new prefix needed, or no more than
+    ``need`` valid keys (all taken). Returns (k_rem, prefix, n_valid, settled, keys at d)."""
+    total, d, above, at_d = _choose_digit(hist, k_rem, BINS, DIGITS)
+    n_valid = tl.where(first, total, n_valid)
+    k_rem = k_rem - above
+    prefix = (prefix << BITS) | d.to(tl.uint32)
+    settled = ((at_d == k_rem) | (n_valid <= need)).to(tl.int32)
+    return k_rem, prefix, n_valid, settled, at_d
+
+
+@triton.jit
 def _above_at(valid, key, shift, prefix):
     """Masks of the valid keys whose bits above ``shift`` are above / equal to prefix."""
     high = key >> shift
@@ -148,11 +164,10 @@ def _select_row(row, length, out_row, bt_row, pos_map, k, page_size, prefix, shi
             for s0 in range(0, length, BLOCK):
                 pos, valid, key = _load_keys(row, s0, length, BLOCK)
                 hist += _digit_hist(valid, key, prefix, shift)
-        total, d, above, at_d = _choose_digit(hist, k_rem)
-        n_valid = tl.where(shift == 32 - DIGIT_BITS, total, n_valid)
-        k_rem = k_rem - above
-        prefix = (prefix << DIGIT_BITS) | d.to(tl.uint32)
-        settled = ((at_d == k_rem) | (n_valid <= k)).to(tl.int32)  # ≤ k candidates: all
+        # ≤ k candidates: all of them
+        k_rem, prefix, n_valid, settled, _ = _next_digit(hist, k_rem, prefix, n_valid,
+                                                         shift == 32 - DIGIT_BITS, k,
+                                                         DIGIT_BITS)
     # fewer than k candidates: all of them (every valid key's prefix is above the 0 prefix)
     take_all = n_valid <= k
     prefix = tl.where(take_all, 0, prefix)

@@ -43,10 +43,10 @@ import triton.language as tl
 from fp8mla.kernels.topk import (
     DIGIT_BITS,
     _above_at,
-    _choose_digit,
     _digit_hist,
     _digit_hist_masked,
     _load_keys,
+    _next_digit,
     _select_row,
 )
 
@@ -91,19 +91,19 @@ def _topk_pass_kernel(logits_ptr, length_ptr, ws_ptr, stride_lr, k, num_cols, nu
         tl.debug_barrier()  # every thread's histogram update precedes the ticket
         if tl.atomic_add(ws + TICKET, 1, sem="acq_rel") == num_chunks - 1:
             hist = tl.atomic_xchg(ws + HIST + bins, tl.zeros_like(bins), sem="acquire")
-            total, d, above, at_d = _choose_digit(hist, k_rem, PASS_BINS, PASS_BINS)
             if FIRST:
-                n_valid = total
-                tl.store(ws + ST_NVALID, total)
+                n_valid = tl.zeros((), tl.int32)
             else:
                 n_valid = tl.load(ws + ST_NVALID)
-            k_rem = k_rem - above
-            prefix = (prefix << PASS_BITS) | d.to(tl.uint32)
+            # rows with no more than k candidates take them all: nothing to find
+            k_rem, prefix, n_valid, settled, at_d = _next_digit(
+                hist, k_rem, prefix, n_valid, FIRST, k, PASS_BITS, PASS_BINS, PASS_BINS)
+            if FIRST:
+                tl.store(ws + ST_NVALID, n_valid)
             tl.store(ws + ST_PREFIX, prefix.to(tl.int32, bitcast=True))
             tl.store(ws + ST_SHIFT, shift)
             tl.store(ws + ST_KREM, k_rem)
-            # rows with no more than k candidates take them all: nothing to find
-            tl.store(ws + ST_SETTLED, ((at_d == k_rem) | (n_valid <= k)).to(tl.int32))
+            tl.store(ws + ST_SETTLED, settled)
             # keys above the new prefix: all in the top k (k − k_rem of them); plus those at it
             tl.store(ws + ST_CAND, tl.where(n_valid <= k, n_valid, k - k_rem + at_d))
             tl.atomic_xchg(ws + TICKET, 0, sem="release")
@@ -138,11 +138,9 @@ def _topk_sample_kernel(logits_ptr, length_ptr, ws_ptr, stride_lr, k, num_cols,
         n_valid = 0
         while (shift > 16) & (settled == 0):
             shift -= DIGIT_BITS
-            total, d, above, at_d = _choose_digit(_digit_hist(valid, key, prefix, shift), k_rem)
-            n_valid = tl.where(shift == 32 - DIGIT_BITS, total, n_valid)
-            k_rem = k_rem - above
-            prefix = (prefix << DIGIT_BITS) | d.to(tl.uint32)
-            settled = ((at_d == k_rem) | (n_valid <= rank)).to(tl.int32)
+            k_rem, prefix, n_valid, settled, _ = _next_digit(
+                _digit_hist(valid, key, prefix, shift), k_rem, prefix, n_valid,
+                shift == 32 - DIGIT_BITS, rank, DIGIT_BITS)
         threshold = tl.where(n_valid <= rank, 0, prefix << shift)
     tl.store(ws + ST_PREFIX, threshold.to(tl.int32, bitcast=True))
     tl.store(ws + ST_CAND, 0)  # the workspace is not zeroed first: what the next steps read
