@@ -36,7 +36,8 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
-                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold, "TMA": False}
+                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold, "TMA": False,
+                  "CARRY": stages >= 3 and not tma}  # as the launcher: slots carried from 3
     sig = DECODE_SIG
     if tma:
         constexprs["TMA"] = True

@@ -45,7 +45,7 @@ def main() -> int:
     print(f"{env['gpu']} triton {env['triton']} ceiling {ceiling:.2f} TB/s", flush=True)
     rows = []
     for (batch, heads, topk, s_q), extra in PLAN:
-        base = decode_config(90, "fp8_ds_mla", heads, 1)
+        base = decode_config(90, "fp8_ds_mla", heads, 1, sparse=True)
         for label, over, splits in [("default", None, None)] + extra:
             cfg = None if over is None else replace(base, **over)
             row = {"batch": batch, "heads": heads, "topk": topk, "s_q": s_q, "variant": label,

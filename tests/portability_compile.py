@@ -34,6 +34,8 @@ TARGETS = (80, 89, 90, 100, 120)
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
 ROW_BYTES = {"bf16": 1152, "fp8": 576, "fp8_ds_mla": 656}
 DECODE_SHAPES = ((8, 1), (128, 1))  # (heads, s_q): the smallest and largest BLOCK_M
+# sparse head counts compiled (by SM90+ or not): from SM90 on 64-row programs take 3 stages
+SPARSE_HEADS = {False: (8,), True: (8, 128)}
 
 DECODE_SIG = {
     "q_ptr": "*bf16", "u32_ptr": "*i32", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
@@ -131,6 +133,25 @@ def row(what, cc, kernel):
                        "trap": "trap;" in kernel.asm["ptx"]})
 
 
+def _decode_compile(cc, fmt, cfg, s_q, sparse, tma):
+    """`_mla_decode_kernel` as a plan with config ``cfg`` launches it: whole tiles by TMA
+    (``tma``: the descriptors' signature, cfg.tma_stages) or every tile gathered (cfg.num_stages,
+    the next tile's slots carried from 3 stages on)."""
+    hw = cc >= 89
+    sig, stages = DECODE_SIG, cfg.num_stages
+    if tma:
+        fold = folds_scales(fmt, triton.next_power_of_2(s_q) * cfg.heads_per_block)
+        sig, stages = decode_tma_sig(fmt, cfg.block_n, fold), cfg.tma_stages
+    return compile_for(_mla_decode_kernel, sig, {
+        "FORMAT": FORMAT_IDS[fmt], "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,
+        "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
+        "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
+        "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
+        "CAUSAL": True, "FOLD_SCALES": True, "TMA": tma,
+        "CARRY": cfg.num_stages >= 3 and not tma,
+    }, cc, cfg.num_warps, stages)
+
+
 def compile_target(cc):
     """All kernels for one target; returns JSON lines."""
     lines = []
@@ -138,27 +159,15 @@ def compile_target(cc):
     for fmt, fid in FORMAT_IDS.items():
         for heads, s_q in DECODE_SHAPES:
             cfg = decode_config(cc, fmt, heads, s_q)
-            sig, stages = DECODE_SIG, cfg.num_stages
-            if cfg.tma:  # what a plan whose pages hold whole tiles launches
-                fold = folds_scales(fmt, triton.next_power_of_2(s_q) * cfg.heads_per_block)
-                sig, stages = decode_tma_sig(fmt, cfg.block_n, fold), cfg.tma_stages
-            k = compile_for(_mla_decode_kernel, sig, {
-                "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,
-                "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
-                "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
-                "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": False,
-                "CAUSAL": True, "FOLD_SCALES": True, "TMA": cfg.tma,
-            }, cc, cfg.num_warps, stages)
-            lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, k))
-        cfg = decode_config(cc, fmt, 8, 1)
-        k = compile_for(_mla_decode_kernel, DECODE_SIG, {
-            "FORMAT": fid, "HW_FP8": hw, "DOT_F32": False, "S_Q": 1, "S_Q_P2": 1,
-            "HEADS": cfg.heads_per_block, "BLOCK_N": cfg.block_n, "DIRECT": False,
-            "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0 if hw else 256.0,
-            "WORDS_2D": cfg.words_2d, "SPARSE": True, "CAUSAL": True, "FOLD_SCALES": True,
-            "TMA": False,
-        }, cc, cfg.num_warps, cfg.num_stages)
-        lines.append(row(f"sparse/{fmt}/H8", cc, k))
+            lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc,
+                             _decode_compile(cc, fmt, cfg, s_q, False, cfg.tma)))
+            if cfg.tma:  # a plan whose pages are shorter than a tile gathers every tile
+                lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc,
+                                 _decode_compile(cc, fmt, cfg, s_q, False, False)))
+        for heads in SPARSE_HEADS[cc >= 90]:
+            cfg = decode_config(cc, fmt, heads, 1, sparse=True)
+            lines.append(row(f"sparse/{fmt}/H{heads}", cc,
+                             _decode_compile(cc, fmt, cfg, 1, True, False)))
         k = compile_for(_store_kv_kernel, STORE_SIG, {
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)

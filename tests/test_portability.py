@@ -36,7 +36,10 @@ def _expected():
         for fmt in pc.FORMAT_IDS:
             for heads, s_q in pc.DECODE_SHAPES:
                 yield f"decode/{fmt}/H{heads}-sq{s_q}", cc
-            yield f"sparse/{fmt}/H8", cc
+                if decode_config(cc, fmt, heads, s_q).tma:
+                    yield f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc
+            for heads in pc.SPARSE_HEADS[cc >= 90]:
+                yield f"sparse/{fmt}/H{heads}", cc
             yield f"store/{fmt}", cc
         for what in ("combine/D128", "combine/D32", "store/index_keys", "indexer/Hi32",
                      "indexer/Hi64", "rope/fp32", "rope/bf16", "rms_norm", "quant_rows",
@@ -60,8 +63,9 @@ def test_kernel_fits_target(compiled, what, cc):
         assert row["hw_cvt"] == (cc >= 89), "hardware e4m3 conversion iff SM89+"
     if what.startswith("decode/"):  # whole tiles by tensor-memory copies where they pay
         _, fmt, shape = what.split("/")
-        heads, s_q = (int(x) for x in shape[1:].split("-sq"))
-        assert row["tma"] == decode_config(cc, fmt, heads, s_q).tma, "TMA as the launcher picks"
+        heads, s_q = (int(x) for x in shape[1:].removesuffix("-gather").split("-sq"))
+        tma = decode_config(cc, fmt, heads, s_q).tma and not shape.endswith("-gather")
+        assert row["tma"] == tma, "TMA as the launcher picks"
         assert not row["tma"] or cc >= 90, "TMA only on SM90+"
     if what.startswith("indexer/"):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"

@@ -184,7 +184,8 @@ class DecodePlan:
             raise ValueError("cache_seqlens / max_seqlen: expected one of them, got neither")
         check_int("max_seqlen", max_seqlen, lo=0)
         self.target: Target = target_for(self.device)
-        self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q)
+        self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
+                                              self.sparse)
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
@@ -321,7 +322,8 @@ class DecodePlan:
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
             WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
-            FOLD_SCALES=cfg.fold_scales, TMA=tma, num_warps=cfg.num_warps,
+            FOLD_SCALES=cfg.fold_scales, TMA=tma, CARRY=cfg.num_stages >= 3 and not tma,
+            num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
         return args, meta

@@ -136,11 +136,12 @@ def _tma_pays(kv_format: str, block_m: int) -> bool:
                                                                                   block_m))
 
 
-def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeConfig:
+def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
+                  sparse: bool = False) -> DecodeConfig:
     """The configuration the launcher picks for a target (also what the portability test
-    compiles), dense or sparse. BLOCK_M = pow2(s_q) · heads_per_block rows is kept in
-    [16, max]: 16 is the smallest MMA tile; at 64 four [64, 128] fp32 accumulators need 8
-    warps."""
+    compiles), dense or sparse (index lists). BLOCK_M = pow2(s_q) · heads_per_block rows is
+    kept in [16, max]: 16 is the smallest MMA tile; at 64 four [64, 128] fp32 accumulators
+    need 8 warps."""
     s_q_p2 = _pow2(s_q)
     max_m = _max_block_m(cc)
     heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, max_m // s_q_p2))
@@ -152,10 +153,12 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int) -> DecodeCo
     # 64 tokens needs 184 KB of shared memory: SM90 only.
     fp8 = kv_format != "bf16"
     block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
-    # sparse index lists: a third stage paid 81.7 → 75.2 µs at fp8_ds_mla B=64 H=8 topk 2048
-    # before the scale fold (h200-20261129-s5-sparse-variants-first.json); with it 2 and 3
-    # stages both take 68.7 (-sparse-variants.json)
-    num_stages = 2
+    # gathered tiles at 3 stages carry the next tile's slots (two shared buffers for the rows,
+    # `_mla_decode_kernel`'s CARRY); H200, B=64 (h200-20261130-s8-carry-*.json): dense ctx 8K
+    # H16 fp8_ds_mla 195 → 176 µs, bf16 172 → 163, fp8 without TMA 163 → 147; sparse topk 2048
+    # H64 215 → 209, H128 559 → 543, but H8 68.0 → 69.8 (2 stages there). SM90+ only: measured
+    # there, and sparse 64 rows needs 231 KB of shared memory at 3 stages
+    num_stages = 3 if cc >= 90 and (not sparse or s_q_p2 * heads >= 64) else 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
                         tma=cc >= 90 and _tma_pays(kv_format, block_m))

@@ -27,6 +27,12 @@ is gathered with masks, so rows past a request's end are never read. H200, fp8, 
 heads: 164.9 → 138.9 µs; SASS per tile 1,203 → 989 instructions (no per-row address
 arithmetic).
 
+Gathered tiles (CARRY, at ≥ 3 stages): the same trick for row-by-row copies — the next tile's
+slots (block table or index list) are looked up during this one, so at 3 stages Triton gives
+the gathered rows two shared buffers instead of one (with the lookup in the same iteration
+the index load takes the extra stage). H200: dense fp8_ds_mla B=64 × 8K × 16 heads 195 →
+176 µs, bf16 172 → 163, sparse 64 heads 215 → 209; at 2 stages carrying was slower.
+
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
 
@@ -62,9 +68,9 @@ def _lane_dim(c, j: tl.constexpr, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr)
 @triton.jit
 def _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
                 SPARSE: tl.constexpr):
-    """Entries [n0, n0 + BLOCK_N) of a request's token list: (positions, valid mask, slots).
-    Dense: position → block table → slot. Sparse: the index list holds slots; −1 and slots
-    outside [0, num_slots) are skipped (never read)."""
+    """Entries [n0, n0 + BLOCK_N) of a request's token list: (valid mask, slots). Dense:
+    position → block table → slot. Sparse: the index list holds slots; −1 and slots outside
+    [0, num_slots) are skipped (never read)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     mask_n = offs_n < end
     if SPARSE:
@@ -73,7 +79,7 @@ def _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
         slot = tl.where(mask_n, idx, 0).to(tl.int64)
     else:
         slot = _pool_row(bt_row, offs_n, end, page_shift, True)
-    return offs_n, mask_n, slot
+    return mask_n, slot
 
 
 @triton.jit
@@ -227,20 +233,20 @@ def _pv(pm, alpha, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
 
 @triton.jit
 def _lanes_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
-                rope_desc, scale_desc, bt_row, n0, row0, end, page_shift, num_slots, visible,
-                qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, TILE_TMA: tl.constexpr,
-                FORMAT: tl.constexpr, HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr,
-                DOT_F32: tl.constexpr, ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr,
-                SPARSE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One tile into the four lane accumulators — scores, online softmax and P · V: rows
-    gathered slot by slot (masked: entries past ``end`` or skipped are never read), or
-    (TILE_TMA) a whole tile from pool row ``row0`` by tensor-memory copies."""
+                rope_desc, scale_desc, n0, end, row0, slot, mask_n, visible, qk_scale, m_i, l_i,
+                acc0, acc1, acc2, acc3, TILE_TMA: tl.constexpr, FORMAT: tl.constexpr,
+                HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr, DOT_F32: tl.constexpr,
+                ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """One tile (positions n0 …) into the four lane accumulators — scores, online softmax and
+    P · V: rows gathered from ``slot`` where ``mask_n`` (`_tile_slots`: entries past ``end`` or
+    skipped are never read), or (TILE_TMA) a whole tile from pool row ``row0`` by
+    tensor-memory copies."""
     if TILE_TMA:
         k0, k1, k2, k3, rope = _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT, HW_FP8,
                                          SW_SCALE, BLOCK_N)
     else:
-        offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N,
-                                          SPARSE)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
         if FORMAT == FMT_BF16:
             k0, k1, k2, k3, rope = _load_bf16_tile(bf16_ptr, slot, mask_n)
         else:
@@ -301,15 +307,14 @@ def _tile_pv(p, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.conste
 
 @triton.jit
 def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
-               qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
-               row0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+               qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, n0, end, row0,
+               slot, mask_n, visible, qk_scale, m_i, l_i,
                aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
                TILE_TMA: tl.constexpr, HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr,
-               DOT_F32: tl.constexpr, ROW_WORDS: tl.constexpr, SPARSE: tl.constexpr,
-               BLOCK_N: tl.constexpr):
+               DOT_F32: tl.constexpr, ROW_WORDS: tl.constexpr, BLOCK_N: tl.constexpr):
     """One fp8_ds_mla tile with the scales folded (q, lanes and accumulators per 128-dim scale
-    tile a … d): rows gathered slot by slot (masked), or (TILE_TMA) a whole tile from pool row
-    ``row0`` by tensor-memory copies."""
+    tile a … d): rows gathered from ``slot`` where ``mask_n``, or (TILE_TMA) a whole tile from
+    pool row ``row0`` by tensor-memory copies."""
     if TILE_TMA:
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
@@ -325,8 +330,7 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
         kd0, kd1, kd2, kd3 = e4m3x4_to_f16(lat_desc.load([row0, 96]), HW_FP8)
         rope = rope_desc.load([row0, 264])
     else:
-        offs_n, mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N,
-                                          SPARSE)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
         ka0, ka1, ka2, ka3, sa = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 0, ROW_WORDS,
                                                 HW_FP8, SW_SCALE)
         kb0, kb1, kb2, kb3, sb = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 1, ROW_WORDS,
@@ -372,7 +376,7 @@ def _mla_decode_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
-    TMA: tl.constexpr = False,
+    TMA: tl.constexpr = False, CARRY: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -454,19 +458,29 @@ def _mla_decode_kernel(
                 (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
                  ad3) = _fold_tile(
                     qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
-                    qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
-                    row0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+                    qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, n0, end,
+                    row0, 0, None, visible, qk_scale, m_i, l_i,
                     aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
-                    True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
+                    True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
+        if CARRY:
+            mask_c, slot_c = _tile_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
+                                         SPARSE)
         for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
+            if CARRY:  # this tile's slots were looked up during the last one
+                mask_n, slot = mask_c, slot_c
+                mask_c, slot_c = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift, num_slots,
+                                             BLOCK_N, SPARSE)
+            else:
+                mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N,
+                                           SPARSE)
             (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
              ad3) = _fold_tile(
                 qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
-                qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, bt_row, n0,
-                0, end, page_shift, num_slots, visible, qk_scale, m_i, l_i,
+                qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, n0, end, 0,
+                slot, mask_n, visible, qk_scale, m_i, l_i,
                 aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
-                False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, SPARSE, BLOCK_N)
+                False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N)
         acc0 = _lane_from_tiles(aa0, ab0, ac0, ad0, BLOCK_M)
         acc1 = _lane_from_tiles(aa1, ab1, ac1, ad1, BLOCK_M)
         acc2 = _lane_from_tiles(aa2, ab2, ac2, ad2, BLOCK_M)
@@ -487,16 +501,26 @@ def _mla_decode_kernel(
                 row_next = _pool_row(bt_row, n0 + BLOCK_N, tail, page_shift, False)
                 m_i, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
                     q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
-                    rope_desc, scale_desc, bt_row, n0, row0, end, page_shift, num_slots,
-                    visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, True, FORMAT, HW_FP8,
-                    SW_SCALE, DOT_F32, ROW_WORDS, WORDS_2D, SPARSE, BLOCK_M, BLOCK_N)
+                    rope_desc, scale_desc, n0, end, row0, 0, None, visible, qk_scale, m_i, l_i,
+                    acc0, acc1, acc2, acc3, True, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
+                    WORDS_2D, BLOCK_M, BLOCK_N)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
+        if CARRY:
+            mask_c, slot_c = _tile_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
+                                         SPARSE)
         for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
+            if CARRY:  # this tile's slots were looked up during the last one
+                mask_n, slot = mask_c, slot_c
+                mask_c, slot_c = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift, num_slots,
+                                             BLOCK_N, SPARSE)
+            else:
+                mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N,
+                                           SPARSE)
             m_i, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
                 q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
-                rope_desc, scale_desc, bt_row, n0, 0, end, page_shift, num_slots, visible,
-                qk_scale, m_i, l_i, acc0, acc1, acc2, acc3, False, FORMAT, HW_FP8, SW_SCALE,
-                DOT_F32, ROW_WORDS, WORDS_2D, SPARSE, BLOCK_M, BLOCK_N)
+                rope_desc, scale_desc, n0, end, 0, slot, mask_n, visible, qk_scale, m_i, l_i,
+                acc0, acc1, acc2, acc3, False, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
+                WORDS_2D, BLOCK_M, BLOCK_N)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
     has = l_i > 0.0
