@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Hardware counters of one decode launch: bash benchmarks/ncu_decode.sh OUTFILE FMT B CTX H [k=v ...]
+# (NCU_DRIVER=benchmarks/profile_sparse.py: OUTFILE B H [k=v ...], a sparse launch)
 out=$1; shift
 M="launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem"
 M+=",dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active"
@@ -13,4 +14,4 @@ M+=",sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
 M+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
 M+=",regex:sm__inst_executed_pipe_.*.avg.pct_of_peak_sustained_active"
 timeout 90 ncu --clock-control none -k regex:_mla_decode --launch-skip 2 --launch-count 1 --metrics "$M" \
-  python3 benchmarks/profile_decode.py "$@" > "$out" 2>&1
+  python3 "${NCU_DRIVER:-benchmarks/profile_decode.py}" "$@" > "$out" 2>&1

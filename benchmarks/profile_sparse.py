@@ -1,0 +1,41 @@
+"""Run one sparse-decode configuration a few times (for `ncu`): the last launch is the one to
+profile.
+
+    NCU_DRIVER=benchmarks/profile_sparse.py bash benchmarks/ncu_decode.sh OUT BATCH HEADS \
+        [pool=SLOTS] [topk=K] [key=value ...]
+
+fp8_ds_mla rows, random indices over a pool of ``pool`` slots (default: the benchmark's 1M);
+other key=value pairs override fields of the launcher's DecodeConfig, ``splits=N`` the split
+count.
+"""
+
+import sys
+from dataclasses import fields, replace
+
+import torch
+
+from fp8mla.bench.sparse import POOL_TOKENS
+from fp8mla.formats import KV_DIM, kv_format
+from fp8mla.runtime import DecodeConfig, decode_config
+from fp8mla.sparse import SparsePlan
+
+batch, heads = map(int, sys.argv[1:3])
+types = {f.name: f.type for f in fields(DecodeConfig)}
+over, opts = {}, {"splits": None, "pool": POOL_TOKENS, "topk": 2048}
+for kv in sys.argv[3:]:
+    k, v = kv.split("=")
+    if k in opts:
+        opts[k] = int(v)
+    else:
+        over[k] = v in ("1", "True", "true") if types[k] in (bool, "bool") else int(v)
+fmt = kv_format("fp8_ds_mla")
+rows = torch.randint(0, 120, (opts["pool"], fmt.row_bytes), dtype=torch.uint8, device="cuda")
+idx = torch.randint(0, opts["pool"], (batch, opts["topk"]), dtype=torch.int32, device="cuda")
+q = torch.randn(batch, heads, KV_DIM, device="cuda").bfloat16()
+cfg = replace(decode_config(90, "fp8_ds_mla", heads, 1, sparse=True), **over)
+plan = SparsePlan(num_queries=batch, num_heads=heads, topk=opts["topk"], kv_format=fmt,
+                  device="cuda", config=cfg, num_splits=opts["splits"])
+for _ in range(3):
+    plan.run(q, rows, idx, check=False)
+torch.cuda.synchronize()
+print("profiled sparse", batch, heads, opts, cfg, "splits", plan.num_splits)
