@@ -11,8 +11,9 @@ graph replays correctly when lengths change) for BLOCK_M rows = S_Q_P2 queries �
 The 512 latent dims are handled as four "lanes" of 128 (each a [BLOCK_N, 128] tile, one
 accumulator each). For FP8 formats lane j holds dims 4c + j — byte j of the c-th 32-bit word —
 so rows load as int32 words and convert with packed instructions (DESIGN.md §10); for bf16 lane
-j holds dims 128 j + c. q is gathered and out scattered with the same map, so no re-interleave
-is needed. FP8 values enter fp16 MMAs (e4m3 → fp16 is exact); bf16 rows enter bf16 MMAs.
+j holds dims 128 j + c. q and out move as contiguous rows, split into and joined from the lanes
+in registers (`_load_lanes`, `_store_lanes`). FP8 values enter fp16 MMAs (e4m3 → fp16 is
+exact); bf16 rows enter bf16 MMAs.
 
 Sparse (SPARSE=True, DESIGN.md §2): each "request" is one query token (S_Q = 1) whose token
 list is its row of slot indices (−1 = skip) instead of a block table, and whose length is its
@@ -57,12 +58,59 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _lane_dim(c, j: tl.constexpr, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr):
-    # dimension of lane j's c-th element: interleaved bytes of words (fp8) or contiguous blocks
+def _load_lanes(row_ptr, row_ok, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr):
+    """Four lanes [BLOCK_M, WIDTH] of the 4 · WIDTH values at each row_ptr (rows where row_ok,
+    else 0). Lane j holds dims 4c + j (FP8_LAYOUT: the interleaved bytes of fp8 words) or
+    WIDTH · j + c. The interleaved lanes are one contiguous load split in registers: loaded
+    lane by lane they were 2-byte scattered loads, which took ~30 µs per 64-row program
+    (H200, Nsight Compute source counters)."""
+    m = row_ok[:, None]
     if FP8_LAYOUT:
-        return 4 * c + j
+        x = tl.load(row_ptr[:, None] + tl.arange(0, 4 * WIDTH)[None, :], mask=m, other=0.0)
+        x = tl.reshape(x, (x.shape[0], WIDTH, 2, 2))  # dim 4c + 2p + r: lane j = 2p + r
+        even, odd = tl.split(x)  # r = 0, 1
+        l0, l2 = tl.split(even)
+        l1, l3 = tl.split(odd)
     else:
-        return WIDTH * j + c
+        c = tl.arange(0, WIDTH)[None, :]
+        l0 = tl.load(row_ptr[:, None] + c, mask=m, other=0.0)
+        l1 = tl.load(row_ptr[:, None] + WIDTH + c, mask=m, other=0.0)
+        l2 = tl.load(row_ptr[:, None] + 2 * WIDTH + c, mask=m, other=0.0)
+        l3 = tl.load(row_ptr[:, None] + 3 * WIDTH + c, mask=m, other=0.0)
+    return l0, l1, l2, l3
+
+
+@triton.jit
+def _store_lanes(row_ptr, row_ok, l0, l1, l2, l3, scale, FP8_LAYOUT: tl.constexpr,
+                 JOIN: tl.constexpr = True):
+    """`_load_lanes` reversed: lanes [BLOCK_M, WIDTH] times ``scale`` [BLOCK_M], in row_ptr's
+    dtype, stored as 4 · WIDTH values per row (rows where row_ok). Interleaved lanes are joined
+    in registers and stored as contiguous rows (JOIN), or stored lane by lane: scattered 2- or
+    4-byte stores, but in the scale-folded kernel the join spills 80 B per thread (sm_90,
+    triton 3.6) and costs more than the scatter of 16 rows."""
+    m = row_ok[:, None]
+    WIDTH: tl.constexpr = l0.shape[1]
+    out_t = row_ptr.dtype.element_ty
+    l0 = (l0 * scale[:, None]).to(out_t)
+    l1 = (l1 * scale[:, None]).to(out_t)
+    l2 = (l2 * scale[:, None]).to(out_t)
+    l3 = (l3 * scale[:, None]).to(out_t)
+    if FP8_LAYOUT and not JOIN:
+        c = tl.arange(0, WIDTH)[None, :]
+        tl.store(row_ptr[:, None] + 4 * c, l0, mask=m)
+        tl.store(row_ptr[:, None] + 4 * c + 1, l1, mask=m)
+        tl.store(row_ptr[:, None] + 4 * c + 2, l2, mask=m)
+        tl.store(row_ptr[:, None] + 4 * c + 3, l3, mask=m)
+    elif FP8_LAYOUT:
+        x = tl.join(tl.join(l0, l2), tl.join(l1, l3))  # [.., c, p, r] = lane 2p + r
+        tl.store(row_ptr[:, None] + tl.arange(0, 4 * WIDTH)[None, :],
+                 tl.reshape(x, (l0.shape[0], 4 * WIDTH)), mask=m)
+    else:
+        c = tl.arange(0, WIDTH)[None, :]
+        tl.store(row_ptr[:, None] + c, l0, mask=m)
+        tl.store(row_ptr[:, None] + WIDTH + c, l1, mask=m)
+        tl.store(row_ptr[:, None] + 2 * WIDTH + c, l2, mask=m)
+        tl.store(row_ptr[:, None] + 3 * WIDTH + c, l3, mask=m)
 
 
 @triton.jit
@@ -267,12 +315,8 @@ def _lanes_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, 
 def _q_scale_tile(q_row, row_ok, t: tl.constexpr):
     """fp8_ds_mla's q lanes for scale tile t (dims 128 t … 128 t + 127): lane j holds dims
     4 (32 t + c) + j, fp16 [BLOCK_M, 32] each."""
-    c = 32 * t + tl.arange(0, 32)
-    m = row_ok[:, None]
-    return (tl.load(q_row[:, None] + 4 * c[None, :], mask=m, other=0.0).to(tl.float16),
-            tl.load(q_row[:, None] + 4 * c[None, :] + 1, mask=m, other=0.0).to(tl.float16),
-            tl.load(q_row[:, None] + 4 * c[None, :] + 2, mask=m, other=0.0).to(tl.float16),
-            tl.load(q_row[:, None] + 4 * c[None, :] + 3, mask=m, other=0.0).to(tl.float16))
+    l0, l1, l2, l3 = _load_lanes(q_row + 128 * t, row_ok, True, 32)
+    return l0.to(tl.float16), l1.to(tl.float16), l2.to(tl.float16), l3.to(tl.float16)
 
 
 @triton.jit
@@ -355,13 +399,6 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
 
 
 @triton.jit
-def _lane_from_tiles(a, b, c, d, BLOCK_M: tl.constexpr):
-    """A lane's four scale-tile accumulators [BLOCK_M, 32] → [BLOCK_M, 128], column 32 t + c."""
-    x = tl.join(tl.join(a, b), tl.join(c, d))  # [M, 32, 2, 2]: tile 2 · (last) + (third)
-    return tl.reshape(tl.permute(x, (0, 3, 2, 1)), (BLOCK_M, 128))
-
-
-@triton.jit
 def _mla_decode_kernel(
     q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr, lat_desc, rope_desc, scale_desc,
     block_table_ptr, seqlens_ptr,
@@ -391,25 +428,14 @@ def _mla_decode_kernel(
     q_row = q_ptr + b.to(tl.int64) * stride_qb + qi * stride_qs + head * stride_qh
 
     # --- q lanes (latent) and rope -------------------------------------------------------
-    c128 = tl.arange(0, 128)
     if FORMAT == FMT_BF16:
         mma_t = tl.bfloat16
     else:
         mma_t = tl.float16
-    q0 = tl.load(q_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
-                 mask=row_ok[:, None], other=0.0).to(mma_t)
-    q1 = tl.load(q_row[:, None] + _lane_dim(c128, 1, FP8_LAYOUT, 128)[None, :],
-                 mask=row_ok[:, None], other=0.0).to(mma_t)
-    q2 = tl.load(q_row[:, None] + _lane_dim(c128, 2, FP8_LAYOUT, 128)[None, :],
-                 mask=row_ok[:, None], other=0.0).to(mma_t)
-    q3 = tl.load(q_row[:, None] + _lane_dim(c128, 3, FP8_LAYOUT, 128)[None, :],
-                 mask=row_ok[:, None], other=0.0).to(mma_t)
-    c16 = tl.arange(0, 16)
+    q0, q1, q2, q3 = _load_lanes(q_row, row_ok, FP8_LAYOUT, 128)
+    q0, q1, q2, q3 = q0.to(mma_t), q1.to(mma_t), q2.to(mma_t), q3.to(mma_t)
     if FORMAT == FMT_FP8:
-        qr0 = tl.load(q_row[:, None] + 512 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
-        qr1 = tl.load(q_row[:, None] + 513 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
-        qr2 = tl.load(q_row[:, None] + 514 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
-        qr3 = tl.load(q_row[:, None] + 515 + 4 * c16[None, :], mask=row_ok[:, None], other=0.0)
+        qr0, qr1, qr2, qr3 = _load_lanes(q_row + 512, row_ok, True, 16)
         qr0, qr1, qr2, qr3 = qr0.to(mma_t), qr1.to(mma_t), qr2.to(mma_t), qr3.to(mma_t)
         kv_mult = tl.load(fp8_scale_ptr) * SW_SCALE
     else:
@@ -481,10 +507,6 @@ def _mla_decode_kernel(
                 slot, mask_n, visible, qk_scale, m_i, l_i,
                 aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
                 False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N)
-        acc0 = _lane_from_tiles(aa0, ab0, ac0, ad0, BLOCK_M)
-        acc1 = _lane_from_tiles(aa1, ab1, ac1, ad1, BLOCK_M)
-        acc2 = _lane_from_tiles(aa2, ab2, ac2, ad2, BLOCK_M)
-        acc3 = _lane_from_tiles(aa3, ab3, ac3, ad3, BLOCK_M)
     else:
         acc0 = tl.zeros((BLOCK_M, 128), tl.float32)
         acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
@@ -532,30 +554,19 @@ def _mla_decode_kernel(
         tl.store(lse_ptr + l_off, tl.where(has, lse, lse_empty), mask=row_ok)
         m_off = (b * S_Q + qi).to(tl.int64) * num_heads + head  # max: [batch, S_Q, heads]
         tl.store(max_ptr + m_off, m_i / LOG2E, mask=row_ok)  # max scaled score (−inf if none)
-        om = row_ok[:, None]
-        tl.store(o_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
-                 (acc0 * inv[:, None]).to(tl.bfloat16), mask=om)
-        tl.store(o_row[:, None] + _lane_dim(c128, 1, FP8_LAYOUT, 128)[None, :],
-                 (acc1 * inv[:, None]).to(tl.bfloat16), mask=om)
-        tl.store(o_row[:, None] + _lane_dim(c128, 2, FP8_LAYOUT, 128)[None, :],
-                 (acc2 * inv[:, None]).to(tl.bfloat16), mask=om)
-        tl.store(o_row[:, None] + _lane_dim(c128, 3, FP8_LAYOUT, 128)[None, :],
-                 (acc3 * inv[:, None]).to(tl.bfloat16), mask=om)
     else:
         # workspace: part_out [batch, num_splits, S_Q, num_heads, 512] fp32, part_lse likewise
         rows = ((b * num_splits + split) * S_Q + qi).to(tl.int64) * num_heads + head
         tl.store(part_lse_ptr + rows, lse, mask=row_ok)
         tl.store(part_max_ptr + rows, m_i / LOG2E, mask=row_ok)
         o_row = part_out_ptr + rows * 512
-        om = row_ok[:, None]
-        tl.store(o_row[:, None] + _lane_dim(c128, 0, FP8_LAYOUT, 128)[None, :],
-                 acc0 * inv[:, None], mask=om)
-        tl.store(o_row[:, None] + _lane_dim(c128, 1, FP8_LAYOUT, 128)[None, :],
-                 acc1 * inv[:, None], mask=om)
-        tl.store(o_row[:, None] + _lane_dim(c128, 2, FP8_LAYOUT, 128)[None, :],
-                 acc2 * inv[:, None], mask=om)
-        tl.store(o_row[:, None] + _lane_dim(c128, 3, FP8_LAYOUT, 128)[None, :],
-                 acc3 * inv[:, None], mask=om)
+    if FOLD:  # scale tile t's lanes hold dims 128 t + 4c + j
+        _store_lanes(o_row, row_ok, aa0, aa1, aa2, aa3, inv, True, False)
+        _store_lanes(o_row + 128, row_ok, ab0, ab1, ab2, ab3, inv, True, False)
+        _store_lanes(o_row + 256, row_ok, ac0, ac1, ac2, ac3, inv, True, False)
+        _store_lanes(o_row + 384, row_ok, ad0, ad1, ad2, ad3, inv, True, False)
+    else:
+        _store_lanes(o_row, row_ok, acc0, acc1, acc2, acc3, inv, FP8_LAYOUT)
 
 
 @triton.jit
