@@ -36,6 +36,9 @@ ROW_BYTES = {"bf16": 1152, "fp8": 576, "fp8_ds_mla": 656}
 DECODE_SHAPES = ((8, 1), (128, 1))  # (heads, s_q): the smallest and largest BLOCK_M
 # sparse head counts compiled (by SM90+ or not): from SM90 on 64-row programs take 3 stages
 SPARSE_HEADS = {False: (8,), True: (8, 128)}
+# where a TMA configuration's gathered variant is compiled too (SM100's shared memory and configs
+# are SM90's, and sparse 128 heads covers the 64-row gathered loop there)
+GATHER_CC = 90
 
 DECODE_SIG = {
     "q_ptr": "*bf16", "u32_ptr": "*i32", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
@@ -161,7 +164,7 @@ def compile_target(cc):
             cfg = decode_config(cc, fmt, heads, s_q)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc,
                              _decode_compile(cc, fmt, cfg, s_q, False, cfg.tma)))
-            if cfg.tma:  # a plan whose pages are shorter than a tile gathers every tile
+            if cfg.tma and cc == GATHER_CC:  # pages shorter than a tile: every tile gathered
                 lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc,
                                  _decode_compile(cc, fmt, cfg, s_q, False, False)))
         for heads in SPARSE_HEADS[cc >= 90]:

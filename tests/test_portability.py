@@ -36,7 +36,7 @@ def _expected():
         for fmt in pc.FORMAT_IDS:
             for heads, s_q in pc.DECODE_SHAPES:
                 yield f"decode/{fmt}/H{heads}-sq{s_q}", cc
-                if decode_config(cc, fmt, heads, s_q).tma:
+                if decode_config(cc, fmt, heads, s_q).tma and cc == pc.GATHER_CC:
                     yield f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc
             for heads in pc.SPARSE_HEADS[cc >= 90]:
                 yield f"sparse/{fmt}/H{heads}", cc

@@ -131,6 +131,32 @@ def _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
+def _first_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
+                 SPARSE: tl.constexpr, CARRY: tl.constexpr):
+    """What `_step_slots` carries into the gathered loop's first tile: its (mask, slots) with
+    CARRY, else two unused scalars."""
+    if CARRY:
+        return _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N, SPARSE)
+    else:
+        return 0, 0
+
+
+@triton.jit
+def _step_slots(bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, BLOCK_N: tl.constexpr,
+                SPARSE: tl.constexpr, CARRY: tl.constexpr):
+    """(mask, slots) of the gathered tile at n0, and what to carry to the next: with CARRY
+    (at ≥ 3 stages) the tile's slots were looked up during the last tile and the next tile's
+    are looked up now, so its row copies never wait on the block table or index list."""
+    if CARRY:
+        mask_n, slot = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift, num_slots, BLOCK_N,
+                                   SPARSE)
+        return mask_c, slot_c, mask_n, slot
+    else:
+        mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N, SPARSE)
+        return mask_n, slot, mask_c, slot_c
+
+
+@triton.jit
 def _pool_row(bt_row, pos, end, page_shift, WIDE: tl.constexpr):
     """Pool row (slot) of the request's token(s) at ``pos`` through its block table (0 from
     ``end`` on): int64 (WIDE, for addresses) or int32 (a whole tile's first row, the TMA
@@ -489,17 +515,11 @@ def _mla_decode_kernel(
                     aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
                     True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
-        if CARRY:
-            mask_c, slot_c = _tile_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
-                                         SPARSE)
+        mask_c, slot_c = _first_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
+                                      SPARSE, CARRY)
         for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
-            if CARRY:  # this tile's slots were looked up during the last one
-                mask_n, slot = mask_c, slot_c
-                mask_c, slot_c = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift, num_slots,
-                                             BLOCK_N, SPARSE)
-            else:
-                mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N,
-                                           SPARSE)
+            mask_n, slot, mask_c, slot_c = _step_slots(bt_row, n0, end, page_shift, num_slots,
+                                                       mask_c, slot_c, BLOCK_N, SPARSE, CARRY)
             (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
              ad3) = _fold_tile(
                 qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
@@ -527,17 +547,11 @@ def _mla_decode_kernel(
                     acc0, acc1, acc2, acc3, True, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
                     WORDS_2D, BLOCK_M, BLOCK_N)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
-        if CARRY:
-            mask_c, slot_c = _tile_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
-                                         SPARSE)
+        mask_c, slot_c = _first_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
+                                      SPARSE, CARRY)
         for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
-            if CARRY:  # this tile's slots were looked up during the last one
-                mask_n, slot = mask_c, slot_c
-                mask_c, slot_c = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift, num_slots,
-                                             BLOCK_N, SPARSE)
-            else:
-                mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N,
-                                           SPARSE)
+            mask_n, slot, mask_c, slot_c = _step_slots(bt_row, n0, end, page_shift, num_slots,
+                                                       mask_c, slot_c, BLOCK_N, SPARSE, CARRY)
             m_i, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
                 q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
                 rope_desc, scale_desc, n0, end, 0, slot, mask_n, visible, qk_scale, m_i, l_i,
