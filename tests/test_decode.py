@@ -298,6 +298,19 @@ def test_tma_where_it_pays_and_tiles_lie_in_pages(device):
     assert not decode_config(90, "bf16", 8, 1).tma
 
 
+def test_gathered_stages_where_measured():
+    """3 stages (the next tile's slots carried) for SM90's dense and 64-row sparse programs; 2
+    for 16-row sparse programs (measured slower carried) and on targets not measured."""
+    from fp8mla.runtime import decode_config
+
+    assert {decode_config(90, fmt, h, 1).num_stages for fmt in ("fp8", "fp8_ds_mla", "bf16")
+            for h in (1, 8, 64, 128)} == {3}
+    assert decode_config(90, "fp8_ds_mla", 64, 1, sparse=True).num_stages == 3
+    assert decode_config(90, "fp8_ds_mla", 8, 1, sparse=True).num_stages == 2
+    assert {decode_config(cc, "fp8", h, 1).num_stages for cc in (80, 89, 100, 120)
+            for h in (8, 128)} == {2}
+
+
 @pytest.mark.parametrize("fold", [False, True])
 def test_ds_mla_scale_paths_agree(device, fold):
     """Both ways of applying fp8_ds_mla scales at ≤ 16 rows per program (folded into the

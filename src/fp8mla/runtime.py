@@ -147,18 +147,18 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, max_m // s_q_p2))
     block_m = s_q_p2 * heads
     num_warps = 8 if block_m >= 64 else 4
-    # block_n / stages / words_2d: the best of the H200 sweeps in benchmarks/results (B=64
-    # ctx=8K, 4 splits: fp8 H16 180 us with 64 vs 188 with 32; fp8_ds_mla 232 (2 stages) vs
-    # 247 (3); bf16 175 vs 224; H128 fp8 707 vs 1338 at 64 heads per program). 64 heads ×
-    # 64 tokens needs 184 KB of shared memory: SM90 only.
+    # block_n / words_2d: the best of the H200 sweeps in benchmarks/results (B=64 ctx=8K, 4
+    # splits: fp8 H16 180 us with 64 vs 188 with 32; bf16 175 vs 224; H128 fp8 707 vs 1338 at
+    # 64 heads per program). 64 heads × 64 tokens needs 184 KB of shared memory: SM90 only.
     fp8 = kv_format != "bf16"
     block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
     # gathered tiles at 3 stages carry the next tile's slots (two shared buffers for the rows,
     # `_mla_decode_kernel`'s CARRY); H200, B=64 (h200-20261130-s8-carry-*.json): dense ctx 8K
     # H16 fp8_ds_mla 195 → 176 µs, bf16 172 → 163, fp8 without TMA 163 → 147; sparse topk 2048
-    # H64 215 → 209, H128 559 → 543, but H8 68.0 → 69.8 (2 stages there). SM90+ only: measured
-    # there, and sparse 64 rows needs 231 KB of shared memory at 3 stages
-    num_stages = 3 if cc >= 90 and (not sparse or s_q_p2 * heads >= 64) else 2
+    # H64 215 → 209, H128 559 → 543, but H8 68.0 → 69.8 (2 stages there). SM90 only: measured
+    # there (sparse 64 rows needs 231 KB of its shared memory at 3 stages); other targets keep
+    # the 2 stages they had, untimed
+    num_stages = 3 if cc == 90 and (not sparse or s_q_p2 * heads >= 64) else 2
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
                         tma=cc >= 90 and _tma_pays(kv_format, block_m))

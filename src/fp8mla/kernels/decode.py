@@ -32,7 +32,7 @@ Gathered tiles (CARRY, at ≥ 3 stages): the same trick for row-by-row copies �
 slots (block table or index list) are looked up during this one, so at 3 stages Triton gives
 the gathered rows two shared buffers instead of one (with the lookup in the same iteration
 the index load takes the extra stage). H200: dense fp8_ds_mla B=64 × 8K × 16 heads 195 →
-176 µs, bf16 172 → 163, sparse 64 heads 215 → 209; at 2 stages carrying was slower.
+176 µs, bf16 172 → 163, sparse 64 heads 215 → 209–211; at 2 stages carrying was slower.
 
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
