@@ -4,13 +4,14 @@ checked against the reference by `fp8mla.bench.sparse.run_sparse`.
     python benchmarks/sparse_variants.py OUT.json
 
 The launcher's default first, then tile size, heads per program, pipeline depth and split count
-variants. Why: at B=64 H=64 the default (64 heads per program, 189 KB of shared memory) holds
-one program per SM with 2 splits = 128 programs, each walking 16 gathered 64-row tiles at
-≈ 13 µs per tile (215 µs; FlashMLA 81 µs) — latency, not bandwidth or MMA, bounds it. One JSON
-row per (case, variant), written after every row so a run cut short keeps what it measured.
-Offline (sm_90, triton 3.6, `sass_decode.py fp8_ds_mla HEADS BLOCK_N STAGES 0 WARPS`): 32 heads
-× 64 tokens with 8 warps fits 190 registers and 83 KB (two programs per SM; with 4 warps it
-spills), 64 × 32 with 8 warps 229 registers and 132 KB.
+variants. One JSON row per (case, variant), written after every row so a run cut short keeps what
+it measured. Why these: until session 8 every 64-row program paid ~70 µs of 2-byte q / out moves
+(a one-tile program took 78 µs), which made more splits look ruinous (s5: B=64 H=64 2 → 4 → 8
+splits 214 → 337 → 503 µs) and favoured few long programs; with that gone (one-tile program
+17.7 µs; B=64 H=64 130.5 µs at 2 splits, 3 stages with carried slots) the split, head-block and
+stage choices are worth timing again. Offline (sm_90, triton 3.6, sparse fp8_ds_mla): 64 heads ×
+64 tokens 255 registers, 190 KB at 2 stages / 231 KB at 3; 32 heads × 64 tokens with 8 warps 233
+registers and 83 KB at 2 stages, 216 and 125 KB at 3 (one program per SM either way: registers).
 """
 
 from __future__ import annotations
@@ -24,17 +25,19 @@ from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
 # (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
-PLAN = [  # (B=64 H=64: splits 4/8/16, bn32, h32/h16 blocks, stages 1/3 measured slower in s5)
+PLAN = [
     ((64, 8, 2048, 1), [
-        ("nofold", dict(fold_scales=False), None), ("stages3", dict(num_stages=3), None),
-        ("nofold stages3", dict(fold_scales=False, num_stages=3), None),
-        ("splits8", {}, 8), ("bn32", dict(block_n=32), None),
+        ("splits8", {}, 8), ("splits16", {}, 16), ("stages3", dict(num_stages=3), None),
+        ("bn32", dict(block_n=32), None), ("nofold", dict(fold_scales=False), None),
+    ]),
+    ((64, 64, 2048, 1), [
+        ("splits1", {}, 1), ("splits4", {}, 4), ("stages2", dict(num_stages=2), None),
+        ("h32 w8", dict(heads_per_block=32), None), ("h32 w8 splits4", dict(heads_per_block=32), 4),
     ]),
     ((128, 128, 2048, 1), [
-        ("splits2", {}, 2), ("bn32", dict(block_n=32), None), ("stages1", dict(num_stages=1), None),
-        ("h32 w8", dict(heads_per_block=32, num_warps=8), None),
+        ("splits2", {}, 2), ("stages2", dict(num_stages=2), None),
+        ("h32 w8", dict(heads_per_block=32), None),
     ]),
-    ((64, 64, 2048, 1), [("stages3", dict(num_stages=3), None)]),
 ]
 
 
