@@ -58,6 +58,15 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
+def _lane_dim(c, j: tl.constexpr, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr):
+    # dimension of lane j's c-th element: interleaved bytes of words (fp8) or contiguous blocks
+    if FP8_LAYOUT:
+        return 4 * c + j
+    else:
+        return WIDTH * j + c
+
+
+@triton.jit
 def _load_lanes(row_ptr, row_ok, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr):
     """Four lanes [BLOCK_M, WIDTH] of the 4 · WIDTH values at each row_ptr (rows where row_ok,
     else 0). Lane j holds dims 4c + j (FP8_LAYOUT: the interleaved bytes of fp8 words) or
@@ -73,10 +82,10 @@ def _load_lanes(row_ptr, row_ok, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr):
         l1, l3 = tl.split(odd)
     else:
         c = tl.arange(0, WIDTH)[None, :]
-        l0 = tl.load(row_ptr[:, None] + c, mask=m, other=0.0)
-        l1 = tl.load(row_ptr[:, None] + WIDTH + c, mask=m, other=0.0)
-        l2 = tl.load(row_ptr[:, None] + 2 * WIDTH + c, mask=m, other=0.0)
-        l3 = tl.load(row_ptr[:, None] + 3 * WIDTH + c, mask=m, other=0.0)
+        l0 = tl.load(row_ptr[:, None] + _lane_dim(c, 0, False, WIDTH), mask=m, other=0.0)
+        l1 = tl.load(row_ptr[:, None] + _lane_dim(c, 1, False, WIDTH), mask=m, other=0.0)
+        l2 = tl.load(row_ptr[:, None] + _lane_dim(c, 2, False, WIDTH), mask=m, other=0.0)
+        l3 = tl.load(row_ptr[:, None] + _lane_dim(c, 3, False, WIDTH), mask=m, other=0.0)
     return l0, l1, l2, l3
 
 
@@ -95,22 +104,16 @@ def _store_lanes(row_ptr, row_ok, l0, l1, l2, l3, scale, FP8_LAYOUT: tl.constexp
     l1 = (l1 * scale[:, None]).to(out_t)
     l2 = (l2 * scale[:, None]).to(out_t)
     l3 = (l3 * scale[:, None]).to(out_t)
-    if FP8_LAYOUT and not JOIN:
-        c = tl.arange(0, WIDTH)[None, :]
-        tl.store(row_ptr[:, None] + 4 * c, l0, mask=m)
-        tl.store(row_ptr[:, None] + 4 * c + 1, l1, mask=m)
-        tl.store(row_ptr[:, None] + 4 * c + 2, l2, mask=m)
-        tl.store(row_ptr[:, None] + 4 * c + 3, l3, mask=m)
-    elif FP8_LAYOUT:
+    if FP8_LAYOUT and JOIN:
         x = tl.join(tl.join(l0, l2), tl.join(l1, l3))  # [.., c, p, r] = lane 2p + r
         tl.store(row_ptr[:, None] + tl.arange(0, 4 * WIDTH)[None, :],
                  tl.reshape(x, (l0.shape[0], 4 * WIDTH)), mask=m)
     else:
         c = tl.arange(0, WIDTH)[None, :]
-        tl.store(row_ptr[:, None] + c, l0, mask=m)
-        tl.store(row_ptr[:, None] + WIDTH + c, l1, mask=m)
-        tl.store(row_ptr[:, None] + 2 * WIDTH + c, l2, mask=m)
-        tl.store(row_ptr[:, None] + 3 * WIDTH + c, l3, mask=m)
+        tl.store(row_ptr[:, None] + _lane_dim(c, 0, FP8_LAYOUT, WIDTH), l0, mask=m)
+        tl.store(row_ptr[:, None] + _lane_dim(c, 1, FP8_LAYOUT, WIDTH), l1, mask=m)
+        tl.store(row_ptr[:, None] + _lane_dim(c, 2, FP8_LAYOUT, WIDTH), l2, mask=m)
+        tl.store(row_ptr[:, None] + _lane_dim(c, 3, FP8_LAYOUT, WIDTH), l3, mask=m)
 
 
 @triton.jit
