@@ -21,7 +21,7 @@ from collections import Counter
 
 import triton
 
-from fp8mla.runtime import folds_scales
+from fp8mla.runtime import carries_slots, folds_scales
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from fp8mla.kernels.decode import _mla_decode_kernel  # noqa: E402
@@ -37,7 +37,7 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
                   "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold, "TMA": False,
-                  "CARRY": stages >= 3 and not tma}  # as the launcher: slots carried from 3
+                  "CARRY": carries_slots(stages, tma)}
     sig = DECODE_SIG
     if tma:
         constexprs["TMA"] = True

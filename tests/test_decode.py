@@ -301,7 +301,7 @@ def test_tma_where_it_pays_and_tiles_lie_in_pages(device):
 def test_gathered_stages_where_measured():
     """3 stages (the next tile's slots carried) for SM90's dense and 64-row sparse programs; 2
     for 16-row sparse programs (measured slower carried) and on targets not measured."""
-    from fp8mla.runtime import decode_config
+    from fp8mla.runtime import carries_slots, decode_config
 
     assert {decode_config(90, fmt, h, 1).num_stages for fmt in ("fp8", "fp8_ds_mla", "bf16")
             for h in (1, 8, 64, 128)} == {3}
@@ -309,6 +309,9 @@ def test_gathered_stages_where_measured():
     assert decode_config(90, "fp8_ds_mla", 8, 1, sparse=True).num_stages == 2
     assert {decode_config(cc, "fp8", h, 1).num_stages for cc in (80, 89, 100, 120)
             for h in (8, 128)} == {2}
+    # slots carried from 3 stages on, never in a TMA plan (its gathered loop is one tile)
+    assert [carries_slots(st, tma) for st, tma in ((3, False), (2, False), (3, True))] == [
+        True, False, False]
 
 
 @pytest.mark.parametrize("fold", [False, True])

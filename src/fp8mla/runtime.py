@@ -126,6 +126,13 @@ def folds_scales(kv_format: str, block_m: int, fold_scales: bool = True) -> bool
     return kv_format == "fp8_ds_mla" and block_m <= FOLD_MAX_ROWS and fold_scales
 
 
+def carries_slots(num_stages: int, tma: bool) -> bool:
+    """Whether the decode kernel's gathered loop looks each tile's slots up one tile ahead —
+    the kernel's CARRY rule: from 3 stages (then the rows get two shared buffers; at 2 it
+    measured slower), and not for a TMA plan (its gathered loop is one partial tile)."""
+    return num_stages >= 3 and not tma
+
+
 def _tma_pays(kv_format: str, block_m: int) -> bool:
     """Whole tiles by TMA where it measured faster on the H200 (B=64 × 8K unless noted;
     h200-20261129-s6-decode-variants-*.json): fp8 16 heads 163 → 139 µs, 128 heads 702 → 611,
