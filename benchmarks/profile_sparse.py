@@ -10,24 +10,19 @@ count.
 """
 
 import sys
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import torch
+from profile_decode import parse_overrides
 
 from fp8mla.bench.sparse import POOL_TOKENS
 from fp8mla.formats import KV_DIM, kv_format
-from fp8mla.runtime import DecodeConfig, decode_config
+from fp8mla.runtime import decode_config
 from fp8mla.sparse import SparsePlan
 
 batch, heads = map(int, sys.argv[1:3])
-types = {f.name: f.type for f in fields(DecodeConfig)}
-over, opts = {}, {"splits": None, "pool": POOL_TOKENS, "topk": 2048}
-for kv in sys.argv[3:]:
-    k, v = kv.split("=")
-    if k in opts:
-        opts[k] = int(v)
-    else:
-        over[k] = v in ("1", "True", "true") if types[k] in (bool, "bool") else int(v)
+opts = {"splits": None, "pool": POOL_TOKENS, "topk": 2048}
+over = parse_overrides(sys.argv[3:], opts)
 fmt = kv_format("fp8_ds_mla")
 rows = torch.randint(0, 120, (opts["pool"], fmt.row_bytes), dtype=torch.uint8, device="cuda")
 idx = torch.randint(0, opts["pool"], (batch, opts["topk"]), dtype=torch.int32, device="cuda")
