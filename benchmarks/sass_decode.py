@@ -1,10 +1,12 @@
 """Registers, spills, shared memory and the SASS instruction mix of the decode kernel's main
 loop for sm_90, compiled on the CPU (no GPU): the offline half of tuning the kernel.
 
-    python benchmarks/sass_decode.py FMT HEADS_PER_BLOCK BLOCK_N STAGES WORDS_2D NUM_WARPS [FOLD [TMA]]
+    python benchmarks/sass_decode.py FMT HEADS_PER_BLOCK BLOCK_N STAGES WORDS_2D NUM_WARPS [FOLD [TMA]] [k=v ...]
     e.g. python benchmarks/sass_decode.py fp8 16 64 3 1 4 1 1
     FOLD (fp8_ds_mla at ≤ 16 rows; default 1): 0 compiles the unfolded scale path
     TMA (default 0): 1 compiles whole tiles by tensor-memory copies (pages of ≥ BLOCK_N)
+    sparse=1: the sparse kernel (index lists); lookahead=N: DecodeConfig.lookahead;
+    sass=PATH: write the whole SASS there
 
 Uses the installed Triton and the cuobjdump / nvdisasm its wheel carries; put another Triton
 first on PYTHONPATH to see what that version generates (the H200 runs triton 3.6). On the H200
@@ -21,7 +23,7 @@ from collections import Counter
 
 import triton
 
-from fp8mla.runtime import carries_slots, folds_scales
+from fp8mla.runtime import folds_scales, slots_ahead
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from fp8mla.kernels.decode import _mla_decode_kernel  # noqa: E402
@@ -31,13 +33,14 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
 
 
 def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
-                   num_warps: int, fold: bool = True, tma: bool = False):
+                   num_warps: int, fold: bool = True, tma: bool = False, sparse: bool = False,
+                   lookahead: int = 1):
     fn = _mla_decode_kernel
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
                   "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
-                  "SPARSE": False, "CAUSAL": True, "FOLD_SCALES": fold, "TMA": False,
-                  "CARRY": carries_slots(stages, tma)}
+                  "SPARSE": sparse, "CAUSAL": not sparse, "FOLD_SCALES": fold, "TMA": False,
+                  "CARRY": slots_ahead(stages, tma, lookahead)}
     sig = DECODE_SIG
     if tma:
         constexprs["TMA"] = True
@@ -118,12 +121,18 @@ def resources(kernel, usage: str) -> str:
 
 
 def main() -> None:
+    opts = dict(a.split("=", 1) for a in sys.argv[7:] if "=" in a)
     fmt, heads, block_n, stages, words_2d, warps = sys.argv[1:7]
-    fold = sys.argv[7:8] != ["0"]
-    tma = sys.argv[8:9] == ["1"]
+    flags = [a for a in sys.argv[7:] if "=" not in a]
+    fold = flags[0:1] != ["0"]
+    tma = flags[1:2] == ["1"]
     kernel = compile_decode(fmt, int(heads), int(block_n), int(stages), words_2d == "1",
-                            int(warps), fold, tma)
+                            int(warps), fold, tma, opts.get("sparse") == "1",
+                            int(opts.get("lookahead", 1)))
     usage, sass = disassemble(kernel)
+    if "sass" in opts:
+        with open(opts["sass"], "w") as f:
+            f.write(sass)
     print(f"triton {triton.__version__} sm_90 {fmt} heads/program {heads} block_n {block_n} "
           f"stages {stages} warps {warps}{' tma' if tma else ''}: {resources(kernel, usage)}")
     for n, ops in loops(sass)[:2 if tma else 1]:

@@ -28,7 +28,7 @@ from fp8mla.kernels.topk_chunked import (
     _topk_pass_kernel,
     _topk_sample_kernel,
 )
-from fp8mla.runtime import carries_slots, decode_config, folds_scales
+from fp8mla.runtime import decode_config, folds_scales, slots_ahead
 
 TARGETS = (80, 89, 90, 100, 120)
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
@@ -152,7 +152,7 @@ def _decode_compile(cc, fmt, cfg, s_q, sparse, tma):
         "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": True, "TMA": tma,
-        "CARRY": carries_slots(cfg.num_stages, tma),
+        "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead),
     }, cc, cfg.num_warps, stages)
 
 

@@ -300,8 +300,9 @@ def test_tma_where_it_pays_and_tiles_lie_in_pages(device):
 
 def test_gathered_stages_where_measured():
     """3 stages (the next tile's slots carried) for SM90's dense and 64-row sparse programs; 2
-    for 16-row sparse programs (measured slower carried) and on targets not measured."""
-    from fp8mla.runtime import carries_slots, decode_config
+    for 16-row sparse programs (measured slower carried) and on targets not measured; entries
+    two tiles ahead only for bf16 at 16 rows (measured faster there, slower elsewhere)."""
+    from fp8mla.runtime import decode_config, slots_ahead
 
     assert {decode_config(90, fmt, h, 1).num_stages for fmt in ("fp8", "fp8_ds_mla", "bf16")
             for h in (1, 8, 64, 128)} == {3}
@@ -310,8 +311,32 @@ def test_gathered_stages_where_measured():
     assert {decode_config(cc, "fp8", h, 1).num_stages for cc in (80, 89, 100, 120)
             for h in (8, 128)} == {2}
     # slots carried from 3 stages on, never in a TMA plan (its gathered loop is one tile)
-    assert [carries_slots(st, tma) for st, tma in ((3, False), (2, False), (3, True))] == [
-        True, False, False]
+    assert [slots_ahead(st, tma) for st, tma in ((3, False), (2, False), (3, True))] == [1, 0, 0]
+    assert [slots_ahead(st, False, 2) for st in (3, 2)] == [2, 0]
+    assert [decode_config(90, "bf16", h, s_q).lookahead  # 16 rows = pow2(s_q) · heads
+            for h, s_q in ((8, 1), (16, 1), (8, 2), (16, 2), (64, 1))] == [2, 2, 2, 1, 1]
+    assert {decode_config(90, fmt, h, 1, sparse=sp).lookahead for fmt in ("fp8", "fp8_ds_mla")
+            for h in (8, 128) for sp in (False, True)} | {
+        decode_config(90, "bf16", 8, 1, sparse=True).lookahead} == {1}
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_slots_two_tiles_ahead(device, fmt):
+    """DecodeConfig.lookahead = 2 (block-table entries loaded two tiles ahead; the launcher's
+    choice for bf16 at 16 rows, which this file's bf16 cases run) on the FP8 formats: many
+    tiles, a request ending mid-tile, one shorter than a tile and an empty one, against the
+    reference with the pool's unowned pages NaN."""
+    from dataclasses import replace
+
+    from fp8mla.runtime import decode_config
+
+    cache, table, seqlens = paged_cache(fmt, [230, 5, 0, 97], 16, device=device, seed=51)
+    q = _q(4, 1, 8, device, 52)
+    cfg = replace(decode_config(90, fmt, 8, 1), block_n=32, tma=False, lookahead=2)
+    plan = DecodePlan(batch=4, num_heads=8, kv_format=fmt, page_size=16, cache_seqlens=seqlens,
+                      device=device, num_splits=2, config=cfg)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
 @pytest.mark.parametrize("fold", [False, True])

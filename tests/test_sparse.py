@@ -73,6 +73,44 @@ def test_sparse_decode_with_topk_length_and_splits(device, fmt):
             assert_close(plan.max_logits[t, 0], want, atol=1e-3, rtol=1e-3, name="max_logits")
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
+def test_sparse_indices_two_tiles_ahead(device, fmt):
+    """DecodeConfig.lookahead = 2 at 3 stages (index entries loaded two tiles ahead): lists of
+    several tiles with −1 and duplicates, topk_length shorter than the list (mid-tile) and
+    zero, against the reference over a poisoned pool."""
+    from dataclasses import replace
+
+    from fp8mla.runtime import decode_config
+
+    cache, idx, q = _problem(fmt, None, 3, 8, 150, device, page_size=1, seed=7)
+    lengths = torch.tensor([150, 70, 0], dtype=torch.int32, device=device)
+    cfg = replace(decode_config(90, fmt, 8, 1, sparse=True), block_n=32, num_stages=3,
+                  lookahead=2)
+    plan = SparsePlan(num_queries=3, num_heads=8, topk=150, kv_format=fmt, device=device,
+                      num_splits=2, config=cfg)
+    out, lse = plan.run(q, cache.layer(0), idx, lengths, fp8_scale=cache.scale(0))
+    ro, rl = _ref(cache, q, idx, 576 ** -0.5, lengths)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+def test_one_slot_pool(device):
+    """A pool of one row: Triton compiles an int argument equal to 1 as a constant, which the
+    kernel's index check must accept (an unsigned compare against it once failed to compile)."""
+    cache = PagedKVCache(1, 1, "fp8_ds_mla", device=device)
+    poison(cache)
+    g = torch.Generator().manual_seed(3)
+    cache.store(0, torch.randn(1, 512, generator=g).bfloat16().to(device),
+                torch.randn(1, 64, generator=g).bfloat16().to(device),
+                torch.tensor([0], device=device))
+    q = torch.randn(2, 1, 4, 576, generator=g).bfloat16().to(device)
+    idx = torch.tensor([[[0, -1, 0]], [[-1, -1, -1]]], dtype=torch.int32, device=device)
+    out, lse = sparse_decode(q, cache.layer(0), idx, kv_format="fp8_ds_mla")
+    ro, rl = _ref(cache, q.view(2, 4, 576), idx.view(2, 3), 576 ** -0.5)
+    assert_close(out.view(2, 4, 512), ro, name="out")
+    assert_close(lse.view(2, 4), rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
 def test_all_skipped_gives_zeros_and_minus_inf(device):
     cache, idx, q = _problem("fp8_ds_mla", None, 2, 4, 8, device)
     idx[0] = -1

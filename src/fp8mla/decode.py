@@ -33,10 +33,10 @@ from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
 from fp8mla.runtime import (
     DecodeConfig,
     Target,
-    carries_slots,
     decode_config,
     folds_scales,
     resident_programs,
+    slots_ahead,
     target_for,
 )
 
@@ -323,7 +323,8 @@ class DecodePlan:
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
             WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
-            FOLD_SCALES=cfg.fold_scales, TMA=tma, CARRY=carries_slots(cfg.num_stages, tma),
+            FOLD_SCALES=cfg.fold_scales, TMA=tma,
+            CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead),
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )

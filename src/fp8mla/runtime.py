@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["interpreting", "Target", "target_for", "DecodeConfig", "decode_config",
-           "folds_scales", "resident_programs"]
+           "folds_scales", "resident_programs", "slots_ahead"]
 
 
 def interpreting() -> bool:
@@ -67,6 +67,9 @@ class DecodeConfig:
     # memory accelerator, tma_stages deep (3: two buffers, the copy two tiles ahead)
     tma: bool = False
     tma_stages: int = 3
+    # gathered tiles at ≥ 3 stages look their slots up this many tiles ahead (`slots_ahead`;
+    # 2: the entries are loaded two tiles ahead and turned into slots one ahead)
+    lookahead: int = 1
 
     def __post_init__(self) -> None:
         """A tuning hook still gets a named error, not a Triton failure at launch."""
@@ -76,6 +79,8 @@ class DecodeConfig:
             if type(v) is not int or not lo <= v <= hi or v & (v - 1):
                 raise ValueError(f"DecodeConfig.{name}: expected a power of two in [{lo}, {hi}], "
                                  f"got {v!r}")
+        if type(self.lookahead) is not int or self.lookahead not in (1, 2):
+            raise ValueError(f"DecodeConfig.lookahead: expected 1 or 2, got {self.lookahead!r}")
         for name in ("num_stages", "tma_stages"):
             v = getattr(self, name)
             if type(v) is not int or not 1 <= v <= 8:
@@ -126,11 +131,12 @@ def folds_scales(kv_format: str, block_m: int, fold_scales: bool = True) -> bool
     return kv_format == "fp8_ds_mla" and block_m <= FOLD_MAX_ROWS and fold_scales
 
 
-def carries_slots(num_stages: int, tma: bool) -> bool:
-    """Whether the decode kernel's gathered loop looks each tile's slots up one tile ahead —
-    the kernel's CARRY rule: from 3 stages (then the rows get two shared buffers; at 2 it
-    measured slower), and not for a TMA plan (its gathered loop is one partial tile)."""
-    return num_stages >= 3 and not tma
+def slots_ahead(num_stages: int, tma: bool, lookahead: int = 1) -> int:
+    """How many tiles ahead the decode kernel's gathered loop looks up slots — its CARRY: 0
+    below 3 stages (at 2, carrying measured slower) and for a TMA plan (its gathered loop is
+    one partial tile); else ``lookahead`` (`DecodeConfig.lookahead`: 1, or 2 — entries
+    loaded two tiles ahead). From 3 stages the carried rows get two shared buffers."""
+    return lookahead if num_stages >= 3 and not tma else 0
 
 
 def _tma_pays(kv_format: str, block_m: int) -> bool:
@@ -166,6 +172,11 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     # there (sparse 64 rows needs 231 KB of its shared memory at 3 stages); other targets keep
     # the 2 stages they had, untimed
     num_stages = 3 if cc == 90 and (not sparse or s_q_p2 * heads >= 64) else 2
+    # entries two tiles ahead: bf16 at 16 rows (H200, B=64 ctx 8K H16: 165.2 → 159.7 µs, and
+    # 163.1 → 157.2 in another call: h200-20261130-s9-*); slower wherever the kernel then
+    # spills more — fp8_ds_mla H16 170 → 223, sparse H64 131 → 146, H8 65 → 80 — and no
+    # change at 64 rows (bf16 H128 649, sparse H128 398)
+    lookahead = 2 if kv_format == "bf16" and block_m <= 16 and not sparse else 1
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
-                        tma=cc >= 90 and _tma_pays(kv_format, block_m))
+                        tma=cc >= 90 and _tma_pays(kv_format, block_m), lookahead=lookahead)

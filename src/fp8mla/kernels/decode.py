@@ -33,6 +33,10 @@ slots (block table or index list) are looked up during this one, so at 3 stages 
 the gathered rows two shared buffers instead of one (with the lookup in the same iteration
 the index load takes the extra stage). H200: dense fp8_ds_mla B=64 × 8K × 16 heads 195 →
 176 µs, bf16 172 → 163, sparse 64 heads 215 → 209–211; at 2 stages carrying was slower.
+CARRY = 2 loads the entries two tiles ahead and turns them into slots one ahead, so even the
+lookup's own load is not waited on in the iteration that issues it (the SASS shows the index
+load ~20 instructions before its first use at CARRY 1): bf16 at 16 rows 165 → 160 µs; where
+the extra carried registers add spills it is slower (`fp8mla.runtime.decode_config`).
 
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
@@ -117,56 +121,86 @@ def _store_lanes(row_ptr, row_ok, l0, l1, l2, l3, scale, FP8_LAYOUT: tl.constexp
 
 
 @triton.jit
+def _tile_entries(bt_row, n0, end, page_shift, BLOCK_N: tl.constexpr, SPARSE: tl.constexpr):
+    """The raw entries behind tile n0's slots, int32 [BLOCK_N]: sparse, its index-list entries
+    (−1 past ``end``); dense, the block-table page of each position (0 past ``end``)."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    if SPARSE:
+        return tl.load(bt_row + offs_n, mask=offs_n < end, other=-1)
+    else:
+        return tl.load(bt_row + (offs_n >> page_shift), mask=offs_n < end, other=0)
+
+
+@triton.jit
+def _entry_slots(raw, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
+                 SPARSE: tl.constexpr):
+    """(valid mask, int64 slots) of tile n0 from its `_tile_entries`. Sparse: −1 and slots
+    outside [0, num_slots) are skipped (never read), by one unsigned compare (sm_90 sparse
+    64-row loop: 1,432 → 1,315 instructions per tile, 8 fewer spilled bytes)."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    if SPARSE:  # entries past ``end`` were loaded as −1
+        mask_n = raw.to(tl.uint32) < num_slots  # uint32 (C promotion); num_slots may be 1
+        slot = tl.where(mask_n, raw, 0).to(tl.int64)
+    else:
+        mask_n = offs_n < end
+        slot = (raw.to(tl.int64) << page_shift) + (offs_n & ((1 << page_shift) - 1))
+    return mask_n, slot
+
+
+@triton.jit
 def _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
                 SPARSE: tl.constexpr):
     """Entries [n0, n0 + BLOCK_N) of a request's token list: (valid mask, slots). Dense:
     position → block table → slot. Sparse: the index list holds slots; −1 and slots outside
     [0, num_slots) are skipped (never read)."""
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < end
-    if SPARSE:
-        idx = tl.load(bt_row + offs_n, mask=mask_n, other=-1)
-        mask_n = mask_n & (idx >= 0) & (idx < num_slots)
-        slot = tl.where(mask_n, idx, 0).to(tl.int64)
-    else:
-        slot = _pool_row(bt_row, offs_n, end, page_shift, True)
-    return mask_n, slot
+    raw = _tile_entries(bt_row, n0, end, page_shift, BLOCK_N, SPARSE)
+    return _entry_slots(raw, n0, end, page_shift, num_slots, BLOCK_N, SPARSE)
 
 
 @triton.jit
 def _first_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
                  SPARSE: tl.constexpr, CARRY: tl.constexpr):
-    """What `_step_slots` carries into the gathered loop's first tile: its (mask, slots) with
-    CARRY, else two unused scalars."""
-    if CARRY:
-        return _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N, SPARSE)
+    """What `_step_slots` carries into the gathered loop's first tile: (mask, slots) of the
+    first tile (CARRY ≥ 1, else unused scalars) and the next tile's raw entries (CARRY 2,
+    else an unused scalar)."""
+    if CARRY >= 1:
+        mask_c, slot_c = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N, SPARSE)
     else:
-        return 0, 0
+        mask_c, slot_c = 0, 0
+    if CARRY >= 2:
+        raw_c = _tile_entries(bt_row, n0 + BLOCK_N, end, page_shift, BLOCK_N, SPARSE)
+    else:
+        raw_c = 0
+    return mask_c, slot_c, raw_c
 
 
 @triton.jit
-def _step_slots(bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, BLOCK_N: tl.constexpr,
-                SPARSE: tl.constexpr, CARRY: tl.constexpr):
-    """(mask, slots) of the gathered tile at n0, and what to carry to the next: with CARRY
-    (at ≥ 3 stages) the tile's slots were looked up during the last tile and the next tile's
-    are looked up now, so its row copies never wait on the block table or index list."""
-    if CARRY:
+def _step_slots(bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, raw_c,
+                BLOCK_N: tl.constexpr, SPARSE: tl.constexpr, CARRY: tl.constexpr):
+    """(mask, slots) of the gathered tile at n0, and what to carry to the next. CARRY 1 (at
+    ≥ 3 stages): the tile's slots were looked up during the last tile and the next tile's are
+    looked up now, so its row copies never wait on the block table or index list. CARRY 2:
+    the entries are loaded two tiles ahead and turned into slots one tile ahead, so the
+    lookup's own load is not waited on in the iteration that issues it."""
+    if CARRY >= 2:
+        mask_n, slot = _entry_slots(raw_c, n0 + BLOCK_N, end, page_shift, num_slots, BLOCK_N,
+                                    SPARSE)
+        raw = _tile_entries(bt_row, n0 + 2 * BLOCK_N, end, page_shift, BLOCK_N, SPARSE)
+        return mask_c, slot_c, mask_n, slot, raw
+    elif CARRY >= 1:
         mask_n, slot = _tile_slots(bt_row, n0 + BLOCK_N, end, page_shift, num_slots, BLOCK_N,
                                    SPARSE)
-        return mask_c, slot_c, mask_n, slot
+        return mask_c, slot_c, mask_n, slot, raw_c
     else:
         mask_n, slot = _tile_slots(bt_row, n0, end, page_shift, num_slots, BLOCK_N, SPARSE)
-        return mask_n, slot, mask_c, slot_c
+        return mask_n, slot, mask_c, slot_c, raw_c
 
 
 @triton.jit
-def _pool_row(bt_row, pos, end, page_shift, WIDE: tl.constexpr):
-    """Pool row (slot) of the request's token(s) at ``pos`` through its block table (0 from
-    ``end`` on): int64 (WIDE, for addresses) or int32 (a whole tile's first row, the TMA
-    coordinate, when tiles lie inside pages)."""
+def _pool_row(bt_row, pos, end, page_shift):
+    """Pool row of the request's token at ``pos`` through its block table (0 from ``end`` on),
+    int32: a whole tile's first row, the TMA coordinate, when tiles lie inside pages."""
     page = tl.load(bt_row + (pos >> page_shift), mask=pos < end, other=0)
-    if WIDE:
-        page = page.to(tl.int64)
     return (page << page_shift) + (pos & ((1 << page_shift) - 1))
 
 
@@ -442,7 +476,7 @@ def _mla_decode_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
-    TMA: tl.constexpr = False, CARRY: tl.constexpr = False,
+    TMA: tl.constexpr = False, CARRY: tl.constexpr = 0,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -506,10 +540,10 @@ def _mla_decode_kernel(
         tail = start
         if TMA:  # whole tiles by tensor-memory copies, then the partial last one gathered
             tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
-            row_next = _pool_row(bt_row, start, tail, page_shift, False)
+            row_next = _pool_row(bt_row, start, tail, page_shift)
             for n0 in range(start, tail, BLOCK_N):
                 row0 = row_next
-                row_next = _pool_row(bt_row, n0 + BLOCK_N, tail, page_shift, False)
+                row_next = _pool_row(bt_row, n0 + BLOCK_N, tail, page_shift)
                 (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
                  ad3) = _fold_tile(
                     qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
@@ -518,11 +552,12 @@ def _mla_decode_kernel(
                     aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
                     True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
-        mask_c, slot_c = _first_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
-                                      SPARSE, CARRY)
+        mask_c, slot_c, raw_c = _first_slots(bt_row, tail, end, page_shift, num_slots,
+                                             BLOCK_N, SPARSE, CARRY)
         for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
-            mask_n, slot, mask_c, slot_c = _step_slots(bt_row, n0, end, page_shift, num_slots,
-                                                       mask_c, slot_c, BLOCK_N, SPARSE, CARRY)
+            mask_n, slot, mask_c, slot_c, raw_c = _step_slots(
+                bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, raw_c, BLOCK_N, SPARSE,
+                CARRY)
             (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
              ad3) = _fold_tile(
                 qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
@@ -540,21 +575,22 @@ def _mla_decode_kernel(
             # whole tiles (each inside one page) by tensor-memory copies; the slot of tile
             # i + 1 is looked up during tile i, so the copy does not wait on the block table
             tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
-            row_next = _pool_row(bt_row, start, tail, page_shift, False)
+            row_next = _pool_row(bt_row, start, tail, page_shift)
             for n0 in range(start, tail, BLOCK_N):
                 row0 = row_next
-                row_next = _pool_row(bt_row, n0 + BLOCK_N, tail, page_shift, False)
+                row_next = _pool_row(bt_row, n0 + BLOCK_N, tail, page_shift)
                 m_i, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
                     q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
                     rope_desc, scale_desc, n0, end, row0, 0, None, visible, qk_scale, m_i, l_i,
                     acc0, acc1, acc2, acc3, True, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
                     WORDS_2D, BLOCK_M, BLOCK_N)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
-        mask_c, slot_c = _first_slots(bt_row, tail, end, page_shift, num_slots, BLOCK_N,
-                                      SPARSE, CARRY)
+        mask_c, slot_c, raw_c = _first_slots(bt_row, tail, end, page_shift, num_slots,
+                                             BLOCK_N, SPARSE, CARRY)
         for n0 in tl.range(tail, end, BLOCK_N, num_stages=1 if TMA else None):
-            mask_n, slot, mask_c, slot_c = _step_slots(bt_row, n0, end, page_shift, num_slots,
-                                                       mask_c, slot_c, BLOCK_N, SPARSE, CARRY)
+            mask_n, slot, mask_c, slot_c, raw_c = _step_slots(
+                bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, raw_c, BLOCK_N, SPARSE,
+                CARRY)
             m_i, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
                 q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
                 rope_desc, scale_desc, n0, end, 0, slot, mask_n, visible, qk_scale, m_i, l_i,
