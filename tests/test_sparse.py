@@ -96,7 +96,7 @@ def test_sparse_indices_two_tiles_ahead(device, fmt):
 
 def test_one_slot_pool(device):
     """A pool of one row: Triton compiles an int argument equal to 1 as a constant, which the
-    kernel's index check must accept (an unsigned compare against it once failed to compile)."""
+    kernel's index check must accept (a `.to()` on it failed to compile in session 9)."""
     cache = PagedKVCache(1, 1, "fp8_ds_mla", device=device)
     poison(cache)
     g = torch.Generator().manual_seed(3)
