@@ -5,13 +5,13 @@ checked against the reference by `fp8mla.bench.sparse.run_sparse`.
 
 The launcher's default first, then tile size, heads per program, pipeline depth and split count
 variants. One JSON row per (case, variant), written after every row so a run cut short keeps what
-it measured. Why these: until session 8 every 64-row program paid ~70 µs of 2-byte q / out moves
-(a one-tile program took 78 µs), which made more splits look ruinous (s5: B=64 H=64 2 → 4 → 8
-splits 214 → 337 → 503 µs) and favoured few long programs; with that gone (one-tile program
-17.7 µs; B=64 H=64 130.5 µs at 2 splits, 3 stages with carried slots) the split, head-block and
-stage choices are worth timing again. Offline (sm_90, triton 3.6, sparse fp8_ds_mla): 64 heads ×
-64 tokens 255 registers, 190 KB at 2 stages / 231 KB at 3; 32 heads × 64 tokens with 8 warps 233
-registers and 83 KB at 2 stages, 216 and 125 KB at 3 (one program per SM either way: registers).
+it measured. The plan is edited per experiment; session 9 re-timed split counts, 32-head blocks
+and 2 vs 3 stages once 64-row programs had lost their ~70-µs fixed cost (defaults stayed best:
+`h200-20261130-s9-7dbddb5-sparse-variants.json`), then A/B'd `DecodeConfig.lookahead` and a
+dim-order 64-row path (BENCHMARKS.md, session 9). What is left in the plan: H=8 at 3 stages,
+measured inconsistently (−2% in two calls, +7% in a third). Offline (sm_90, triton 3.6, sparse
+fp8_ds_mla): 64 heads × 64 tokens 255 registers, 190 KB at 2 stages / 231 KB at 3; 32 heads ×
+64 tokens with 8 warps 233 registers and 83 KB at 2 stages (one program per SM: registers).
 """
 
 from __future__ import annotations
