@@ -26,10 +26,17 @@ from fp8mla.runtime import decode_config
 # attributes set for the variant]), ...]); the launcher's default configuration and split
 # count are always timed first.
 GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before session 6
-AHEAD1 = dict(lookahead=1)  # session 9's bf16 16-row default looks two tiles ahead
+# Prepared in session 9, not yet run: 16-row programs of 32-token tiles capped at 168 registers
+# fit three to an SM (sm_90, triton 3.6, offline: fp8_ds_mla folded 188 → 168 registers with no
+# spills; fp8 TMA 190 → 168 with 48 B of stack) instead of two at 255 registers today
+CAP = dict(block_n=32, maxnreg=168)
 PLAN = [
-    (DecodeCase(64, 8192, 16), "bf16", [("ahead1", AHEAD1, None)]),
-    (DecodeCase(1, 131072, 8), "bf16", [("ahead1", AHEAD1, None)]),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", [("bn32", dict(block_n=32), None),
+                                              ("bn32 cap168", CAP, None)]),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("bn32 cap168", CAP, None)]),
+    (DecodeCase(64, 8192, 16), "fp8", [("bn32 cap168", CAP, None),
+                                       ("bn32 cap168 tma s2", dict(CAP, tma_stages=2), None)]),
+    (DecodeCase(1, 131072, 8), "fp8", [("bn32 cap168", CAP, None)]),
 ]
 
 

@@ -5,7 +5,7 @@ loop for sm_90, compiled on the CPU (no GPU): the offline half of tuning the ker
     e.g. python benchmarks/sass_decode.py fp8 16 64 3 1 4 1 1
     FOLD (fp8_ds_mla at ≤ 16 rows; default 1): 0 compiles the unfolded scale path
     TMA (default 0): 1 compiles whole tiles by tensor-memory copies (pages of ≥ BLOCK_N)
-    sparse=1: the sparse kernel (index lists); lookahead=N: DecodeConfig.lookahead;
+    sparse=1: the sparse kernel (index lists); lookahead=N, maxnreg=N: DecodeConfig's;
     sass=PATH: write the whole SASS there
 
 Uses the installed Triton and the cuobjdump / nvdisasm its wheel carries; put another Triton
@@ -34,7 +34,7 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
 
 def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
                    num_warps: int, fold: bool = True, tma: bool = False, sparse: bool = False,
-                   lookahead: int = 1):
+                   lookahead: int = 1, maxnreg: int | None = None):
     fn = _mla_decode_kernel
     constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
                   "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
@@ -45,7 +45,7 @@ def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bo
     if tma:
         constexprs["TMA"] = True
         sig = decode_tma_sig(fmt, block_n, folds_scales(fmt, heads, fold))
-    return compile_for(fn, sig, constexprs, 90, num_warps, stages, aligned=True)
+    return compile_for(fn, sig, constexprs, 90, num_warps, stages, aligned=True, maxnreg=maxnreg)
 
 
 ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")  # what marks an instruction line of nvdisasm
@@ -128,7 +128,8 @@ def main() -> None:
     tma = flags[1:2] == ["1"]
     kernel = compile_decode(fmt, int(heads), int(block_n), int(stages), words_2d == "1",
                             int(warps), fold, tma, opts.get("sparse") == "1",
-                            int(opts.get("lookahead", 1)))
+                            int(opts.get("lookahead", 1)),
+                            int(opts["maxnreg"]) if "maxnreg" in opts else None)
     usage, sass = disassemble(kernel)
     if "sass" in opts:
         with open(opts["sass"], "w") as f:

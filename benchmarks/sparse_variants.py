@@ -8,10 +8,11 @@ variants. One JSON row per (case, variant), written after every row so a run cut
 it measured. The plan is edited per experiment; session 9 re-timed split counts, 32-head blocks
 and 2 vs 3 stages once 64-row programs had lost their ~70-µs fixed cost (defaults stayed best:
 `h200-20261130-s9-7dbddb5-sparse-variants.json`), then A/B'd `DecodeConfig.lookahead` and a
-dim-order 64-row path (BENCHMARKS.md, session 9). What is left in the plan: H=8 at 3 stages,
-measured inconsistently (−2% in two calls, +7% in a third). Offline (sm_90, triton 3.6, sparse
-fp8_ds_mla): 64 heads × 64 tokens 255 registers, 190 KB at 2 stages / 231 KB at 3; 32 heads ×
-64 tokens with 8 warps 233 registers and 83 KB at 2 stages (one program per SM: registers).
+dim-order 64-row path (BENCHMARKS.md, session 9). In the plan now: H=8 at 3 stages (measured
+inconsistently: −2% in two calls, +7% in a third) and a register cap for three programs per
+SM. Offline (sm_90, triton 3.6, sparse fp8_ds_mla): 64 heads × 64 tokens 255 registers, 190 KB
+at 2 stages / 231 KB at 3; 32 heads × 64 tokens with 8 warps 233 registers and 83 KB at 2
+stages (one program per SM: registers).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
 # (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
-PLAN = [  # session 9: the index check is one unsigned compare (fewer instructions, spills)
-    ((64, 8, 2048, 1), [("stages3", dict(num_stages=3), None)]),
+PLAN = [  # prepared in session 9, not yet run: 32-token tiles capped at 168 registers (three
+    # 16-row programs per SM; offline sm_90: 223 → 168 registers, 64 B of stack)
+    ((64, 8, 2048, 1), [("stages3", dict(num_stages=3), None),
+                        ("bn32 cap168", dict(block_n=32, maxnreg=168), None)]),
 ]
 
 

@@ -114,10 +114,12 @@ KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr":
             "stride_kt": "i32", "page_size": "i32"}
 
 
-def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligned=False):
+def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligned=False,
+                maxnreg=None):
     """Compile fn for target cc. aligned: pointers and strides marked divisible by 16 — the
     best case of what a launch specializes (pointers usually are; strides when they happen to
-    be multiples of 16); it decides vectorized loads (SASS studies)."""
+    be multiples of 16); it decides vectorized loads (SASS studies). maxnreg: a register cap
+    (`DecodeConfig.maxnreg`)."""
     sig = dict(signature)
     constexprs = {**{k: None for k, v in signature.items() if v == "constexpr"}, **constexprs}
     sig.update({k: "constexpr" for k in constexprs})
@@ -125,8 +127,10 @@ def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligne
              if aligned and (v.startswith("*") or k.startswith("stride"))}
     src = ASTSource(fn=fn, signature=sig, attrs=attrs,
                     constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=GPUTarget("cuda", cc, 32),
-                          options={"num_warps": num_warps, "num_stages": num_stages})
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
 
 
 def row(what, cc, kernel):
@@ -153,7 +157,7 @@ def _decode_compile(cc, fmt, cfg, s_q, sparse, tma):
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": True, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead),
-    }, cc, cfg.num_warps, stages)
+    }, cc, cfg.num_warps, stages, maxnreg=cfg.maxnreg)
 
 
 def compile_target(cc):

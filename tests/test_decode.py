@@ -210,6 +210,13 @@ def test_rejects_bad_decode_config():
         replace(base, tma_stages=0)
     with pytest.raises(TypeError, match=r"DecodeConfig.tma: expected a bool, got int"):
         replace(base, tma=1)
+    with pytest.raises(ValueError, match=r"DecodeConfig.maxnreg: expected None or a multiple "
+                                         r"of 8 in \[24, 255\], got 170"):
+        replace(base, maxnreg=170)
+    with pytest.raises(ValueError, match=r"DecodeConfig.maxnreg: .* got 256"):
+        replace(base, maxnreg=256)
+    with pytest.raises(ValueError, match=r"DecodeConfig.lookahead: expected 1 or 2, got 3"):
+        replace(base, lookahead=3)
 
 
 def test_unknown_backend_lists_valid_ones(small):

@@ -34,6 +34,28 @@ def test_full_size_matches_reference(fmt, policy, heads, s_q, lens, page_size):
     assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_register_cap_matches_reference_and_schedules_more_programs(fmt):
+    """DecodeConfig.maxnreg reaches the compiler: a 16-row program of 32-token tiles capped at
+    168 registers fits three to an SM on SM90 (uncapped: 188–190 registers, two), the
+    scheduler counts that, and the result still matches the reference."""
+    from dataclasses import replace
+
+    from fp8mla.runtime import decode_config
+
+    cache, table, seqlens = paged_cache(fmt, [5000, 63, 0], 64, device="cuda", seed=9)
+    q = torch.randn(3, 1, 16, 576, generator=torch.Generator().manual_seed(9)).bfloat16().cuda()
+    cfg = replace(decode_config(90, fmt, 16, 1), block_n=32, maxnreg=168)
+    plan = DecodePlan(batch=3, num_heads=16, kv_format=fmt, page_size=64, cache_seqlens=seqlens,
+                      device="cuda", config=cfg)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert plan._programs_per_sm() == 3
+
+
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
 def test_cuda_graph_replays_with_new_lengths_and_contents(fmt):
     lens = [3000, 700, 64]

@@ -328,6 +328,8 @@ class DecodePlan:
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
+        if cfg.maxnreg is not None:
+            meta["maxnreg"] = cfg.maxnreg
         return args, meta
 
     def _descriptors(self, u32, bf16, f32):

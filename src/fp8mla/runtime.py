@@ -70,6 +70,10 @@ class DecodeConfig:
     # gathered tiles at ≥ 3 stages look their slots up this many tiles ahead (`slots_ahead`;
     # 2: the entries are loaded two tiles ahead and turned into slots one ahead)
     lookahead: int = 1
+    # registers per thread the compiler may use (Triton's ``maxnreg``; None: its choice). A
+    # cap that lets one more program fit on an SM (65,536 registers per SM: ≤ 168 for three
+    # 4-warp programs) trades spills for occupancy; `resident_programs` sees the cap
+    maxnreg: int | None = None
 
     def __post_init__(self) -> None:
         """A tuning hook still gets a named error, not a Triton failure at launch."""
@@ -79,6 +83,10 @@ class DecodeConfig:
             if type(v) is not int or not lo <= v <= hi or v & (v - 1):
                 raise ValueError(f"DecodeConfig.{name}: expected a power of two in [{lo}, {hi}], "
                                  f"got {v!r}")
+        if self.maxnreg is not None and (type(self.maxnreg) is not int
+                                         or not 24 <= self.maxnreg <= 255 or self.maxnreg % 8):
+            raise ValueError(f"DecodeConfig.maxnreg: expected None or a multiple of 8 in "
+                             f"[24, 255], got {self.maxnreg!r}")
         if type(self.lookahead) is not int or self.lookahead not in (1, 2):
             raise ValueError(f"DecodeConfig.lookahead: expected 1 or 2, got {self.lookahead!r}")
         for name in ("num_stages", "tma_stages"):
