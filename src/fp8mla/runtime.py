@@ -68,7 +68,8 @@ class DecodeConfig:
     tma: bool = False
     tma_stages: int = 3
     # gathered tiles at ≥ 3 stages look their slots up this many tiles ahead (`slots_ahead`;
-    # 2: the entries are loaded two tiles ahead and turned into slots one ahead)
+    # 2: the entries are loaded two tiles ahead and turned into slots one ahead); TMA plans
+    # and 2-stage plans ignore it
     lookahead: int = 1
     # registers per thread the compiler may use (Triton's ``maxnreg``; None: its choice). A
     # cap that lets one more program fit on an SM (65,536 registers per SM: ≤ 168 for three
@@ -84,9 +85,9 @@ class DecodeConfig:
                 raise ValueError(f"DecodeConfig.{name}: expected a power of two in [{lo}, {hi}], "
                                  f"got {v!r}")
         if self.maxnreg is not None and (type(self.maxnreg) is not int
-                                         or not 24 <= self.maxnreg <= 255 or self.maxnreg % 8):
+                                         or not 24 <= self.maxnreg <= 248 or self.maxnreg % 8):
             raise ValueError(f"DecodeConfig.maxnreg: expected None or a multiple of 8 in "
-                             f"[24, 255], got {self.maxnreg!r}")
+                             f"[24, 248], got {self.maxnreg!r}")
         if type(self.lookahead) is not int or self.lookahead not in (1, 2):
             raise ValueError(f"DecodeConfig.lookahead: expected 1 or 2, got {self.lookahead!r}")
         for name in ("num_stages", "tma_stages"):
@@ -182,9 +183,11 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     num_stages = 3 if cc == 90 and (not sparse or s_q_p2 * heads >= 64) else 2
     # entries two tiles ahead: bf16 at 16 rows (H200, B=64 ctx 8K H16: 165.2 → 159.7 µs, and
     # 163.1 → 157.2 in another call: h200-20261130-s9-*); slower wherever the kernel then
-    # spills more — fp8_ds_mla H16 170 → 223, sparse H64 131 → 146, H8 65 → 80 — and no
-    # change at 64 rows (bf16 H128 649, sparse H128 398)
-    lookahead = 2 if kv_format == "bf16" and block_m <= 16 and not sparse else 1
+    # spills more — fp8_ds_mla H16 170 → 223, sparse H64 131 → 146, sparse H8 forced to 3
+    # stages 65 → 80 — and no change at 64 rows (bf16 H128 649, sparse H128 398). Only where
+    # slots are carried at all (3 stages)
+    lookahead = 2 if (kv_format == "bf16" and block_m <= 16 and not sparse
+                      and num_stages >= 3) else 1
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
                         tma=cc >= 90 and _tma_pays(kv_format, block_m), lookahead=lookahead)

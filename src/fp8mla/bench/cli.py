@@ -52,7 +52,7 @@ def _sweep(case, fmt, env, ceiling):
     rows = []
     for bn, warps, stages in itertools.product((32, 64), (4, 8), (2, 3)):
         cfg = DecodeConfig(block_n=bn, heads_per_block=base.heads_per_block, num_warps=warps,
-                           num_stages=stages, words_2d=base.words_2d)
+                           num_stages=stages, words_2d=base.words_2d, lookahead=base.lookahead)
         try:
             rec = run_case(case, fmt, env, ceiling, config=cfg)[-1]  # the graph replay
         except Exception as e:  # a configuration that does not compile or fit: record it

@@ -351,8 +351,8 @@ def _lanes_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, 
                 ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr):
     """One tile (positions n0 …) into the four lane accumulators — scores, online softmax and
-    P · V: rows gathered from ``slot`` where ``mask_n`` (`_tile_slots`: entries past ``end`` or
-    skipped are never read), or (TILE_TMA) a whole tile from pool row ``row0`` by
+    P · V: rows gathered from ``slot`` where ``mask_n`` (`_entry_slots`: entries past ``end``
+    or skipped are never read), or (TILE_TMA) a whole tile from pool row ``row0`` by
     tensor-memory copies."""
     if TILE_TMA:
         k0, k1, k2, k3, rope = _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT, HW_FP8,
