@@ -144,7 +144,7 @@ def _entry_slots(raw, n0, end, page_shift, num_slots, BLOCK_N: tl.constexpr,
         slot = tl.where(mask_n, raw, 0).to(tl.int64)
     else:
         mask_n = offs_n < end
-        slot = (raw.to(tl.int64) << page_shift) + (offs_n & ((1 << page_shift) - 1))
+        slot = _page_slot(raw.to(tl.int64), offs_n, page_shift)
     return mask_n, slot
 
 
@@ -198,11 +198,17 @@ def _step_slots(bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, raw_c,
 
 
 @triton.jit
+def _page_slot(page, pos, page_shift):
+    """Pool row of position ``pos`` in block-table page ``page`` (its type: int32 or int64)."""
+    return (page << page_shift) + (pos & ((1 << page_shift) - 1))
+
+
+@triton.jit
 def _pool_row(bt_row, pos, end, page_shift):
     """Pool row of the request's token at ``pos`` through its block table (0 from ``end`` on),
     int32: a whole tile's first row, the TMA coordinate, when tiles lie inside pages."""
     page = tl.load(bt_row + (pos >> page_shift), mask=pos < end, other=0)
-    return (page << page_shift) + (pos & ((1 << page_shift) - 1))
+    return _page_slot(page, pos, page_shift)
 
 
 @triton.jit
