@@ -23,11 +23,10 @@ from collections import Counter
 
 import triton
 
-from fp8mla.runtime import folds_scales, slots_ahead
+from fp8mla.runtime import DecodeConfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from fp8mla.kernels.decode import _mla_decode_kernel  # noqa: E402
-from portability_compile import DECODE_SIG, FORMAT_IDS, ROW_BYTES, compile_for, decode_tma_sig  # noqa: E402
+from portability_compile import decode_compile  # noqa: E402
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
@@ -35,17 +34,12 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
 def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
                    num_warps: int, fold: bool = True, tma: bool = False, sparse: bool = False,
                    lookahead: int = 1, maxnreg: int | None = None):
-    fn = _mla_decode_kernel
-    constexprs = {"FORMAT": FORMAT_IDS[fmt], "HW_FP8": True, "DOT_F32": False, "S_Q": 1,
-                  "S_Q_P2": 1, "HEADS": heads, "BLOCK_N": block_n, "DIRECT": False,
-                  "ROW_WORDS": ROW_BYTES[fmt] // 4, "SW_SCALE": 1.0, "WORDS_2D": words_2d,
-                  "SPARSE": sparse, "CAUSAL": not sparse, "FOLD_SCALES": fold, "TMA": False,
-                  "CARRY": slots_ahead(stages, tma, lookahead)}
-    sig = DECODE_SIG
-    if tma:
-        constexprs["TMA"] = True
-        sig = decode_tma_sig(fmt, block_n, folds_scales(fmt, heads, fold))
-    return compile_for(fn, sig, constexprs, 90, num_warps, stages, aligned=True, maxnreg=maxnreg)
+    """The kernel a plan with this configuration launches on sm_90 (s_q 1; `stages` is the
+    TMA depth when ``tma``), compiled as the portability test does, with aligned pointers."""
+    cfg = DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
+                       num_stages=stages, words_2d=words_2d, fold_scales=fold, tma=tma,
+                       tma_stages=stages, lookahead=lookahead, maxnreg=maxnreg)
+    return decode_compile(90, fmt, cfg, 1, sparse, tma, aligned=True)
 
 
 ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")  # what marks an instruction line of nvdisasm

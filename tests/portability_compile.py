@@ -141,23 +141,25 @@ def row(what, cc, kernel):
                        "trap": "trap;" in kernel.asm["ptx"]})
 
 
-def _decode_compile(cc, fmt, cfg, s_q, sparse, tma):
+def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False):
     """`_mla_decode_kernel` as a plan with config ``cfg`` launches it: whole tiles by TMA
     (``tma``: the descriptors' signature, cfg.tma_stages) or every tile gathered (cfg.num_stages,
-    the next tile's slots carried from 3 stages on)."""
+    the next tile's slots carried from 3 stages on). aligned: as `compile_for` (SASS studies:
+    `benchmarks/sass_decode.py`)."""
     hw = cc >= 89
     sig, stages = DECODE_SIG, cfg.num_stages
     if tma:
-        fold = folds_scales(fmt, triton.next_power_of_2(s_q) * cfg.heads_per_block)
+        fold = folds_scales(fmt, triton.next_power_of_2(s_q) * cfg.heads_per_block,
+                            cfg.fold_scales)
         sig, stages = decode_tma_sig(fmt, cfg.block_n, fold), cfg.tma_stages
     return compile_for(_mla_decode_kernel, sig, {
         "FORMAT": FORMAT_IDS[fmt], "HW_FP8": hw, "DOT_F32": False, "S_Q": s_q,
         "S_Q_P2": triton.next_power_of_2(s_q), "HEADS": cfg.heads_per_block,
         "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
-        "CAUSAL": True, "FOLD_SCALES": True, "TMA": tma,
+        "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead),
-    }, cc, cfg.num_warps, stages, maxnreg=cfg.maxnreg)
+    }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
 def compile_target(cc):
@@ -168,14 +170,14 @@ def compile_target(cc):
         for heads, s_q in DECODE_SHAPES:
             cfg = decode_config(cc, fmt, heads, s_q)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc,
-                             _decode_compile(cc, fmt, cfg, s_q, False, cfg.tma)))
+                             decode_compile(cc, fmt, cfg, s_q, False, cfg.tma)))
             if cfg.tma and cc == GATHER_CC:  # pages shorter than a tile: every tile gathered
                 lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc,
-                                 _decode_compile(cc, fmt, cfg, s_q, False, False)))
+                                 decode_compile(cc, fmt, cfg, s_q, False, False)))
         for heads in SPARSE_HEADS[cc == 90]:
             cfg = decode_config(cc, fmt, heads, 1, sparse=True)
             lines.append(row(f"sparse/{fmt}/H{heads}", cc,
-                             _decode_compile(cc, fmt, cfg, 1, True, False)))
+                             decode_compile(cc, fmt, cfg, 1, True, False)))
         k = compile_for(_store_kv_kernel, STORE_SIG, {
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)
