@@ -26,23 +26,21 @@ from fp8mla.runtime import decode_config
 # attributes set for the variant]), ...]); the launcher's default configuration and split
 # count are always timed first.
 GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before session 6
-# Prepared in session 9, not yet run: 16-row programs of 32-token tiles capped at 168 registers
-# fit three to an SM (sm_90, triton 3.6, offline: fp8_ds_mla folded 188 → 168 registers with no
-# spills; fp8 TMA 190 → 168 with 48 B of stack) instead of two at 255 registers today
-CAP = dict(block_n=32, maxnreg=168)
+# Session 10: the online softmax's lazy rescale (accumulators multiplied by α only when a
+# row's max passed the reference by > 2⁸) and late row sums (P summed per column, reduced once
+# at the end: one shared-memory round trip and barrier less per tile). Offline sm_90 at 16 rows:
+# 64 of the fp8 TMA loop's 1,031 instructions skipped per tile (FMULs in the branch), 3 of 33
+# barriers gone; at 64 rows both spill (sparse 56 → 176 / 752 B of stack), so not planned there.
+# Session 9's register cap (32-token tiles at 168 registers) lost everywhere: s10-cap-*.json.
+LAZY = [("lazy", dict(lazy_rescale=True), None), ("late", dict(late_sum=True), None),
+        ("lazy late", dict(lazy_rescale=True, late_sum=True), None)]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla", [("bn32", dict(block_n=32), None),
-                                              ("bn32 cap168", CAP, None)]),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("bn32 cap168", CAP, None)]),
-    # fp8 gathered with [32, 4, 32]-word rows: 168 registers and no spills at the cap (639
-    # instructions per 32-token tile; TMA at the cap: 32 B of stack)
-    (DecodeCase(64, 8192, 16), "fp8", [("bn32 cap168", CAP, None),
-                                       ("bn32 cap168 tma s2", dict(CAP, tma_stages=2), None),
-                                       ("bn32 cap168 gather 3d",
-                                        dict(CAP, tma=False, words_2d=False), None)]),
-    (DecodeCase(1, 131072, 8), "fp8", [("bn32 cap168", CAP, None),
-                                       ("bn32 cap168 gather 3d",
-                                        dict(CAP, tma=False, words_2d=False), None)]),
+    (DecodeCase(64, 8192, 16), "fp8", LAZY),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", LAZY),
+    (DecodeCase(64, 8192, 16), "bf16", LAZY),
+    (DecodeCase(1, 131072, 8), "fp8", LAZY),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", LAZY),
+    (DecodeCase(64, 8192, 16, s_q=2), "fp8", LAZY),
 ]
 
 

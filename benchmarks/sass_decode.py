@@ -5,7 +5,8 @@ loop for sm_90, compiled on the CPU (no GPU): the offline half of tuning the ker
     e.g. python benchmarks/sass_decode.py fp8 16 64 3 1 4 1 1
     FOLD (fp8_ds_mla at ≤ 16 rows; default 1): 0 compiles the unfolded scale path
     TMA (default 0): 1 compiles whole tiles by tensor-memory copies (pages of ≥ BLOCK_N)
-    sparse=1: the sparse kernel (index lists); lookahead=N, maxnreg=N: DecodeConfig's;
+    sparse=1: the sparse kernel (index lists); lookahead=N, maxnreg=N, lazy=0|1,
+    late_sum=0|1: DecodeConfig's;
     sass=PATH: write the whole SASS there
 
 Uses the installed Triton and the cuobjdump / nvdisasm its wheel carries; put another Triton
@@ -33,12 +34,14 @@ BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
 
 def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
                    num_warps: int, fold: bool = True, tma: bool = False, sparse: bool = False,
-                   lookahead: int = 1, maxnreg: int | None = None):
+                   lookahead: int = 1, maxnreg: int | None = None, lazy: bool = False,
+                   late_sum: bool = False):
     """The kernel a plan with this configuration launches on sm_90 (s_q 1; `stages` is the
     TMA depth when ``tma``), compiled as the portability test does, with aligned pointers."""
     cfg = DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                        num_stages=stages, words_2d=words_2d, fold_scales=fold, tma=tma,
-                       tma_stages=stages, lookahead=lookahead, maxnreg=maxnreg)
+                       tma_stages=stages, lookahead=lookahead, maxnreg=maxnreg,
+                       lazy_rescale=lazy, late_sum=late_sum)
     return decode_compile(90, fmt, cfg, 1, sparse, tma, aligned=True)
 
 
@@ -123,7 +126,8 @@ def main() -> None:
     kernel = compile_decode(fmt, int(heads), int(block_n), int(stages), words_2d == "1",
                             int(warps), fold, tma, opts.get("sparse") == "1",
                             int(opts.get("lookahead", 1)),
-                            int(opts["maxnreg"]) if "maxnreg" in opts else None)
+                            int(opts["maxnreg"]) if "maxnreg" in opts else None,
+                            opts.get("lazy") == "1", opts.get("late_sum") == "1")
     usage, sass = disassemble(kernel)
     if "sass" in opts:
         with open(opts["sass"], "w") as f:

@@ -26,10 +26,10 @@ from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
 # (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
-PLAN = [  # prepared in session 9, not yet run: 32-token tiles capped at 168 registers (three
-    # 16-row programs per SM; offline sm_90: 223 → 168 registers, 64 B of stack)
-    ((64, 8, 2048, 1), [("stages3", dict(num_stages=3), None),
-                        ("bn32 cap168", dict(block_n=32, maxnreg=168), None)]),
+PLAN = [  # session 10: lazy rescale / late row sums at 16 rows (decode_variants.py)
+    ((64, 8, 2048, 1), [("lazy", dict(lazy_rescale=True), None),
+                        ("late", dict(late_sum=True), None),
+                        ("lazy late", dict(lazy_rescale=True, late_sum=True), None)]),
 ]
 
 

@@ -158,7 +158,8 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False):
         "BLOCK_N": cfg.block_n, "DIRECT": False, "ROW_WORDS": ROW_BYTES[fmt] // 4,
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
-        "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead),
+        "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
+        "LATE_SUM": cfg.late_sum,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 

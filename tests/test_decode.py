@@ -410,3 +410,43 @@ def test_rejects_bad_given_outputs(small, device):
                  out=torch.empty(*q.shape[:3], 512, dtype=torch.float32, device=device))
     with pytest.raises(ValueError, match=r"empty_lse: expected -inf or \+inf"):
         plan.run(q, cache.layer(0), table, seqlens, empty_lse=0.0)
+
+
+@pytest.mark.parametrize("fmt,policy,lazy,late", [
+    ("fp8", None, True, True), ("fp8_ds_mla", "fp32", True, True),  # the launcher's, folded
+    ("fp8", None, True, False), ("fp8", None, False, True), ("bf16", None, False, False)])
+def test_online_softmax_steps_past_and_within_the_slack(device, fmt, policy, lazy, late):
+    """DecodeConfig.lazy_rescale / late_sum (kernels/decode.py `_softmax_tile`) where the
+    scores step up mid-request: by ~5 powers of two (under the slack: P is taken against the
+    stale max, up to 2⁵), by ~20 (past it: the accumulators are rescaled mid-request), then
+    back down — output, lse and max_logits against the reference, one split walking 32-token
+    tiles, with a short request and a poisoned pool."""
+    from dataclasses import replace
+
+    from fp8mla.runtime import decode_config
+
+    cache, table, seqlens = paged_cache(fmt, [160, 45], 16, policy=policy, device=device,
+                                        seed=61)
+    g = torch.Generator().manual_seed(62)
+    pos = torch.arange(160, device=device)
+    slots = table[0, pos // 16].long() * 16 + pos % 16
+    step = torch.zeros(160)
+    step[40:90], step[90:130] = 1.5, 6.0  # rope dim 0: 0.06 · 40 · step · log2 e ≈ 3.5 · step
+    rope = torch.randn(160, 64, generator=g)
+    rope[:, 0] = step
+    cache.store(0, torch.randn(160, 512, generator=g).bfloat16().to(device),
+                rope.bfloat16().to(device), slots)
+    q = _q(2, 1, 8, device, 63)
+    q[..., 512] = 40.0
+    cfg = replace(decode_config(90, fmt, 8, 1), block_n=32, tma=False, lazy_rescale=lazy,
+                  late_sum=late)
+    plan = DecodePlan(batch=2, num_heads=8, kv_format=fmt, page_size=16, cache_seqlens=seqlens,
+                      softmax_scale=0.06, device=device, num_splits=1, config=cfg)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 0.06, policy)
+    kv = cache.dequantize(0)
+    for b, n in enumerate(seqlens.tolist()):
+        p = torch.arange(n, device=device)
+        rows = kv[table[b, p // 16].long(), p % 16].float()
+        want = (q[b, 0].float() @ rows.T * 0.06).amax(-1)
+        assert_close(plan.max_logits[b, 0], want, atol=1e-3, rtol=1e-3, name="max_logits")

@@ -324,7 +324,8 @@ class DecodePlan:
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
             WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
-            CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead),
+            CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
+            LATE_SUM=cfg.late_sum,
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )

@@ -75,6 +75,11 @@ class DecodeConfig:
     # cap that lets one more program fit on an SM (65,536 registers per SM: ≤ 168 for three
     # 4-warp programs) trades spills for occupancy; `resident_programs` sees the cap
     maxnreg: int | None = None
+    # online softmax (kernels/decode.py `_softmax_tile`; exact either way): the accumulators
+    # are rescaled only when some row's max has grown by more than 2⁸ since the last rescale;
+    # P's row sums are kept per tile column and summed once at the end
+    lazy_rescale: bool = False
+    late_sum: bool = False
 
     def __post_init__(self) -> None:
         """A tuning hook still gets a named error, not a Triton failure at launch."""
@@ -94,7 +99,7 @@ class DecodeConfig:
             v = getattr(self, name)
             if type(v) is not int or not 1 <= v <= 8:
                 raise ValueError(f"DecodeConfig.{name}: expected an int in [1, 8], got {v!r}")
-        for name in ("words_2d", "fold_scales", "tma"):
+        for name in ("words_2d", "fold_scales", "tma", "lazy_rescale", "late_sum"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"DecodeConfig.{name}: expected a bool, got "
                                 f"{type(getattr(self, name)).__name__}")
@@ -188,6 +193,14 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     # slots are carried at all (3 stages)
     lookahead = 2 if (kv_format == "bf16" and block_m <= 16 and not sparse
                       and num_stages >= 3) else 1
+    # lazy rescale + late row sums (`DecodeConfig.lazy_rescale` / `late_sum`): dense FP8 at ≤ 32
+    # rows on SM90, where both together measured faster (H200, h200-20261130-s10-lazy-*.json;
+    # B=64 ctx 8K): fp8 H16 135.3 → 131.2 µs, fp8_ds_mla H16 171.0 → 167.8, fp8 s_q 2 222.4 →
+    # 213.6, B=1 128K fp8 46.1 → 45.9, fp8_ds_mla 58.6 → 57.2. Not bf16 (±1%), not sparse (H8
+    # 66.0 → 70.0) and not 64 rows (wgmma: 120–700 B more spills, offline); other targets
+    # untimed
+    lazy = cc == 90 and fp8 and not sparse and block_m <= 32
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
-                        tma=cc >= 90 and _tma_pays(kv_format, block_m), lookahead=lookahead)
+                        tma=cc >= 90 and _tma_pays(kv_format, block_m), lookahead=lookahead,
+                        lazy_rescale=lazy, late_sum=lazy)

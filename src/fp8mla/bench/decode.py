@@ -101,7 +101,9 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
             c = plan.config
             note = (f"splits={plan.num_splits} block_n={c.block_n} heads/block="
                     f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}"
-                    f" words_2d={c.words_2d} fold_scales={c.fold_scales} programs/SM={plan.programs_per_sm}")
+                    f" words_2d={c.words_2d} fold_scales={c.fold_scales} tma={plan.tma}"
+                    f" lookahead={c.lookahead} lazy={c.lazy_rescale} late_sum={c.late_sum}"
+                    f" programs/SM={plan.programs_per_sm}")
             timed = [("fp8mla", fn), ("fp8mla_graph", graphed(fn))]
         else:
             fn = lambda b=backend: dense_decode(q, rows, table, seqlens, kv_format=fmt,

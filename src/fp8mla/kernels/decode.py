@@ -59,6 +59,9 @@ FMT_BF16 = tl.constexpr(0)
 FMT_FP8 = tl.constexpr(1)
 FMT_DS_MLA = tl.constexpr(2)
 LOG2E = tl.constexpr(1.4426950408889634)
+# LAZY rescale: the max that P is taken against moves only when a row's running max passes it
+# by more than this many powers of two (so P ≤ 2⁸; the result is exact either way)
+RESCALE_SLACK = tl.constexpr(8.0)
 
 
 @triton.jit
@@ -317,45 +320,81 @@ def _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT: tl
 
 
 @triton.jit
-def _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i):
+def _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, m_ref, l_i, LAZY: tl.constexpr,
+                  LATE_SUM: tl.constexpr):
     """One tile of the online softmax (base 2; entries past a row's causal limit or invalid are
-    −inf): (new max, new sum, P, the rescale α of what came before)."""
+    −inf). ``m_i`` is each row's running max (reported as max_logits), ``m_ref`` the max that P
+    and the sum are taken against. Without LAZY they are equal: every tile moves ``m_ref`` and
+    what came before is rescaled by α. With LAZY ``m_ref`` moves — for every row at once — only
+    when some row's max has passed it by more than RESCALE_SLACK, so most tiles skip
+    rescaling the accumulators (P ≤ 2^RESCALE_SLACK). ``l_i``: the sum of P per row, or
+    (LATE_SUM) per (row, tile column), [BLOCK_M, BLOCK_N], summed over the columns once at the
+    end — a row's columns lie in different warps, so a per-tile sum costs a shared-memory round
+    trip and a barrier. Returns (running max, reference, sums, P, α, whether the accumulators need
+    α: a scalar, `_rescale`)."""
     ok = (offs_n[None, :] < visible[:, None]) & mask_n[None, :]
     qk = tl.where(ok, qk * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+    m_i = tl.maximum(m_i, tl.max(qk, axis=1))
+    if LAZY:
+        # −inf > −inf + slack is false: rows that have seen nothing never force a move
+        rescale = tl.max((m_i > m_ref + RESCALE_SLACK).to(tl.int32), axis=0) > 0
+        m_new = tl.where(rescale, m_i, m_ref)
+    else:
+        rescale = True
+        m_new = m_i
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.exp2(qk - m_safe[:, None])
-    alpha = tl.exp2(m_i - m_safe)
-    return m_new, l_i * alpha + tl.sum(p, axis=1), p, alpha
+    alpha = tl.exp2(m_ref - m_safe)
+    if LATE_SUM:
+        l_i = l_i * alpha[:, None] + p
+    else:
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+    return m_i, m_new, l_i, p, alpha, rescale
 
 
 @triton.jit
-def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2, acc3,
-                   k0, k1, k2, k3, DOT_F32: tl.constexpr):
+def _rescale(rescale, alpha, a0, a1, a2, a3, LAZY: tl.constexpr):
+    """Four accumulators times α (per row), skipped when LAZY and ``rescale`` is false."""
+    if LAZY:
+        if rescale:
+            a0, a1, a2, a3 = (a0 * alpha[:, None], a1 * alpha[:, None], a2 * alpha[:, None],
+                              a3 * alpha[:, None])
+    else:
+        a0, a1, a2, a3 = (a0 * alpha[:, None], a1 * alpha[:, None], a2 * alpha[:, None],
+                          a3 * alpha[:, None])
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, m_ref, l_i, acc0, acc1, acc2,
+                   acc3, k0, k1, k2, k3, DOT_F32: tl.constexpr, LAZY: tl.constexpr,
+                   LATE_SUM: tl.constexpr):
     """One tile of the online softmax and P · V into the four lane accumulators."""
-    m_new, l_i, p, alpha = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i)
-    acc0, acc1, acc2, acc3 = _pv(p.to(k0.dtype), alpha, acc0, acc1, acc2, acc3, k0, k1, k2, k3,
+    m_i, m_ref, l_i, p, alpha, rescale = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale,
+                                                       m_i, m_ref, l_i, LAZY, LATE_SUM)
+    acc0, acc1, acc2, acc3 = _rescale(rescale, alpha, acc0, acc1, acc2, acc3, LAZY)
+    acc0, acc1, acc2, acc3 = _pv(p.to(k0.dtype), acc0, acc1, acc2, acc3, k0, k1, k2, k3,
                                  DOT_F32)
-    return m_new, l_i, acc0, acc1, acc2, acc3
+    return m_i, m_ref, l_i, acc0, acc1, acc2, acc3
 
 
 @triton.jit
-def _pv(pm, alpha, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
-    """Four lane accumulators rescaled and advanced by one tile: α · a_j + P · k_j."""
-    a0 = mma(pm, k0, a0 * alpha[:, None], DOT_F32)
-    a1 = mma(pm, k1, a1 * alpha[:, None], DOT_F32)
-    a2 = mma(pm, k2, a2 * alpha[:, None], DOT_F32)
-    a3 = mma(pm, k3, a3 * alpha[:, None], DOT_F32)
+def _pv(pm, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
+    """Four lane accumulators advanced by one tile: a_j + P · k_j."""
+    a0 = mma(pm, k0, a0, DOT_F32)
+    a1 = mma(pm, k1, a1, DOT_F32)
+    a2 = mma(pm, k2, a2, DOT_F32)
+    a3 = mma(pm, k3, a3, DOT_F32)
     return a0, a1, a2, a3
 
 
 @triton.jit
 def _lanes_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
-                rope_desc, scale_desc, n0, end, row0, slot, mask_n, visible, qk_scale, m_i, l_i,
-                acc0, acc1, acc2, acc3, TILE_TMA: tl.constexpr, FORMAT: tl.constexpr,
+                rope_desc, scale_desc, n0, end, row0, slot, mask_n, visible, qk_scale, m_i, m_ref,
+                l_i, acc0, acc1, acc2, acc3, TILE_TMA: tl.constexpr, FORMAT: tl.constexpr,
                 HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr, DOT_F32: tl.constexpr,
                 ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr):
+                BLOCK_N: tl.constexpr, LAZY: tl.constexpr, LATE_SUM: tl.constexpr):
     """One tile (positions n0 …) into the four lane accumulators — scores, online softmax and
     P · V: rows gathered from ``slot`` where ``mask_n`` (`_entry_slots`: entries past ``end``
     or skipped are never read), or (TILE_TMA) a whole tile from pool row ``row0`` by
@@ -377,8 +416,8 @@ def _lanes_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, 
     if TILE_TMA:  # positions after the scores: 989 vs 1,022 sm_90 instructions per tile
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
-    return _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i, acc0, acc1, acc2,
-                          acc3, k0, k1, k2, k3, DOT_F32)
+    return _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, m_ref, l_i, acc0, acc1,
+                          acc2, acc3, k0, k1, k2, k3, DOT_F32, LAZY, LATE_SUM)
 
 
 @triton.jit
@@ -413,19 +452,22 @@ def _tile_scores(qk, q0, q1, q2, q3, k0, k1, k2, k3, scale, DOT_F32: tl.constexp
 
 
 @triton.jit
-def _tile_pv(p, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
-    """One scale tile's accumulators [BLOCK_M, 32] per lane: α · acc + (P · scale) · k."""
-    return _pv((p * scale[None, :]).to(tl.float16), alpha, a0, a1, a2, a3, k0, k1, k2, k3,
-               DOT_F32)
+def _tile_pv(p, rescale, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr,
+             LAZY: tl.constexpr):
+    """One scale tile's accumulators [BLOCK_M, 32] per lane: α · acc (`_rescale`) +
+    (P · scale) · k."""
+    a0, a1, a2, a3 = _rescale(rescale, alpha, a0, a1, a2, a3, LAZY)
+    return _pv((p * scale[None, :]).to(tl.float16), a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32)
 
 
 @triton.jit
 def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
                qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, n0, end, row0,
-               slot, mask_n, visible, qk_scale, m_i, l_i,
+               slot, mask_n, visible, qk_scale, m_i, m_ref, l_i,
                aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
                TILE_TMA: tl.constexpr, HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr,
-               DOT_F32: tl.constexpr, ROW_WORDS: tl.constexpr, BLOCK_N: tl.constexpr):
+               DOT_F32: tl.constexpr, ROW_WORDS: tl.constexpr, BLOCK_N: tl.constexpr,
+               LAZY: tl.constexpr, LATE_SUM: tl.constexpr):
     """One fp8_ds_mla tile with the scales folded (q, lanes and accumulators per 128-dim scale
     tile a … d): rows gathered from ``slot`` where ``mask_n``, or (TILE_TMA) a whole tile from
     pool row ``row0`` by tensor-memory copies."""
@@ -459,12 +501,17 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
     qk = _tile_scores(qk, qb0, qb1, qb2, qb3, kb0, kb1, kb2, kb3, sb, DOT_F32)
     qk = _tile_scores(qk, qc0, qc1, qc2, qc3, kc0, kc1, kc2, kc3, sc, DOT_F32)
     qk = _tile_scores(qk, qd0, qd1, qd2, qd3, kd0, kd1, kd2, kd3, sd, DOT_F32)
-    m_i, l_i, p, alpha = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, l_i)
-    aa0, aa1, aa2, aa3 = _tile_pv(p, alpha, sa, aa0, aa1, aa2, aa3, ka0, ka1, ka2, ka3, DOT_F32)
-    ab0, ab1, ab2, ab3 = _tile_pv(p, alpha, sb, ab0, ab1, ab2, ab3, kb0, kb1, kb2, kb3, DOT_F32)
-    ac0, ac1, ac2, ac3 = _tile_pv(p, alpha, sc, ac0, ac1, ac2, ac3, kc0, kc1, kc2, kc3, DOT_F32)
-    ad0, ad1, ad2, ad3 = _tile_pv(p, alpha, sd, ad0, ad1, ad2, ad3, kd0, kd1, kd2, kd3, DOT_F32)
-    return (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
+    m_i, m_ref, l_i, p, alpha, rs = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i,
+                                                  m_ref, l_i, LAZY, LATE_SUM)
+    aa0, aa1, aa2, aa3 = _tile_pv(p, rs, alpha, sa, aa0, aa1, aa2, aa3, ka0, ka1, ka2, ka3,
+                                  DOT_F32, LAZY)
+    ab0, ab1, ab2, ab3 = _tile_pv(p, rs, alpha, sb, ab0, ab1, ab2, ab3, kb0, kb1, kb2, kb3,
+                                  DOT_F32, LAZY)
+    ac0, ac1, ac2, ac3 = _tile_pv(p, rs, alpha, sc, ac0, ac1, ac2, ac3, kc0, kc1, kc2, kc3,
+                                  DOT_F32, LAZY)
+    ad0, ad1, ad2, ad3 = _tile_pv(p, rs, alpha, sd, ad0, ad1, ad2, ad3, kd0, kd1, kd2, kd3,
+                                  DOT_F32, LAZY)
+    return (m_i, m_ref, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
             ad3)
 
 
@@ -483,7 +530,8 @@ def _mla_decode_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
-    TMA: tl.constexpr = False, CARRY: tl.constexpr = 0,
+    TMA: tl.constexpr = False, CARRY: tl.constexpr = 0, LAZY: tl.constexpr = False,
+    LATE_SUM: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -529,8 +577,12 @@ def _mla_decode_kernel(
         visible = seqlen + qi * 0
     bt_row = block_table_ptr + b.to(tl.int64) * stride_bt
 
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max of the scaled scores
+    m_ref = m_i  # the max P is taken against (`_softmax_tile`)
+    if LATE_SUM:
+        l_i = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)  # P summed per column (`_softmax_tile`)
+    else:
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
     FOLD: tl.constexpr = (FORMAT == FMT_DS_MLA) & (BLOCK_M <= 16) & FOLD_SCALES
     if FOLD:
         # scales folded into the scores and P: q, lanes and accumulators per scale tile
@@ -551,13 +603,13 @@ def _mla_decode_kernel(
             for n0 in range(start, tail, BLOCK_N):
                 row0 = row_next
                 row_next = _pool_row(bt_row, n0 + BLOCK_N, tail, page_shift)
-                (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
-                 ad3) = _fold_tile(
+                (m_i, m_ref, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0,
+                 ad1, ad2, ad3) = _fold_tile(
                     qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
                     qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, n0, end,
-                    row0, 0, None, visible, qk_scale, m_i, l_i,
+                    row0, 0, None, visible, qk_scale, m_i, m_ref, l_i,
                     aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
-                    True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N)
+                    True, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N, LAZY, LATE_SUM)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
         mask_c, slot_c, raw_c = _first_slots(bt_row, tail, end, page_shift, num_slots,
                                              BLOCK_N, SPARSE, CARRY)
@@ -565,13 +617,13 @@ def _mla_decode_kernel(
             mask_n, slot, mask_c, slot_c, raw_c = _step_slots(
                 bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, raw_c, BLOCK_N, SPARSE,
                 CARRY)
-            (m_i, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
-             ad3) = _fold_tile(
+            (m_i, m_ref, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0,
+             ad1, ad2, ad3) = _fold_tile(
                 qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, qd1, qd2, qd3,
                 qr0, u32_ptr, bf16_ptr, f32_ptr, lat_desc, rope_desc, scale_desc, n0, end, 0,
-                slot, mask_n, visible, qk_scale, m_i, l_i,
+                slot, mask_n, visible, qk_scale, m_i, m_ref, l_i,
                 aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2, ad3,
-                False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N)
+                False, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS, BLOCK_N, LAZY, LATE_SUM)
     else:
         acc0 = tl.zeros((BLOCK_M, 128), tl.float32)
         acc1 = tl.zeros((BLOCK_M, 128), tl.float32)
@@ -586,11 +638,11 @@ def _mla_decode_kernel(
             for n0 in range(start, tail, BLOCK_N):
                 row0 = row_next
                 row_next = _pool_row(bt_row, n0 + BLOCK_N, tail, page_shift)
-                m_i, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
+                m_i, m_ref, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
                     q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
-                    rope_desc, scale_desc, n0, end, row0, 0, None, visible, qk_scale, m_i, l_i,
-                    acc0, acc1, acc2, acc3, True, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
-                    WORDS_2D, BLOCK_M, BLOCK_N)
+                    rope_desc, scale_desc, n0, end, row0, 0, None, visible, qk_scale, m_i,
+                    m_ref, l_i, acc0, acc1, acc2, acc3, True, FORMAT, HW_FP8, SW_SCALE, DOT_F32,
+                    ROW_WORDS, WORDS_2D, BLOCK_M, BLOCK_N, LAZY, LATE_SUM)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
         mask_c, slot_c, raw_c = _first_slots(bt_row, tail, end, page_shift, num_slots,
                                              BLOCK_N, SPARSE, CARRY)
@@ -598,16 +650,18 @@ def _mla_decode_kernel(
             mask_n, slot, mask_c, slot_c, raw_c = _step_slots(
                 bt_row, n0, end, page_shift, num_slots, mask_c, slot_c, raw_c, BLOCK_N, SPARSE,
                 CARRY)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
+            m_i, m_ref, l_i, acc0, acc1, acc2, acc3 = _lanes_tile(
                 q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
-                rope_desc, scale_desc, n0, end, 0, slot, mask_n, visible, qk_scale, m_i, l_i,
-                acc0, acc1, acc2, acc3, False, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
-                WORDS_2D, BLOCK_M, BLOCK_N)
+                rope_desc, scale_desc, n0, end, 0, slot, mask_n, visible, qk_scale, m_i, m_ref,
+                l_i, acc0, acc1, acc2, acc3, False, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
+                WORDS_2D, BLOCK_M, BLOCK_N, LAZY, LATE_SUM)
 
     # --- normalize; write the final output (one split) or this split's partial -------------
+    if LATE_SUM:
+        l_i = tl.sum(l_i, axis=1)
     has = l_i > 0.0
     inv = tl.where(has, kv_mult / tl.where(has, l_i, 1.0), 0.0)
-    lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
+    lse = tl.where(has, (m_ref + tl.log2(tl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
     if DIRECT:
         o_row = out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh
         l_off = b.to(tl.int64) * stride_lb + qi * stride_ls + head * stride_lh
