@@ -217,6 +217,8 @@ def test_rejects_bad_decode_config():
         replace(base, maxnreg=256)
     with pytest.raises(ValueError, match=r"DecodeConfig.lookahead: expected 1 or 2, got 3"):
         replace(base, lookahead=3)
+    with pytest.raises(TypeError, match=r"DecodeConfig.late_sum: expected a bool, got str"):
+        replace(base, late_sum="yes")
 
 
 def test_unknown_backend_lists_valid_ones(small):
@@ -326,6 +328,23 @@ def test_gathered_stages_where_measured():
             for h in (8, 128) for sp in (False, True)} | {
         decode_config(90, "bf16", 8, 1, sparse=True).lookahead} | {
         decode_config(cc, "bf16", 8, 1).lookahead for cc in (80, 89, 100, 120)} == {1}
+
+
+def test_lazy_softmax_where_measured():
+    """Lazy rescale and late row sums together, for dense FP8 at ≤ 32 rows on SM90 only
+    (measured faster there; bf16 ±1%, sparse 16-row programs slower, 64 rows spill)."""
+    from fp8mla.runtime import decode_config
+
+    def on(cc, fmt, heads, s_q=1, sparse=False):
+        c = decode_config(cc, fmt, heads, s_q, sparse=sparse)
+        assert c.lazy_rescale == c.late_sum
+        return c.lazy_rescale
+
+    assert all(on(90, fmt, h, s_q) for fmt in ("fp8", "fp8_ds_mla")
+               for h, s_q in ((1, 1), (8, 1), (16, 1), (16, 2), (8, 4)))
+    assert not any([on(90, "bf16", 16), on(90, "fp8", 64), on(90, "fp8_ds_mla", 128),
+                    on(90, "fp8", 32, 2), on(90, "fp8_ds_mla", 8, sparse=True)]
+                   + [on(cc, "fp8", 8) for cc in (80, 89, 100, 120)])
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])

@@ -38,6 +38,13 @@ lookup's own load is not waited on in the iteration that issues it (the SASS sho
 load ~20 instructions before its first use at CARRY 1): bf16 at 16 rows 165 → 160 µs; where
 the extra carried registers add spills it is slower (`fp8mla.runtime.decode_config`).
 
+Online softmax (LAZY, LATE_SUM; the launcher: dense FP8 at ≤ 32 rows on SM90, `_softmax_tile`):
+the accumulators are rescaled only when a row's max passes the max P is taken against by more
+than 2⁸ — in practice on a program's first tile only — and P's row sums are kept per tile
+column and summed once at the end instead of across warps every tile. Exact either way. H200,
+B=64 × 8K × 16 heads: fp8 135.3 → 131.2 µs, fp8_ds_mla 171.0 → 167.8; slower for 16-row
+sparse programs, and 64-row (wgmma) programs spill with them.
+
 Row layouts (fp8mla.formats): fp8 = 144 words [latent 128 | rope 16]; fp8_ds_mla = 164 words
 [latent 128 | 4 float32 scales | rope as 64 bf16]; bf16 = 576 bf16.
 
