@@ -90,8 +90,8 @@ def test_combine_blocks_spread_few_rows_over_the_gpu():
 
     assert combine_blocks(8, 256, 132) == (32, 128)  # B=1, 8 heads, 128K: 128 programs
     assert combine_blocks(8, 64, 132) == (32, 64)  # the pool case: every split in one step
-    assert combine_blocks(64 * 16, 4, 132) == (128, 4)  # B=64 H=16: as before
-    assert combine_blocks(64 * 64, 256, 132) == (128, 32)
+    assert combine_blocks(64 * 16, 4, 132) == (512, 4)  # B=64 H=16: whole rows, one step
+    assert combine_blocks(64 * 64, 256, 132) == (512, 8)
     assert combine_blocks(48, 256, 132) == (64, 64)  # 384 programs at 64 dims
 
 

@@ -47,7 +47,7 @@ MIN_SPLIT_TILES = 1  # a split is at least one tile; the cost model below weighs
 MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
-COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (128 → 32) until the combine has this many
+COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -75,12 +75,13 @@ def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
 
 def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
     """(BLOCK_D, BLOCK_S) of the split combine over ``rows`` (request, query, head) rows:
-    latent dims per program narrow from 128 to 32 while the grid has fewer than
-    COMBINE_PROGRAMS_PER_SM programs per SM, and splits per step widen to keep COMBINE_TILE
-    values per step. A single long request (B=1, 8 heads, 256 splits) then runs 128 programs
-    of 2 steps instead of 32 programs of 8 dependent steps (predicted B=1 × 128K: ≈ 70 → ≈ 62
-    µs; not yet run on a GPU). Many rows keep 128 dims and up to 32 splits per step."""
-    block_d = 128
+    latent dims per program narrow from the whole row (512) to 32 while the grid has fewer
+    than COMBINE_PROGRAMS_PER_SM programs per SM, and splits per step widen to keep
+    COMBINE_TILE values per step. Many rows (B=64 × 16 heads × 4 splits) get one whole-row
+    program each, one memory round trip apiece — with 128-dim programs and two dependent loads
+    the combine took 13.6 µs of that case's 131 on the H200 (h200-20261130-s10-*-decode-phases);
+    a single long request (B=1, 8 heads, 256 splits) gets 128 programs of 32 dims, 2 steps."""
+    block_d = LATENT_DIM
     while block_d > 32 and rows * (LATENT_DIM // block_d) < COMBINE_PROGRAMS_PER_SM * num_sms:
         block_d //= 2
     return block_d, min(triton.next_power_of_2(max(1, num_splits)), COMBINE_TILE // block_d)
@@ -402,8 +403,7 @@ class DecodePlan:
                 self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
                 out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
                 lse.stride(2), empty_lse, self.num_splits, self.num_heads,
-                S_Q=self.s_q, SPLITS_P2=triton.next_power_of_2(self.num_splits), DIM=LATENT_DIM,
-                BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
+                S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
             )
         return out, lse
 

@@ -695,43 +695,49 @@ def _combine_splits_kernel(
     part_out_ptr, part_lse_ptr, part_max_ptr, out_ptr, lse_ptr, max_ptr,
     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
     lse_empty, num_splits, num_heads,
-    S_Q: tl.constexpr, SPLITS_P2: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    S_Q: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     """LSE-weighted merge of one (request, query, head) row's split partials, BLOCK_D dims per
-    program: out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf.
-    Splits are read BLOCK_S at a time so their loads overlap (`fp8mla.decode.combine_blocks`
-    picks BLOCK_D and BLOCK_S: a short request split into one tile per program, or a long one
-    into hundreds of splits, is latency-bound here)."""
+    program: out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf
+    (and zeros: the decode kernel writes every split's partial row). One pass over the splits,
+    BLOCK_S at a time, merged online (a running max rescales what came before), and a step's
+    partials are loaded without waiting for its lse values, so a step costs one memory round
+    trip (`fp8mla.decode.combine_blocks` picks BLOCK_D and BLOCK_S: many rows get whole-row
+    programs, one long request split hundreds of ways gets narrow ones)."""
     b = tl.program_id(0)
     qi = tl.program_id(1)
     head = tl.program_id(2) // (DIM // BLOCK_D)
     d0 = (tl.program_id(2) % (DIM // BLOCK_D)) * BLOCK_D
     row0 = (b * num_splits * S_Q + qi).to(tl.int64) * num_heads + head  # split 0's row
     row_step = S_Q * num_heads  # rows between consecutive splits
-    offs_s = tl.arange(0, SPLITS_P2)
-    lse_s = tl.load(part_lse_ptr + row0 + offs_s * row_step, mask=offs_s < num_splits,
-                    other=float("-inf"))
-    mx = tl.max(lse_s, axis=0)
-    mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
-    total = tl.sum(tl.exp(lse_s - mx_safe), axis=0)
     offs_d = d0 + tl.arange(0, BLOCK_D)
     acc = tl.zeros((BLOCK_D,), tl.float32)
+    none = tl.full((BLOCK_S,), float("-inf"), tl.float32)
+    mx = tl.max(none, axis=0)  # running max of the lse values (a scalar)
+    m_all = mx  # max of the splits' max logits
+    total = tl.sum(tl.zeros((BLOCK_S,), tl.float32), axis=0)
     for s0 in range(0, num_splits, BLOCK_S):
         offs = s0 + tl.arange(0, BLOCK_S)
+        ok = offs < num_splits
         rows = row0 + offs.to(tl.int64) * row_step
-        w = tl.exp(tl.load(part_lse_ptr + rows, mask=offs < num_splits, other=float("-inf"))
-                   - mx_safe)
-        parts = tl.load(part_out_ptr + rows[:, None] * DIM + offs_d[None, :],
-                        mask=(w > 0.0)[:, None], other=0.0)
-        acc += tl.sum(parts * w[:, None], axis=0)
+        lse_s = tl.load(part_lse_ptr + rows, mask=ok, other=float("-inf"))
+        parts = tl.load(part_out_ptr + rows[:, None] * DIM + offs_d[None, :], mask=ok[:, None],
+                        other=0.0)
+        if d0 == 0:
+            m_all = tl.maximum(m_all, tl.max(tl.load(part_max_ptr + rows, mask=ok,
+                                                     other=float("-inf")), axis=0))
+        m_new = tl.maximum(mx, tl.max(lse_s, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w = tl.exp(lse_s - m_safe)  # 0 for empty splits
+        old = tl.exp(mx - m_safe)  # 0 while nothing came before
+        acc = acc * old + tl.sum(parts * w[:, None], axis=0)
+        total = total * old + tl.sum(w, axis=0)
+        mx = m_new
     has = total > 0.0
     o = acc / tl.where(has, total, 1.0)
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh + offs_d,
              o.to(tl.bfloat16))
     if d0 == 0:
-        lse = tl.where(has, mx_safe + tl.log(tl.where(has, total, 1.0)), lse_empty)
+        lse = tl.where(has, mx + tl.log(tl.where(has, total, 1.0)), lse_empty)
         tl.store(lse_ptr + b.to(tl.int64) * stride_lb + qi * stride_ls + head * stride_lh, lse)
-        m_s = tl.load(part_max_ptr + row0 + offs_s * row_step, mask=offs_s < num_splits,
-                      other=float("-inf"))
-        tl.store(max_ptr + (b * S_Q + qi).to(tl.int64) * num_heads + head, tl.max(m_s, axis=0))
+        tl.store(max_ptr + (b * S_Q + qi).to(tl.int64) * num_heads + head, m_all)
