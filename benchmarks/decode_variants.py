@@ -26,21 +26,16 @@ from fp8mla.runtime import decode_config
 # attributes set for the variant]), ...]); the launcher's default configuration and split
 # count are always timed first.
 GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before session 6
-# Session 10: the online softmax's lazy rescale (accumulators multiplied by α only when a
-# row's max passed the reference by > 2⁸) and late row sums (P summed per column, reduced once
-# at the end: one shared-memory round trip and barrier less per tile). Offline sm_90 at 16 rows:
-# 64 of the fp8 TMA loop's 1,031 instructions skipped per tile (FMULs in the branch), 3 of 33
-# barriers gone; at 64 rows both spill (sparse 56 → 176 / 752 B of stack), so not planned there.
-# Session 9's register cap (32-token tiles at 168 registers) lost everywhere: s10-cap-*.json.
-LAZY = [("lazy", dict(lazy_rescale=True), None), ("late", dict(late_sum=True), None),
-        ("lazy late", dict(lazy_rescale=True, late_sum=True), None)]
+# Prepared in session 10, not yet run: the split combine launched as a programmatic dependent
+# of the decode kernel (fp8mla.decode.PDL), to hide part of the 5.6–9.1 µs of launch gaps that
+# s10-*-decode-phases measured per two-kernel replay. Session 10's lazy-rescale A/B:
+# h200-20261130-s10-lazy-*.json; the register cap: s10-97b5942-cap-*.json
+PDL = [("pdl", None, None, {"PDL": True})]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", LAZY),
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla", LAZY),
-    (DecodeCase(64, 8192, 16), "bf16", LAZY),
-    (DecodeCase(1, 131072, 8), "fp8", LAZY),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", LAZY),
-    (DecodeCase(64, 8192, 16, s_q=2), "fp8", LAZY),
+    (DecodeCase(1, 131072, 8), "fp8", PDL),
+    (DecodeCase(1, 4096, 8, pool_tokens=495_000), "fp8", PDL),
+    (DecodeCase(64, 8192, 16), "fp8", PDL),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", PDL),
 ]
 
 

@@ -40,6 +40,7 @@ SPARSE_HEADS = {False: (8,), True: (8, 128)}
 # the one target whose gathered tiles take 3 stages (`decode_config`); elsewhere they run the 2
 # stages the non-TMA and sparse compiles here already cover
 GATHER_CC = 90
+PDL_CC = 90  # griddepcontrol (programmatic dependent launch) needs SM90+
 
 DECODE_SIG = {
     "q_ptr": "*bf16", "u32_ptr": "*i32", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
@@ -138,14 +139,15 @@ def row(what, cc, kernel):
                        "cubin": bool(kernel.asm.get("cubin")),
                        "hw_cvt": "cvt.rn.f16x2.e4m3x2" in kernel.asm["ptx"],
                        "tma": "cp.async.bulk.tensor" in kernel.asm["ptx"],
+                       "pdl": "griddepcontrol" in kernel.asm["ptx"],
                        "trap": "trap;" in kernel.asm["ptx"]})
 
 
-def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False):
+def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     """`_mla_decode_kernel` as a plan with config ``cfg`` launches it: whole tiles by TMA
     (``tma``: the descriptors' signature, cfg.tma_stages) or every tile gathered (cfg.num_stages,
     the next tile's slots carried from 3 stages on). aligned: as `compile_for` (SASS studies:
-    `benchmarks/sass_decode.py`)."""
+    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`)."""
     hw = cc >= 89
     sig, stages = DECODE_SIG, cfg.num_stages
     if tma:
@@ -159,7 +161,7 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False):
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
-        "LATE_SUM": cfg.late_sum,
+        "LATE_SUM": cfg.late_sum, "PDL": pdl,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
@@ -186,7 +188,14 @@ def compile_target(cc):
     for block_d, block_s in ((512, 8), (32, 128)):  # many rows; one long request
         lines.append(row(f"combine/D{block_d}", cc, compile_for(
             _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d,
-                                                  "BLOCK_S": block_s}, cc)))
+                                                  "BLOCK_S": block_s, "PDL": False}, cc)))
+    if cc >= PDL_CC:  # programmatic dependent launch (griddepcontrol: SM90+), not yet a default
+        lines.append(row("combine/D512-pdl", cc, compile_for(
+            _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": 512,
+                                                  "BLOCK_S": 8, "PDL": True}, cc)))
+        if cc == GATHER_CC:
+            lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
+                cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
     tma = cc >= 90  # pages of 64 keys: TMA copies from SM90 on

@@ -469,3 +469,34 @@ def test_online_softmax_steps_past_and_within_the_slack(device, fmt, policy, laz
         rows = kv[table[b, p // 16].long(), p % 16].float()
         want = (q[b, 0].float() @ rows.T * 0.06).amax(-1)
         assert_close(plan.max_logits[b, 0], want, atol=1e-3, rtol=1e-3, name="max_logits")
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_folded_scales_of_large_values_under_the_slack(device, lazy):
+    """fp8_ds_mla folded at 16 rows with scale tiles of large values (|x| = 600: pow2 scale 2)
+    and a score step just under the lazy slack (P reaches ~2⁷ against the stale max): P ·
+    scale must stay finite in fp16 — the software conversion's 2⁸ factor (interpreter, SM80)
+    once rode on that product and overflowed it (found in review, session 10)."""
+    from dataclasses import replace
+
+    from fp8mla.runtime import decode_config
+
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [128], 64, policy="pow2",
+                                        device=device, seed=71)
+    pos = torch.arange(128, device=device)
+    slots = table[0, pos // 64].long() * 64 + pos % 64
+    lat = torch.zeros(128, 512)
+    lat[:, 1] = 600.0  # the same 128-dim scale tile as dim 0
+    lat[100, 0] = 5.0  # a second-tile score 5 · log2 e ≈ 7.2 powers of two above the first's
+    cache.store(0, lat.bfloat16().to(device), torch.zeros(128, 64).bfloat16().to(device), slots)
+    q = torch.zeros(1, 1, 1, 576)
+    q[..., 0] = 1.0
+    q = q.bfloat16().to(device)
+    cfg = replace(decode_config(90, "fp8_ds_mla", 1, 1), tma=False, lazy_rescale=lazy,
+                  late_sum=lazy)
+    plan = DecodePlan(batch=1, num_heads=1, kv_format="fp8_ds_mla", page_size=64,
+                      cache_seqlens=seqlens, softmax_scale=1.0, device=device, num_splits=1,
+                      config=cfg)
+    assert plan.folds_scales
+    out, lse = plan.run(q, cache.layer(0), table, seqlens)
+    _check(cache, table, seqlens, q, out, lse, 1.0, "pow2")

@@ -58,6 +58,22 @@ def test_register_cap_matches_reference_and_schedules_more_programs(fmt):
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
 def test_cuda_graph_replays_with_new_lengths_and_contents(fmt):
+    _graph_replays(fmt)
+
+
+def test_programmatic_dependent_combine_in_a_graph(monkeypatch):
+    """fp8mla.decode.PDL (the split combine launched as a programmatic dependent of the decode
+    kernel, SM90+): captured in a CUDA graph and replayed with new lengths and contents, the
+    result still matches the reference — the combine reads every split's finished partials."""
+    import fp8mla.decode as decode_mod
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs SM90+")
+    monkeypatch.setattr(decode_mod, "PDL", True)
+    _graph_replays("fp8")
+
+
+def _graph_replays(fmt):
     lens = [3000, 700, 64]
     cache, table, seqlens = paged_cache(fmt, [4096] * 3, 64, device="cuda", seed=3)
     seqlens.copy_(torch.tensor(lens, dtype=torch.int32))

@@ -49,6 +49,10 @@ def _expected():
                      "topk_chunked/_topk_finish_kernel/sampled0",
                      "topk_chunked/_topk_finish_kernel/sampled1"):
             yield what, cc
+        if cc >= pc.PDL_CC:
+            yield "combine/D512-pdl", cc
+            if cc == pc.GATHER_CC:
+                yield "decode/fp8/H16-sq1-pdl", cc
 
 
 @pytest.mark.parametrize("what,cc", list(_expected()))
@@ -63,9 +67,11 @@ def test_kernel_fits_target(compiled, what, cc):
         assert row["hw_cvt"] == (cc >= 89), "hardware e4m3 conversion iff SM89+"
     if what.startswith("decode/"):  # whole tiles by tensor-memory copies where they pay
         _, fmt, shape = what.split("/")
-        heads, s_q = (int(x) for x in shape[1:].removesuffix("-gather").split("-sq"))
+        heads, s_q = (int(x) for x in
+                      shape[1:].removesuffix("-pdl").removesuffix("-gather").split("-sq"))
         tma = decode_config(cc, fmt, heads, s_q).tma and not shape.endswith("-gather")
         assert row["tma"] == tma, "TMA as the launcher picks"
         assert not row["tma"] or cc >= 90, "TMA only on SM90+"
     if what.startswith("indexer/"):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
+    assert row["pdl"] == what.endswith("-pdl"), "griddepcontrol only where PDL is compiled in"

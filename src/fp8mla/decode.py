@@ -48,6 +48,12 @@ MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
 COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
+# SM90+: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
+# programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
+# following it. Off: not yet measured (session 10 measured 5.6–9.1 µs of launch gaps per
+# two-kernel graph replay, h200-20261130-s10-*-decode-phases); benchmarks/decode_variants.py
+# times it by setting this to True
+PDL = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -326,7 +332,7 @@ class DecodePlan:
             WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
-            LATE_SUM=cfg.late_sum,
+            LATE_SUM=cfg.late_sum, PDL=self._pdl and not direct,
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
@@ -382,6 +388,11 @@ class DecodePlan:
             return 2
         return resident_programs(self.target.cc, self.config.num_warps, regs, shared)
 
+    @property
+    def _pdl(self) -> bool:
+        """The split combine launched as a programmatic dependent (`PDL`; SM90+, compiled)."""
+        return PDL and self.target.cc >= 90 and not self.target.interpreted
+
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):
         """Launch without checks. kv_scale: float32 [1] multiplying every cache value (bf16 and
@@ -399,11 +410,13 @@ class DecodePlan:
             block_d, block_s = combine_blocks(self.batch * self.s_q * self.num_heads,
                                               self.num_splits, self.target.num_sms)
             grid = (self.batch, self.s_q, self.num_heads * LATENT_DIM // block_d)
+            pdl = dict(PDL=True, launch_pdl=True) if self._pdl else {}
             _combine_splits_kernel[grid](
                 self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
                 out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
                 lse.stride(2), empty_lse, self.num_splits, self.num_heads,
                 S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
+                **pdl,
             )
         return out, lse
 

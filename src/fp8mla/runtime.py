@@ -75,8 +75,9 @@ class DecodeConfig:
     # cap that lets one more program fit on an SM (65,536 registers per SM: ≤ 168 for three
     # 4-warp programs) trades spills for occupancy; `resident_programs` sees the cap
     maxnreg: int | None = None
-    # online softmax (kernels/decode.py `_softmax_tile`; exact either way): the accumulators
-    # are rescaled only when some row's max has grown by more than 2⁸ since the last rescale;
+    # online softmax (kernels/decode.py `_softmax_tile`; the same result up to P's fp16
+    # rounding): the accumulators are rescaled only when some row's max has grown by more than
+    # a factor 2⁸ since the last rescale;
     # P's row sums are kept per tile column and summed once at the end
     lazy_rescale: bool = False
     late_sum: bool = False

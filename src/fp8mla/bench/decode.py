@@ -103,6 +103,7 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
                     f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}"
                     f" words_2d={c.words_2d} fold_scales={c.fold_scales} tma={plan.tma}"
                     f" lookahead={c.lookahead} lazy={c.lazy_rescale} late_sum={c.late_sum}"
+                    f" pdl={plan._pdl and plan.num_splits > 1}"
                     f" programs/SM={plan.programs_per_sm}")
             timed = [("fp8mla", fn), ("fp8mla_graph", graphed(fn))]
         else:

@@ -40,8 +40,11 @@ the extra carried registers add spills it is slower (`fp8mla.runtime.decode_conf
 
 Online softmax (LAZY, LATE_SUM; the launcher: dense FP8 at ≤ 32 rows on SM90, `_softmax_tile`):
 the accumulators are rescaled only when a row's max passes the max P is taken against by more
-than 2⁸ — in practice on a program's first tile only — and P's row sums are kept per tile
-column and summed once at the end instead of across warps every tile. Exact either way. H200,
+than a factor 2⁸ — in practice on a program's first tile only — and P's row sums are kept per
+tile column and summed once at the end instead of across warps every tile. The same result up
+to P's fp16 rounding (taken against another max). fp16 range: P ≤ 2⁸, so the folded
+fp8_ds_mla P · scale stays finite for scales ≤ 255 (the unfolded path's fp16 tile · scale: ≤
+146); the software conversion's 2⁸ is applied to the output, not to P · scale. H200,
 B=64 × 8K × 16 heads: fp8 135.3 → 131.2 µs, fp8_ds_mla 171.0 → 167.8; slower for 16-row
 sparse programs, and 64-row (wgmma) programs spill with them.
 
@@ -58,6 +61,7 @@ errors up to ~1e-3 on the tests' data).
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fp8mla.kernels.common import mma, mma4
 from fp8mla.kernels.fp8 import e4m3x4_to_f16
@@ -67,7 +71,7 @@ FMT_FP8 = tl.constexpr(1)
 FMT_DS_MLA = tl.constexpr(2)
 LOG2E = tl.constexpr(1.4426950408889634)
 # LAZY rescale: the max that P is taken against moves only when a row's running max passes it
-# by more than this many powers of two (so P ≤ 2⁸; the result is exact either way)
+# by more than this (log2 units: a factor 2⁸, so P ≤ 2⁸)
 RESCALE_SLACK = tl.constexpr(8.0)
 
 
@@ -437,15 +441,13 @@ def _q_scale_tile(q_row, row_ok, t: tl.constexpr):
 
 @triton.jit
 def _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, t: tl.constexpr, ROW_WORDS: tl.constexpr,
-                   HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr):
+                   HW_FP8: tl.constexpr):
     """fp8_ds_mla rows' scale tile t: its four lanes unscaled, fp16 [BLOCK_N, 32] each, and
-    its float32 scale [BLOCK_N] (times the software conversion's factor)."""
+    its float32 scale [BLOCK_N] as stored (without the software conversion's factor)."""
     row = slot * ROW_WORDS
     words = tl.load(u32_ptr + row[:, None] + 32 * t + tl.arange(0, 32)[None, :],
                     mask=mask_n[:, None], other=0)
     scale = tl.load(f32_ptr + row + 128 + t, mask=mask_n, other=0.0)
-    if not HW_FP8:
-        scale = scale * SW_SCALE
     k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
     return k0, k1, k2, k3, scale
 
@@ -485,8 +487,6 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
         sac, sbd = tl.split(sc4)  # columns 0, 2 and 1, 3
         sa, sc = tl.split(sac)
         sb, sd = tl.split(sbd)
-        if not HW_FP8:
-            sa, sb, sc, sd = sa * SW_SCALE, sb * SW_SCALE, sc * SW_SCALE, sd * SW_SCALE
         ka0, ka1, ka2, ka3 = e4m3x4_to_f16(lat_desc.load([row0, 0]), HW_FP8)
         kb0, kb1, kb2, kb3 = e4m3x4_to_f16(lat_desc.load([row0, 32]), HW_FP8)
         kc0, kc1, kc2, kc3 = e4m3x4_to_f16(lat_desc.load([row0, 64]), HW_FP8)
@@ -495,19 +495,24 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
     else:
         offs_n = n0 + tl.arange(0, BLOCK_N)
         ka0, ka1, ka2, ka3, sa = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 0, ROW_WORDS,
-                                                HW_FP8, SW_SCALE)
+                                                HW_FP8)
         kb0, kb1, kb2, kb3, sb = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 1, ROW_WORDS,
-                                                HW_FP8, SW_SCALE)
+                                                HW_FP8)
         kc0, kc1, kc2, kc3, sc = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 2, ROW_WORDS,
-                                                HW_FP8, SW_SCALE)
+                                                HW_FP8)
         kd0, kd1, kd2, kd3, sd = _kv_scale_tile(u32_ptr, f32_ptr, slot, mask_n, 3, ROW_WORDS,
-                                                HW_FP8, SW_SCALE)
+                                                HW_FP8)
         rope = _ds_rope(bf16_ptr, slot, mask_n, ROW_WORDS)
+    if HW_FP8:
+        ta, tb, tc, td = sa, sb, sc, sd
+    else:  # the software conversion's factor enters the scores here, the output at the end:
+        # P · scale must stay within fp16 (P reaches 2^RESCALE_SLACK when LAZY)
+        ta, tb, tc, td = sa * SW_SCALE, sb * SW_SCALE, sc * SW_SCALE, sd * SW_SCALE
     qk = mma(qr0, tl.trans(rope), tl.zeros((qa0.shape[0], BLOCK_N), tl.float32), DOT_F32)
-    qk = _tile_scores(qk, qa0, qa1, qa2, qa3, ka0, ka1, ka2, ka3, sa, DOT_F32)
-    qk = _tile_scores(qk, qb0, qb1, qb2, qb3, kb0, kb1, kb2, kb3, sb, DOT_F32)
-    qk = _tile_scores(qk, qc0, qc1, qc2, qc3, kc0, kc1, kc2, kc3, sc, DOT_F32)
-    qk = _tile_scores(qk, qd0, qd1, qd2, qd3, kd0, kd1, kd2, kd3, sd, DOT_F32)
+    qk = _tile_scores(qk, qa0, qa1, qa2, qa3, ka0, ka1, ka2, ka3, ta, DOT_F32)
+    qk = _tile_scores(qk, qb0, qb1, qb2, qb3, kb0, kb1, kb2, kb3, tb, DOT_F32)
+    qk = _tile_scores(qk, qc0, qc1, qc2, qc3, kc0, kc1, kc2, kc3, tc, DOT_F32)
+    qk = _tile_scores(qk, qd0, qd1, qd2, qd3, kd0, kd1, kd2, kd3, td, DOT_F32)
     m_i, m_ref, l_i, p, alpha, rs = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i,
                                                   m_ref, l_i, LAZY, LATE_SUM)
     aa0, aa1, aa2, aa3 = _tile_pv(p, rs, alpha, sa, aa0, aa1, aa2, aa3, ka0, ka1, ka2, ka3,
@@ -538,7 +543,7 @@ def _mla_decode_kernel(
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
     TMA: tl.constexpr = False, CARRY: tl.constexpr = 0, LAZY: tl.constexpr = False,
-    LATE_SUM: tl.constexpr = False,
+    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -663,11 +668,15 @@ def _mla_decode_kernel(
                 l_i, acc0, acc1, acc2, acc3, False, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
                 WORDS_2D, BLOCK_M, BLOCK_N, LAZY, LATE_SUM)
 
+    if PDL:  # the split combine may launch (it waits in `gdc_wait` for this grid's writes)
+        gdc_launch_dependents()
     # --- normalize; write the final output (one split) or this split's partial -------------
     if LATE_SUM:
         l_i = tl.sum(l_i, axis=1)
     has = l_i > 0.0
     inv = tl.where(has, kv_mult / tl.where(has, l_i, 1.0), 0.0)
+    if FOLD and not HW_FP8:  # the folded P · V ran without the software conversion's factor
+        inv = inv * SW_SCALE
     lse = tl.where(has, (m_ref + tl.log2(tl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
     if DIRECT:
         o_row = out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh
@@ -696,6 +705,7 @@ def _combine_splits_kernel(
     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
     lse_empty, num_splits, num_heads,
     S_Q: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """LSE-weighted merge of one (request, query, head) row's split partials, BLOCK_D dims per
     program: out = Σ_s e^{lse_s − L} out_s, L = ln Σ_s e^{lse_s}. Empty splits carry lse −inf
@@ -703,7 +713,11 @@ def _combine_splits_kernel(
     BLOCK_S at a time, merged online (a running max rescales what came before), and a step's
     partials are loaded without waiting for its lse values, so a step costs one memory round
     trip (`fp8mla.decode.combine_blocks` picks BLOCK_D and BLOCK_S: many rows get whole-row
-    programs, one long request split hundreds of ways gets narrow ones)."""
+    programs, one long request split hundreds of ways gets narrow ones). PDL: launched as a
+    programmatic dependent of the decode kernel, it starts under that grid's tail and waits
+    here for its writes."""
+    if PDL:
+        gdc_wait()
     b = tl.program_id(0)
     qi = tl.program_id(1)
     head = tl.program_id(2) // (DIM // BLOCK_D)
