@@ -500,3 +500,37 @@ def test_folded_scales_of_large_values_under_the_slack(device, lazy):
     assert plan.folds_scales
     out, lse = plan.run(q, cache.layer(0), table, seqlens)
     _check(cache, table, seqlens, q, out, lse, 1.0, "pow2")
+
+
+@pytest.mark.parametrize("block_d,block_s", [(512, 2), (32, 4)])
+def test_combine_merges_splits_online(device, block_d, block_s):
+    """`_combine_splits_kernel` against a torch LSE merge: 7 splits read a few at a time, a row
+    whose first steps are all empty splits (lse −inf), one with a lone late split, and an
+    all-empty row (zeros, the empty lse, max −inf)."""
+    from fp8mla.kernels.decode import _combine_splits_kernel
+
+    g = torch.Generator().manual_seed(81)
+    batch, splits, heads = 2, 7, 3
+    part = torch.randn(batch, splits, 1, heads, 512, generator=g)
+    lse = torch.randn(batch, splits, 1, heads, generator=g) * 3
+    mx = lse + torch.rand(batch, splits, 1, heads, generator=g)
+    lse[0, :4, 0, 0] = float("-inf")  # leading empty splits
+    lse[0, :6, 0, 1] = float("-inf")  # only the last split holds tokens
+    lse[1, :, 0, 2] = float("-inf")  # nothing at all
+    mx[lse == float("-inf")] = float("-inf")
+    part[lse == float("-inf")] = 0.0  # as the decode kernel writes empty splits
+    out = torch.full((batch, 1, heads, 512), float("nan"), dtype=torch.bfloat16)
+    lse_out = torch.full((batch, 1, heads), float("nan"))
+    max_out = torch.full((batch, 1, heads), float("nan"))
+    args = [t.to(device) for t in (part, lse, mx, out, lse_out, max_out)]
+    _combine_splits_kernel[(batch, 1, heads * 512 // block_d)](
+        *args, args[3].stride(0), args[3].stride(1), args[3].stride(2), args[4].stride(0),
+        args[4].stride(1), args[4].stride(2), -7.0, splits, heads, S_Q=1, DIM=512,
+        BLOCK_D=block_d, BLOCK_S=block_s)
+    total = torch.logsumexp(lse, dim=1)  # [batch, 1, heads]
+    w = torch.exp(lse - total[:, None]).nan_to_num(0.0)
+    want = (part * w[..., None]).sum(1)
+    empty = total == float("-inf")
+    assert_close(args[3].cpu(), want.masked_fill(empty[..., None], 0.0), name="out")
+    assert_close(args[4].cpu(), total.masked_fill(empty, -7.0), name="lse")
+    assert torch.equal(args[5].cpu(), mx.amax(1))
