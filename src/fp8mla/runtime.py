@@ -77,8 +77,8 @@ class DecodeConfig:
     maxnreg: int | None = None
     # online softmax (kernels/decode.py `_softmax_tile`; the same result up to P's fp16
     # rounding): the accumulators are rescaled only when some row's max has grown by more than
-    # a factor 2⁸ since the last rescale;
-    # P's row sums are kept per tile column and summed once at the end
+    # a factor 2⁸ since the last rescale (lazy_rescale); P's row sums are kept per tile column
+    # and summed once at the end (late_sum)
     lazy_rescale: bool = False
     late_sum: bool = False
 
