@@ -63,14 +63,15 @@ def test_cuda_graph_replays_with_new_lengths_and_contents(fmt):
 
 def test_programmatic_dependent_combine_in_a_graph(monkeypatch):
     """fp8mla.decode.PDL (the split combine launched as a programmatic dependent of the decode
-    kernel, SM90+): captured in a CUDA graph and replayed with new lengths and contents, the
+    kernel, SM90): captured in a CUDA graph and replayed with new lengths and contents, the
     result still matches the reference — the combine reads every split's finished partials."""
     import fp8mla.decode as decode_mod
 
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("programmatic dependent launch needs SM90+")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the launcher takes programmatic dependent launch on SM90 only")
     monkeypatch.setattr(decode_mod, "PDL", True)
-    _graph_replays("fp8")
+    plan = _graph_replays("fp8")
+    assert plan.num_splits > 1 and plan._pdl  # the combine ran, as a dependent launch
 
 
 def _graph_replays(fmt):
@@ -99,3 +100,4 @@ def _graph_replays(fmt):
         ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
         assert_close(out, ro, name=f"replay {step} out")
         assert_close(lse, rl, atol=1e-3, rtol=1e-3, name=f"replay {step} lse")
+    return plan

@@ -48,7 +48,7 @@ MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
 COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
-# SM90+: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
+# SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
 # following it. Off: not yet measured (session 10 measured 5.6–9.1 µs of launch gaps per
 # two-kernel graph replay, h200-20261130-s10-*-decode-phases); benchmarks/decode_variants.py
@@ -390,8 +390,10 @@ class DecodePlan:
 
     @property
     def _pdl(self) -> bool:
-        """The split combine launched as a programmatic dependent (`PDL`; SM90+, compiled)."""
-        return PDL and self.target.cc >= 90 and not self.target.interpreted
+        """The split combine launched as a programmatic dependent (`PDL`): SM90 only for now
+        — griddepcontrol compiles for SM100/SM120 too, but nothing has run there (and graph
+        capture of such launches has been reported failing on SM120)."""
+        return PDL and self.target.cc == 90 and not self.target.interpreted
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

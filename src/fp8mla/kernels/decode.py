@@ -506,7 +506,8 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
     if HW_FP8:
         ta, tb, tc, td = sa, sb, sc, sd
     else:  # the software conversion's factor enters the scores here, the output at the end:
-        # P · scale must stay within fp16 (P reaches 2^RESCALE_SLACK when LAZY)
+        # P · scale must stay within fp16 (P reaches 2^RESCALE_SLACK when LAZY); it now
+        # underflows as the hardware path's does (subnormal below 2⁻¹⁴: tiles of |x| < ~0.03)
         ta, tb, tc, td = sa * SW_SCALE, sb * SW_SCALE, sc * SW_SCALE, sd * SW_SCALE
     qk = mma(qr0, tl.trans(rope), tl.zeros((qa0.shape[0], BLOCK_N), tl.float32), DOT_F32)
     qk = _tile_scores(qk, qa0, qa1, qa2, qa3, ka0, ka1, ka2, ka3, ta, DOT_F32)
