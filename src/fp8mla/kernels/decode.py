@@ -364,13 +364,10 @@ def _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i, m_ref, l_i, LAZY: 
 
 
 @triton.jit
-def _rescale(rescale, alpha, a0, a1, a2, a3, LAZY: tl.constexpr):
-    """Four accumulators times α (per row), skipped when LAZY and ``rescale`` is false."""
-    if LAZY:
-        if rescale:
-            a0, a1, a2, a3 = (a0 * alpha[:, None], a1 * alpha[:, None], a2 * alpha[:, None],
-                              a3 * alpha[:, None])
-    else:
+def _rescale(rescale, alpha, a0, a1, a2, a3):
+    """Four accumulators times α (per row) where ``rescale`` (`_softmax_tile`: a scalar when
+    LAZY, else the constant True, so no branch is compiled)."""
+    if rescale:
         a0, a1, a2, a3 = (a0 * alpha[:, None], a1 * alpha[:, None], a2 * alpha[:, None],
                           a3 * alpha[:, None])
     return a0, a1, a2, a3
@@ -383,7 +380,7 @@ def _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, m_ref, l_i, acc0,
     """One tile of the online softmax and P · V into the four lane accumulators."""
     m_i, m_ref, l_i, p, alpha, rescale = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale,
                                                        m_i, m_ref, l_i, LAZY, LATE_SUM)
-    acc0, acc1, acc2, acc3 = _rescale(rescale, alpha, acc0, acc1, acc2, acc3, LAZY)
+    acc0, acc1, acc2, acc3 = _rescale(rescale, alpha, acc0, acc1, acc2, acc3)
     acc0, acc1, acc2, acc3 = _pv(p.to(k0.dtype), acc0, acc1, acc2, acc3, k0, k1, k2, k3,
                                  DOT_F32)
     return m_i, m_ref, l_i, acc0, acc1, acc2, acc3
@@ -461,11 +458,10 @@ def _tile_scores(qk, q0, q1, q2, q3, k0, k1, k2, k3, scale, DOT_F32: tl.constexp
 
 
 @triton.jit
-def _tile_pv(p, rescale, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr,
-             LAZY: tl.constexpr):
+def _tile_pv(p, rescale, alpha, scale, a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32: tl.constexpr):
     """One scale tile's accumulators [BLOCK_M, 32] per lane: α · acc (`_rescale`) +
     (P · scale) · k."""
-    a0, a1, a2, a3 = _rescale(rescale, alpha, a0, a1, a2, a3, LAZY)
+    a0, a1, a2, a3 = _rescale(rescale, alpha, a0, a1, a2, a3)
     return _pv((p * scale[None, :]).to(tl.float16), a0, a1, a2, a3, k0, k1, k2, k3, DOT_F32)
 
 
@@ -517,13 +513,13 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
     m_i, m_ref, l_i, p, alpha, rs = _softmax_tile(qk, offs_n, mask_n, visible, qk_scale, m_i,
                                                   m_ref, l_i, LAZY, LATE_SUM)
     aa0, aa1, aa2, aa3 = _tile_pv(p, rs, alpha, sa, aa0, aa1, aa2, aa3, ka0, ka1, ka2, ka3,
-                                  DOT_F32, LAZY)
+                                  DOT_F32)
     ab0, ab1, ab2, ab3 = _tile_pv(p, rs, alpha, sb, ab0, ab1, ab2, ab3, kb0, kb1, kb2, kb3,
-                                  DOT_F32, LAZY)
+                                  DOT_F32)
     ac0, ac1, ac2, ac3 = _tile_pv(p, rs, alpha, sc, ac0, ac1, ac2, ac3, kc0, kc1, kc2, kc3,
-                                  DOT_F32, LAZY)
+                                  DOT_F32)
     ad0, ad1, ad2, ad3 = _tile_pv(p, rs, alpha, sd, ad0, ad1, ad2, ad3, kd0, kd1, kd2, kd3,
-                                  DOT_F32, LAZY)
+                                  DOT_F32)
     return (m_i, m_ref, l_i, aa0, aa1, aa2, aa3, ab0, ab1, ab2, ab3, ac0, ac1, ac2, ac3, ad0, ad1, ad2,
             ad3)
 
