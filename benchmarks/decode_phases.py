@@ -20,7 +20,7 @@ import sys
 import torch
 
 from fp8mla.bench.decode import POOL_CASE, DecodeCase, _check, make_problem
-from fp8mla.bench.harness import env_info, graphed, read_ceiling_tbps, time_us
+from fp8mla.bench.harness import announced_ceiling, env_info, graphed, time_us
 from fp8mla.decode import DecodePlan
 
 CASES = [  # (case, format, split counts to sweep; None = the scheduler's)
@@ -52,8 +52,7 @@ def kernel_times(replay) -> dict[str, float]:
 def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
-    ceiling = read_ceiling_tbps()
-    print(f"{env['gpu']} triton {env['triton']} ceiling {ceiling:.2f} TB/s", flush=True)
+    ceiling = announced_ceiling(env)
     rows = []
     for case, fmt_name, sweep in CASES:
         fmt, kv, table, seqlens, q, scale = make_problem(case, fmt_name)

@@ -19,7 +19,7 @@ import torch
 
 import fp8mla.decode as decode_mod
 from fp8mla.bench.decode import DecodeCase, run_case
-from fp8mla.bench.harness import env_info, read_ceiling_tbps
+from fp8mla.bench.harness import announced_ceiling, env_info
 from fp8mla.runtime import decode_config
 
 # (case, format, [(label, DecodeConfig overrides, num_splits or None[, fp8mla.decode
@@ -64,8 +64,7 @@ def main() -> int:
     out_path = sys.argv[1]
     quick = "--quick" in sys.argv
     env = env_info()
-    ceiling = read_ceiling_tbps()
-    print(f"{env['gpu']} triton {env['triton']} ceiling {ceiling:.2f} TB/s", flush=True)
+    ceiling = announced_ceiling(env)
     rows = []
     for case, fmt, extra in PLAN[:2] if quick else PLAN:
         for label, cfg, splits, patch in variants(case, fmt, extra):

@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import asdict, replace
 
-from fp8mla.bench.harness import env_info, read_ceiling_tbps
+from fp8mla.bench.harness import announced_ceiling, env_info
 from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
@@ -36,8 +36,7 @@ PLAN = [  # session 10: lazy rescale / late row sums at 16 rows (decode_variants
 def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
-    ceiling = read_ceiling_tbps()
-    print(f"{env['gpu']} triton {env['triton']} ceiling {ceiling:.2f} TB/s", flush=True)
+    ceiling = announced_ceiling(env)
     rows = []
     for (batch, heads, topk, s_q), extra in PLAN:
         base = decode_config(90, "fp8_ds_mla", heads, 1, sparse=True)

@@ -195,30 +195,25 @@ def test_rejects_bad_plan_arguments(device):
                    device=device)
 
 
-def test_rejects_bad_decode_config():
+@pytest.mark.parametrize("field,value,error,message", [
+    ("block_n", 48, ValueError, r"DecodeConfig.block_n: expected a power of two in \[16, 128\], "
+                                r"got 48"),
+    ("num_warps", 3, ValueError, r"DecodeConfig.num_warps: .* got 3"),
+    ("tma_stages", 0, ValueError, r"DecodeConfig.tma_stages: expected an int in \[1, 8\]"),
+    ("tma", 1, TypeError, r"DecodeConfig.tma: expected a bool, got int"),
+    ("maxnreg", 170, ValueError, r"DecodeConfig.maxnreg: expected None or a multiple of 8 in "
+                                 r"\[24, 248\], got 170"),
+    ("maxnreg", 256, ValueError, r"DecodeConfig.maxnreg: .* got 256"),
+    ("lookahead", 3, ValueError, r"DecodeConfig.lookahead: expected 1 or 2, got 3"),
+    ("late_sum", "yes", TypeError, r"DecodeConfig.late_sum: expected a bool, got str"),
+])
+def test_rejects_bad_decode_config(field, value, error, message):
     from dataclasses import replace
 
     from fp8mla.runtime import decode_config
 
-    base = decode_config(90, "fp8", 8, 1)
-    with pytest.raises(ValueError, match=r"DecodeConfig.block_n: expected a power of two in "
-                                         r"\[16, 128\], got 48"):
-        replace(base, block_n=48)
-    with pytest.raises(ValueError, match=r"DecodeConfig.num_warps: .* got 3"):
-        replace(base, num_warps=3)
-    with pytest.raises(ValueError, match=r"DecodeConfig.tma_stages: expected an int in \[1, 8\]"):
-        replace(base, tma_stages=0)
-    with pytest.raises(TypeError, match=r"DecodeConfig.tma: expected a bool, got int"):
-        replace(base, tma=1)
-    with pytest.raises(ValueError, match=r"DecodeConfig.maxnreg: expected None or a multiple "
-                                         r"of 8 in \[24, 248\], got 170"):
-        replace(base, maxnreg=170)
-    with pytest.raises(ValueError, match=r"DecodeConfig.maxnreg: .* got 256"):
-        replace(base, maxnreg=256)
-    with pytest.raises(ValueError, match=r"DecodeConfig.lookahead: expected 1 or 2, got 3"):
-        replace(base, lookahead=3)
-    with pytest.raises(TypeError, match=r"DecodeConfig.late_sum: expected a bool, got str"):
-        replace(base, late_sum="yes")
+    with pytest.raises(error, match=message):
+        replace(decode_config(90, "fp8", 8, 1), **{field: value})
 
 
 def test_unknown_backend_lists_valid_ones(small):

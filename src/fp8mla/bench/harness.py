@@ -72,6 +72,14 @@ def read_ceiling_tbps(gib: float = 4.0) -> float:
     return n_words * 4 / (us * 1e-6) / 1e12
 
 
+def announced_ceiling(env: dict[str, str]) -> float:
+    """`read_ceiling_tbps`, printed with the GPU and Triton version: the first line of a
+    benchmark script's log."""
+    ceiling = read_ceiling_tbps()
+    print(f"{env['gpu']} triton {env['triton']} ceiling {ceiling:.2f} TB/s", flush=True)
+    return ceiling
+
+
 def env_info() -> dict[str, str]:
     """GPU name, versions, date and commit for every record."""
     try:
