@@ -26,16 +26,21 @@ from fp8mla.runtime import decode_config
 # attributes set for the variant]), ...]); the launcher's default configuration and split
 # count are always timed first.
 GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before session 6
-# Prepared in session 10, not yet run: the split combine launched as a programmatic dependent
-# of the decode kernel (fp8mla.decode.PDL), to hide part of the 5.6–9.1 µs of launch gaps that
-# s10-*-decode-phases measured per two-kernel replay. Session 10's lazy-rescale A/B:
-# h200-20261130-s10-lazy-*.json; the register cap: s10-97b5942-cap-*.json
-PDL = [("pdl", None, None, {"PDL": True})]
+# Session 10's PDL A/B: h200-20261201-s11-*-decode-variants (±1 µs, left off); the lazy-rescale
+# A/B: h200-20261130-s10-lazy-*.json; the register cap: s10-97b5942-cap-*.json. Session 11
+# (BENCHMARKS.md): FP8 tiles converted once and staged as fp16 for both MMAs, 10-50% slower
+# everywhere (h200-20261201-s11-once-*); 128-token tiles × 8 warps slower at 16 rows but faster
+# at 32 (s11-bn128-*, s11-rows32-*), so `decode_config` takes 128 gathered tokens × 8 warps for
+# 32-row FP8 programs on SM90. The plan times the previous rule (32 tokens × 4 warps by TMA)
+# beside that default.
+S10 = [("s10 bn32 w4 tma", dict(block_n=32, num_warps=4, tma=True), None)]
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8", PDL),
-    (DecodeCase(1, 4096, 8, pool_tokens=495_000), "fp8", PDL),
-    (DecodeCase(64, 8192, 16), "fp8", PDL),
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla", PDL),
+    (DecodeCase(64, 8192, 16, s_q=2), "fp8", S10),
+    (DecodeCase(64, 8192, 32), "fp8", S10),
+    (DecodeCase(1, 131072, 32), "fp8", S10),
+    (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla", S10),
+    (DecodeCase(64, 8192, 32), "fp8_ds_mla", S10),
+    (DecodeCase(64, 8192, 32, page_size=128), "fp8", S10),
 ]
 
 

@@ -26,10 +26,10 @@ from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
 # (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
-PLAN = [  # session 10: lazy rescale / late row sums at 16 rows (decode_variants.py)
-    ((64, 8, 2048, 1), [("lazy", dict(lazy_rescale=True), None),
-                        ("late", dict(late_sum=True), None),
-                        ("lazy late", dict(lazy_rescale=True, late_sum=True), None)]),
+PLAN = [  # session 11: FP8 tiles converted once (DecodeConfig.convert_once, decode_variants.py)
+    ((64, 8, 2048, 1), [("once", dict(convert_once=True), None),
+                        ("once bn32", dict(convert_once=True, block_n=32), None),
+                        ("once w8", dict(convert_once=True, num_warps=8), None)]),
 ]
 
 

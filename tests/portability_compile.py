@@ -33,7 +33,7 @@ from fp8mla.runtime import decode_config, folds_scales, slots_ahead
 TARGETS = (80, 89, 90, 100, 120)
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
 ROW_BYTES = {"bf16": 1152, "fp8": 576, "fp8_ds_mla": 656}
-DECODE_SHAPES = ((8, 1), (128, 1))  # (heads, s_q): the smallest and largest BLOCK_M
+DECODE_SHAPES = ((8, 1), (16, 2), (128, 1))  # (heads, s_q): BLOCK_M 16, 32 and 64 (the largest)
 # sparse head counts compiled (by SM90 or not): on SM90 64-row programs take 3 stages
 SPARSE_HEADS = {False: (8,), True: (8, 128)}
 # where a TMA configuration's gathered variant (pages shorter than a tile) is compiled too: SM90,

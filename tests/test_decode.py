@@ -325,6 +325,23 @@ def test_gathered_stages_where_measured():
         decode_config(cc, "bf16", 8, 1).lookahead for cc in (80, 89, 100, 120)} == {1}
 
 
+def test_wide_tiles_where_measured():
+    """32-row dense FP8 programs on SM90 take 128 gathered tokens × 8 warps (measured faster
+    than 32 tokens × 4 warps by TMA); 16- and 64-row programs, bf16, sparse and other targets
+    keep their tiles."""
+    from fp8mla.runtime import decode_config
+
+    for fmt in ("fp8", "fp8_ds_mla"):
+        for heads, s_q in ((16, 2), (32, 1), (5, 4), (12, 2)):  # 32 rows = pow2(s_q) · pow2(heads)
+            c = decode_config(90, fmt, heads, s_q)
+            assert (c.block_n, c.num_warps, c.tma) == (128, 8, False), (fmt, heads, s_q, c)
+        assert decode_config(90, fmt, 16, 1).block_n == 64  # 16 rows
+        assert decode_config(90, fmt, 64, 1).block_n == 64  # 64 rows
+        assert decode_config(90, fmt, 32, 1, sparse=True).block_n == 32
+        assert {decode_config(cc, fmt, 32, 1).block_n for cc in (80, 89, 100, 120)} == {32}
+    assert decode_config(90, "bf16", 32, 1).block_n == 32
+
+
 def test_lazy_softmax_where_measured():
     """Lazy rescale and late row sums together, for dense FP8 at ≤ 32 rows on SM90 only
     (measured faster there; bf16 ±1%, sparse 16-row programs slower, 64 rows spill)."""

@@ -201,7 +201,16 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     # 66.0 → 70.0) and not 64 rows (wgmma: 120–700 B more spills, offline); other targets
     # untimed
     lazy = cc == 90 and fp8 and not sparse and block_m <= 32
+    tma = cc >= 90 and _tma_pays(kv_format, block_m)
+    # 32-row FP8 programs (s_q 2 × 16 heads, 32 heads × s_q 1): 128 gathered tokens × 8 warps
+    # instead of 32 tokens × 4 warps by TMA (H200, B=64 ctx 8K, h200-20261201-s11-*-decode-
+    # variants.json): fp8 s_q 2 192.2 → 169.7 µs, 32 heads 189.9 → 169.5, B=1 × 128K × 32
+    # heads 64.7 → 58.9; fp8_ds_mla s_q 2 311.8 → 252.5. Offline sm_90: 106 → 83
+    # warp-instructions per token (fp8), and 192 / 213 KB of shared memory (SM90 only). Not by
+    # TMA: those compiles spill 160 / 928 B per thread (gathered: 8 / 24). 64 tokens × 8 warps
+    # measured between (fp8 slower, fp8_ds_mla 270 µs); bf16 32-row programs ±7%: unchanged
+    if cc == 90 and fp8 and not sparse and block_m == 32:
+        block_n, num_warps, tma = 128, 8, False
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
-                        num_stages=num_stages, words_2d=kv_format == "fp8",
-                        tma=cc >= 90 and _tma_pays(kv_format, block_m), lookahead=lookahead,
-                        lazy_rescale=lazy, late_sum=lazy)
+                        num_stages=num_stages, words_2d=kv_format == "fp8", tma=tma,
+                        lookahead=lookahead, lazy_rescale=lazy, late_sum=lazy)
