@@ -31,8 +31,8 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # (BENCHMARKS.md): FP8 tiles converted once and staged as fp16 for both MMAs, 10-50% slower
 # everywhere (h200-20261201-s11-once-*); 128-token tiles × 8 warps slower at 16 rows but faster
 # at 32 (s11-bn128-*, s11-rows32-*), so `decode_config` takes 128 gathered tokens × 8 warps for
-# 32-row FP8 programs on SM90. The plan times the previous rule (32 tokens × 4 warps by TMA)
-# beside that default.
+# 32-row FP8 programs on SM90; 8 warps at 16 rows slower everywhere (s11-2a8cd0b-w8-*). The
+# plan times the previous 32-row rule (32 tokens × 4 warps by TMA) beside the new default.
 S10 = [("s10 bn32 w4 tma", dict(block_n=32, num_warps=4, tma=True), None)]
 PLAN = [
     (DecodeCase(64, 8192, 16, s_q=2), "fp8", S10),

@@ -26,10 +26,9 @@ from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
 # (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
-PLAN = [  # session 11: FP8 tiles converted once (DecodeConfig.convert_once, decode_variants.py)
-    ((64, 8, 2048, 1), [("once", dict(convert_once=True), None),
-                        ("once bn32", dict(convert_once=True, block_n=32), None),
-                        ("once w8", dict(convert_once=True, num_warps=8), None)]),
+PLAN = [  # session 11: converted once (h200-20261201-s11-once-sparse-variants.json: 60.5 →
+    # 74–93 µs) and 8 warps (s11-2a8cd0b-w8-sparse-variants.json: 60.9 → 89.0), both dropped
+    ((64, 8, 2048, 1), [("w8", dict(num_warps=8), None)]),
 ]
 
 
