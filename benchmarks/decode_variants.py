@@ -31,16 +31,14 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # (BENCHMARKS.md): FP8 tiles converted once and staged as fp16 for both MMAs, 10-50% slower
 # everywhere (h200-20261201-s11-once-*); 128-token tiles × 8 warps slower at 16 rows but faster
 # at 32 (s11-bn128-*, s11-rows32-*), so `decode_config` takes 128 gathered tokens × 8 warps for
-# 32-row FP8 programs on SM90; 8 warps at 16 rows slower everywhere (s11-2a8cd0b-w8-*). The
-# plan times the previous 32-row rule (32 tokens × 4 warps by TMA) beside the new default.
-S10 = [("s10 bn32 w4 tma", dict(block_n=32, num_warps=4, tma=True), None)]
+# 32-row FP8 programs on SM90; 8 warps at 16 rows slower everywhere (s11-2a8cd0b-w8-*); split
+# counts at 16 rows re-timed with session 10's online combine: the scheduler's stay best
+# (s11-2a8cd0b-splits-*). The plan is that last sweep.
+SPLITS = [(f"splits {n}", None, n) for n in (2, 8, 16)]
 PLAN = [
-    (DecodeCase(64, 8192, 16, s_q=2), "fp8", S10),
-    (DecodeCase(64, 8192, 32), "fp8", S10),
-    (DecodeCase(1, 131072, 32), "fp8", S10),
-    (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla", S10),
-    (DecodeCase(64, 8192, 32), "fp8_ds_mla", S10),
-    (DecodeCase(64, 8192, 32, page_size=128), "fp8", S10),
+    (DecodeCase(64, 8192, 16), "fp8", SPLITS),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", SPLITS[:2]),
+    (DecodeCase(64, 8192, 16), "bf16", SPLITS[:2]),
 ]
 
 

@@ -27,8 +27,11 @@ from fp8mla.runtime import decode_config
 
 # (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
 PLAN = [  # session 11: converted once (h200-20261201-s11-once-sparse-variants.json: 60.5 →
-    # 74–93 µs) and 8 warps (s11-2a8cd0b-w8-sparse-variants.json: 60.9 → 89.0), both dropped
-    ((64, 8, 2048, 1), [("w8", dict(num_warps=8), None)]),
+    # 74–93 µs) and 8 warps (s11-2a8cd0b-w8-sparse-variants.json: 60.9 → 89.0), both dropped.
+    # Then split counts after session 10's online combine, and 3 stages: defaults stay
+    # (s11-2a8cd0b-splits-sparse-variants.json; 3 stages −2.6%, inside the calls' spread)
+    ((64, 8, 2048, 1), [("splits 2", None, 2), ("splits 8", None, 8), ("splits 16", None, 16),
+                        ("stages 3", dict(num_stages=3), None)]),
 ]
 
 
