@@ -113,6 +113,7 @@ def swap_run(plan: DecodePlan, q, rows, table, seqlens, scale, num_warps=8, num_
 
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     hw = not interpreted and torch.cuda.get_device_capability() >= (8, 9)
+    assert plan.num_splits > 1, "the plan's split workspace is needed (num_splits > 1)"
     u32 = rows.view(torch.int32).view(-1, 144)
     lat = TensorDescriptor.from_tensor(u32, [BLOCK_N, 128])
     rope = TensorDescriptor.from_tensor(u32, [BLOCK_N, 16])
