@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8mla.decode import DecodePlan
+from fp8mla.decode import DecodePlan, combine_blocks
 from fp8mla.kernels.common import mma, mma4
 from fp8mla.kernels.decode import _combine_splits_kernel, _load_lanes, _pool_row
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE, e4m3x4_to_f16
@@ -127,10 +127,12 @@ def swap_run(plan: DecodePlan, q, rows, table, seqlens, scale, num_warps=8, num_
         rows.shape[1].bit_length() - 1, HEADS=16, BLOCK_N=BLOCK_N, HW_FP8=hw,
         SW_SCALE=1.0 if hw else SW_DEQUANT_SCALE, DOT_F32=interpreted, num_warps=num_warps,
         num_stages=num_stages)
-    _combine_splits_kernel[(batch, 1, heads)](
+    block_d, block_s = combine_blocks(batch * heads, splits, plan.target.num_sms)  # as the plan
+    _combine_splits_kernel[(batch, 1, heads * 512 // block_d)](
         plan.part_out, plan.part_lse, plan.part_max, out, lse, plan.max_logits,
         out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
-        float("-inf"), splits, heads, S_Q=1, DIM=512, BLOCK_D=512, BLOCK_S=4, num_warps=4)
+        float("-inf"), splits, heads, S_Q=1, DIM=512, BLOCK_D=block_d, BLOCK_S=block_s,
+        num_warps=4)
     return out, lse
 
 
@@ -160,19 +162,23 @@ def check(device: str) -> None:
         print(f"{case} splits {splits}: matches the reference", flush=True)
 
 
-def time_case(case, warps: int, stages: int) -> dict:
+def time_case(case, warps: int, stages: int, own_splits: bool) -> dict:
     """Check the swapped kernel on ``case``, then time it and the launcher's plan (medians;
-    both include the split combine)."""
+    both include the split combine). own_splits: the swapped kernel at the split count that
+    fills one program per SM (its 255 registers × 256 threads), not the launcher's."""
     from functools import partial
 
     from fp8mla.bench.decode import _check
 
     fmt, rows, table, seqlens, q, scale = _problem(case, "cuda")
     plan = _plan(case, fmt, seqlens, "cuda", None)
+    swap_plan = plan
+    if own_splits:
+        swap_plan = _plan(case, fmt, seqlens, "cuda", max(2, plan.target.num_sms // case.batch))
     row = {"case": case.name("dense_decode/fp8", "fp8"), "warps": warps, "stages": stages,
-           "splits": plan.num_splits}
+           "launcher_splits": plan.num_splits, "swap_splits": swap_plan.num_splits}
     try:
-        swap = partial(swap_run, plan, q, rows, table, seqlens, scale, warps, stages)
+        swap = partial(swap_run, swap_plan, q, rows, table, seqlens, scale, warps, stages)
         _check(case, fmt, rows, table, seqlens, q, scale, *swap())
         base = partial(plan.run, q, rows, table, seqlens, fp8_scale=scale, check=False)
         for name, fn in (("swap_us", swap), ("launcher_us", base)):
@@ -194,8 +200,8 @@ def main() -> int:
     check("cuda")
     rows = []
     for case in (DecodeCase(64, 8192, 16, page_size=128), DecodeCase(1, 131072, 8, page_size=128)):
-        for warps, stages in ((8, 2), (8, 3)):  # 4 warps: 1.3 KB of stack (offline)
-            rows.append(time_case(case, warps, stages))
+        for warps, stages, own in ((8, 2, False), (8, 2, True), (8, 3, True)):  # 4 warps: 1.3
+            rows.append(time_case(case, warps, stages, own))  # KB of stack (offline)
             print(rows[-1], flush=True)
             with open(sys.argv[1], "w") as f:  # after every row: a run cut short keeps its rows
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)

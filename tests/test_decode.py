@@ -18,6 +18,7 @@ CPU_CASES = [
     (8, 2, [100, 7], 1, 3),
     (16, 4, [200], 64, 2),
     (5, 3, [64, 2, 130], 64, 5),
+    (16, 2, [300, 129, 0], 16, 1),  # 32 rows: several 128-token tiles per program on SM90 FP8
     (64, 1, [19, 0], 16, 2),
     (128, 1, [40], 64, None),
 ]
@@ -239,9 +240,10 @@ def test_tile_load_variants_agree(device, fmt, words_2d, stages):
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
-# (format, heads, page_size, lens, num_splits). The launcher's own TMA plans (fp8; fp8_ds_mla
-# above 16 rows) also run in test_decode_matches_reference's page-64 cases (the interpreter
-# stands for SM90); these add two tiles per page and the paths it does not pick.
+# (format, heads, page_size, lens, num_splits). The launcher's own TMA plans (fp8 and fp8_ds_mla
+# at 16 and 64 rows; 32-row FP8 programs are gathered) also run in test_decode_matches_reference's
+# page-64 cases (the interpreter stands for SM90); these add two tiles per page and the paths
+# it does not pick.
 TMA_CASES = [
     ("fp8", 8, 128, [300, 127, 0], 3),  # two tiles per page, an empty request
     ("fp8_ds_mla", 8, 64, [64, 1, 0, 200], 3),  # scales folded (16 rows per program)
@@ -332,9 +334,11 @@ def test_wide_tiles_where_measured():
     from fp8mla.runtime import decode_config
 
     for fmt in ("fp8", "fp8_ds_mla"):
-        for heads, s_q in ((16, 2), (32, 1), (5, 4), (12, 2)):  # 32 rows = pow2(s_q) · pow2(heads)
+        for heads, s_q in ((16, 2), (32, 1), (20, 1), (5, 4), (8, 3), (12, 2)):  # 32 rows
             c = decode_config(90, fmt, heads, s_q)
             assert (c.block_n, c.num_warps, c.tma) == (128, 8, False), (fmt, heads, s_q, c)
+            # as measured: 3 stages (slots carried one tile ahead), lazy rescale, late sums
+            assert (c.num_stages, c.lookahead, c.lazy_rescale, c.late_sum) == (3, 1, True, True)
         assert decode_config(90, fmt, 16, 1).block_n == 64  # 16 rows
         assert decode_config(90, fmt, 64, 1).block_n == 64  # 64 rows
         assert decode_config(90, fmt, 32, 1, sparse=True).block_n == 32

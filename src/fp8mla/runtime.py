@@ -159,7 +159,8 @@ def _tma_pays(kv_format: str, block_m: int) -> bool:
     h200-20261129-s6-decode-variants-*.json): fp8 16 heads 163 → 139 µs, 128 heads 702 → 611,
     B=1 × 128K 57.6 → 46.9; fp8_ds_mla at 64 rows 746 → 588. Slower where the kernel then
     spills: fp8_ds_mla with folded scales (≤ 16 rows: 196 → 222 µs, 56 spilled registers) and
-    bf16 (its tiles are twice the bytes: 172 → 380 µs, one program per SM)."""
+    bf16 (its tiles are twice the bytes: 172 → 380 µs, one program per SM). `decode_config`
+    overrides it for 32-row FP8 programs on SM90 (128-token tiles, gathered)."""
     return kv_format == "fp8" or (kv_format == "fp8_ds_mla" and not folds_scales(kv_format,
                                                                                   block_m))
 

@@ -34,7 +34,8 @@ class DecodeCase:
     def name(self, kind: str, fmt: str) -> str:
         tail = f"-pool{self.pool_tokens}" if self.pool_tokens else f"-H{self.heads}"
         sq = f"-sq{self.s_q}" if self.s_q > 1 else ""
-        page = f"-page{self.page_size}" if self.page_size != 64 else ""  # 64: DESIGN.md §9's
+        # DESIGN.md §9's cases use pages of 64 tokens; others are named (from session 11 on)
+        page = f"-page{self.page_size}" if self.page_size != 64 else ""
         return f"{kind}/B{self.batch}-ctx{self.context}{tail}{sq}{page}"
 
     def kv_bytes(self, row_bytes: int) -> int:
