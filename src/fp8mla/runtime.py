@@ -175,12 +175,23 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     max_m = _max_block_m(cc)
     heads = min(max(_pow2(num_heads), max(1, 16 // s_q_p2)), max(1, max_m // s_q_p2))
     block_m = s_q_p2 * heads
-    num_warps = 8 if block_m >= 64 else 4
+    fp8 = kv_format != "bf16"
+    # 32-row FP8 programs (s_q 2 × 16 heads, 32 heads × s_q 1): 128 gathered tokens × 8 warps
+    # instead of 32 tokens × 4 warps by TMA (H200, B=64 ctx 8K, h200-20261201-s11-*-decode-
+    # variants.json): fp8 s_q 2 192.2 → 169.7 µs, 32 heads 189.9 → 169.5, B=1 × 128K × 32
+    # heads 64.7 → 58.9; fp8_ds_mla s_q 2 311.8 → 252.5. Offline sm_90: 106 → 83
+    # warp-instructions per token (fp8), and 192 / 213 KB of shared memory (SM90 only). Not by
+    # TMA: those compiles spill 160 / 928 B per thread (gathered: 8 / 24). 64 tokens × 8 warps
+    # measured between (fp8 slower, fp8_ds_mla 270 µs); bf16 32-row programs ±7%: unchanged
+    wide = cc == 90 and fp8 and not sparse and block_m == 32
+    num_warps = 8 if block_m >= 64 or wide else 4
     # block_n / words_2d: the best of the H200 sweeps in benchmarks/results (B=64 ctx=8K, 4
     # splits: fp8 H16 180 us with 64 vs 188 with 32; bf16 175 vs 224; H128 fp8 707 vs 1338 at
     # 64 heads per program). 64 heads × 64 tokens needs 184 KB of shared memory: SM90 only.
-    fp8 = kv_format != "bf16"
-    block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
+    if wide:
+        block_n = 128
+    else:
+        block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
     # gathered tiles at 3 stages carry the next tile's slots (two shared buffers for the rows,
     # `_mla_decode_kernel`'s CARRY); H200, B=64 (h200-20261130-s8-carry-*.json): dense ctx 8K
     # H16 fp8_ds_mla 195 → 176 µs, bf16 172 → 163, fp8 without TMA 163 → 147; sparse topk 2048
@@ -202,16 +213,7 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     # 66.0 → 70.0) and not 64 rows (wgmma: 120–700 B more spills, offline); other targets
     # untimed
     lazy = cc == 90 and fp8 and not sparse and block_m <= 32
-    tma = cc >= 90 and _tma_pays(kv_format, block_m)
-    # 32-row FP8 programs (s_q 2 × 16 heads, 32 heads × s_q 1): 128 gathered tokens × 8 warps
-    # instead of 32 tokens × 4 warps by TMA (H200, B=64 ctx 8K, h200-20261201-s11-*-decode-
-    # variants.json): fp8 s_q 2 192.2 → 169.7 µs, 32 heads 189.9 → 169.5, B=1 × 128K × 32
-    # heads 64.7 → 58.9; fp8_ds_mla s_q 2 311.8 → 252.5. Offline sm_90: 106 → 83
-    # warp-instructions per token (fp8), and 192 / 213 KB of shared memory (SM90 only). Not by
-    # TMA: those compiles spill 160 / 928 B per thread (gathered: 8 / 24). 64 tokens × 8 warps
-    # measured between (fp8 slower, fp8_ds_mla 270 µs); bf16 32-row programs ±7%: unchanged
-    if cc == 90 and fp8 and not sparse and block_m == 32:
-        block_n, num_warps, tma = 128, 8, False
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
-                        num_stages=num_stages, words_2d=kv_format == "fp8", tma=tma,
+                        num_stages=num_stages, words_2d=kv_format == "fp8",
+                        tma=cc >= 90 and _tma_pays(kv_format, block_m) and not wide,
                         lookahead=lookahead, lazy_rescale=lazy, late_sum=lazy)
