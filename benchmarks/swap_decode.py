@@ -30,9 +30,9 @@ import torch
 import triton
 import triton.language as tl
 
-from fp8mla.decode import DecodePlan, combine_blocks
+from fp8mla.decode import DecodePlan
 from fp8mla.kernels.common import mma, mma4
-from fp8mla.kernels.decode import _combine_splits_kernel, _load_lanes, _pool_row
+from fp8mla.kernels.decode import _load_lanes, _pool_row
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE, e4m3x4_to_f16
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -127,12 +127,7 @@ def swap_run(plan: DecodePlan, q, rows, table, seqlens, scale, num_warps=8, num_
         rows.shape[1].bit_length() - 1, HEADS=16, BLOCK_N=BLOCK_N, HW_FP8=hw,
         SW_SCALE=1.0 if hw else SW_DEQUANT_SCALE, DOT_F32=interpreted, num_warps=num_warps,
         num_stages=num_stages)
-    block_d, block_s = combine_blocks(batch * heads, splits, plan.target.num_sms)  # as the plan
-    _combine_splits_kernel[(batch, 1, heads * 512 // block_d)](
-        plan.part_out, plan.part_lse, plan.part_max, out, lse, plan.max_logits,
-        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
-        float("-inf"), splits, heads, S_Q=1, DIM=512, BLOCK_D=block_d, BLOCK_S=block_s,
-        num_warps=4)
+    plan._combine(out, lse, float("-inf"))
     return out, lse
 
 

@@ -409,18 +409,22 @@ class DecodePlan:
                                        out, lse, empty_lse)
         _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
         if not direct:
-            block_d, block_s = combine_blocks(self.batch * self.s_q * self.num_heads,
-                                              self.num_splits, self.target.num_sms)
-            grid = (self.batch, self.s_q, self.num_heads * LATENT_DIM // block_d)
-            pdl = dict(PDL=True, launch_pdl=True) if self._pdl else {}
-            _combine_splits_kernel[grid](
-                self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
-                out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-                lse.stride(2), empty_lse, self.num_splits, self.num_heads,
-                S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
-                **pdl,
-            )
+            self._combine(out, lse, empty_lse)
         return out, lse
+
+    def _combine(self, out, lse, empty_lse):
+        """Merge the split workspace (part_out / part_lse / part_max) into out / lse."""
+        block_d, block_s = combine_blocks(self.batch * self.s_q * self.num_heads,
+                                          self.num_splits, self.target.num_sms)
+        grid = (self.batch, self.s_q, self.num_heads * LATENT_DIM // block_d)
+        pdl = dict(PDL=True, launch_pdl=True) if self._pdl else {}
+        _combine_splits_kernel[grid](
+            self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
+            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+            lse.stride(2), empty_lse, self.num_splits, self.num_heads,
+            S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
+            **pdl,
+        )
 
 
 def dense_decode(
