@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from fp8mla import topk
+from fp8mla.bench import decode as bench_decode
 from fp8mla.bench import sparse as bench_sparse
 from fp8mla.runtime import decode_config
 
@@ -15,6 +16,23 @@ ENV = dict(gpu="test", torch="x", triton="x", date="2026-01-01", commit="x")
 @pytest.fixture(autouse=True)
 def no_timing(monkeypatch):
     monkeypatch.setattr(bench_sparse, "time_us", lambda fn: (fn(), 1.0)[1])
+    monkeypatch.setattr(bench_decode, "time_us", lambda fn: (fn(), 1.0)[1])
+
+
+def test_decode_cases_smoke(device):
+    # `fp8mla bench decode`'s MTP case (s_q 2 × 16 heads: 32-row programs) at a small size,
+    # then the pool case's shape with its baselines; every backend checked, then "timed"
+    mtp = bench_decode.DECODE_CASES[-1]
+    assert (mtp.heads, mtp.s_q) == (16, 2)
+    case = bench_decode.DecodeCase(2, 130, 16, s_q=2)
+    recs = bench_decode.run_case(case, "fp8", ENV, 1.0, device=device)
+    assert recs[0].case == "dense_decode/fp8/B2-ctx130-H16-sq2"
+    assert recs[0].note.startswith("splits=") and recs[0].TBps > 0
+    pool = bench_decode.DecodeCase(1, 100, 8, pool_tokens=1024)
+    recs = bench_decode.run_case(pool, "fp8", ENV, 1.0, backends=(
+        "fp8mla", "gather_cast", "full_cast"), kind="pool_cast/one_layer", device=device)
+    assert {r.case for r in recs} == {"pool_cast/one_layer/B1-ctx100-pool1024"}
+    assert [r.backend for r in recs][-2:] == ["gather_cast", "full_cast"]
 
 
 def test_sparse_case_smoke(device):

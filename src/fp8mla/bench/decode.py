@@ -48,7 +48,10 @@ class DecodeCase:
         return 2 * self.heads * self.s_q * self.batch * self.context * (KV_DIM + LATENT_DIM)
 
 
-DECODE_CASES = [DecodeCase(64, 8192, 16), DecodeCase(1, 131072, 8), DecodeCase(64, 8192, 128)]
+# DESIGN.md §9's three cases, then MTP (s_q 2 × 16 heads: the 32-row programs `decode_config`
+# tunes separately, which no §9 case reaches)
+DECODE_CASES = [DecodeCase(64, 8192, 16), DecodeCase(1, 131072, 8), DecodeCase(64, 8192, 128),
+                DecodeCase(64, 8192, 16, s_q=2)]
 POOL_CASE = DecodeCase(1, 4096, 8, pool_tokens=495_000)
 
 
@@ -87,18 +90,20 @@ def _check(case, fmt, rows, table, seqlens, q, scale, out, lse, max_check: int =
 
 def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
              backends=("fp8mla",), config: DecodeConfig | None = None,
-             num_splits: int | None = None, kind: str | None = None) -> list[Record]:
+             num_splits: int | None = None, kind: str | None = None,
+             device: str = "cuda") -> list[Record]:
     """Check, then time ``case`` for each backend; one `Record` each. fp8mla is timed twice:
     eagerly (``fp8mla``: Python launch overhead included) and replayed from a CUDA graph
-    (``fp8mla_graph``: how a server runs decode). Baselines run eagerly."""
-    fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name)
+    (``fp8mla_graph``: how a server runs decode). Baselines run eagerly. device "cpu" (the
+    interpreter: tests) times eagerly only."""
+    fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name, device)
     records = []
     case_name = case.name(kind or f"dense_decode/{fmt_name}", fmt_name)
     for backend in backends:
         if backend == "fp8mla":
             plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q,
                               kv_format=fmt, page_size=case.page_size, cache_seqlens=seqlens,
-                              device="cuda", config=config, num_splits=num_splits)
+                              device=device, config=config, num_splits=num_splits)
             fn = lambda p=plan: p.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
             c = plan.config
             note = (f"splits={plan.num_splits} block_n={c.block_n} heads/block="
@@ -107,7 +112,8 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
                     f" lookahead={c.lookahead} lazy={c.lazy_rescale} late_sum={c.late_sum}"
                     f" pdl={plan._pdl and plan.num_splits > 1}"
                     f" programs/SM={plan.programs_per_sm}")
-            timed = [("fp8mla", fn), ("fp8mla_graph", graphed(fn))]
+            timed = [("fp8mla", fn)] + ([("fp8mla_graph", graphed(fn))] if device == "cuda"
+                                        else [])
         else:
             fn = lambda b=backend: dense_decode(q, rows, table, seqlens, kv_format=fmt,
                                                 fp8_scale=scale, backend=b, check=False)
