@@ -16,6 +16,7 @@ from triton.compiler import ASTSource
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
+from fp8mla.kernels.compact import _compact_indices_kernel
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.kernels.indexer import _indexer_logits_kernel
 from fp8mla.kernels.rope import _rope_kernel
@@ -29,6 +30,7 @@ from fp8mla.kernels.topk_chunked import (
     _topk_sample_kernel,
 )
 from fp8mla.runtime import decode_config, folds_scales, slots_ahead
+from fp8mla.sparse import COMPACT_MIN_ROWS
 
 TARGETS = (80, 89, 90, 100, 120)
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
@@ -179,8 +181,9 @@ def compile_target(cc):
                                  decode_compile(cc, fmt, cfg, s_q, False, False)))
         for heads in SPARSE_HEADS[cc == 90]:
             cfg = decode_config(cc, fmt, heads, 1, sparse=True)
+            checks = cfg.heads_per_block < COMPACT_MIN_ROWS  # else lists compacted first
             lines.append(row(f"sparse/{fmt}/H{heads}", cc,
-                             decode_compile(cc, fmt, cfg, 1, True, False)))
+                             decode_compile(cc, fmt, cfg, 1, checks, False)))
         k = compile_for(_store_kv_kernel, STORE_SIG, {
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)
@@ -196,6 +199,10 @@ def compile_target(cc):
         if cc == GATHER_CC:
             lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
                 cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))
+    lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
+        "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
+        "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},
+        {"BLOCK": 2048}, cc)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
     tma = cc >= 90  # pages of 64 keys: TMA copies from SM90 on

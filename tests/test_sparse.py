@@ -1,14 +1,26 @@
 """Sparse MLA decode/prefill against the float32 reference: every format, odd head counts and
-widths, −1 anywhere, duplicates, topk_length, never-listed slots poisoned."""
+widths, −1 anywhere, duplicates, topk_length, never-listed slots poisoned — each through both
+ways the attention kernel reads index lists (checked per entry; compacted first)."""
 
 import pytest
 import torch
 
 from fp8mla import reference
+from fp8mla import sparse as sparse_mod
 from fp8mla.cache import PagedKVCache
+from fp8mla.kernels.compact import _compact_indices_kernel
 from fp8mla.sparse import SparsePlan, sparse_decode, sparse_prefill
 from fp8mla.testing import assert_close
 from helpers import poison
+
+
+@pytest.fixture(params=["checked", "compacted"])
+def index_path(request, monkeypatch):
+    """Every plan of the test checks each index entry in the attention loop, or compacts the
+    lists first (`fp8mla.sparse.COMPACT_MIN_ROWS`: the default picks by head count)."""
+    monkeypatch.setattr(sparse_mod, "COMPACT_MIN_ROWS", 1 << 30 if request.param == "checked"
+                        else 1)
+    return request.param
 
 FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
 
@@ -38,7 +50,7 @@ def _ref(cache, q, idx, scale, lengths=None):
 @pytest.mark.parametrize("fmt,policy", FORMATS)
 @pytest.mark.parametrize("tokens,heads,topk", [(3, 1, 1), (2, 3, 7), (4, 8, 64), (1, 64, 33),
                                                (2, 128, 16)])
-def test_sparse_prefill_matches_reference(device, fmt, policy, tokens, heads, topk):
+def test_sparse_prefill_matches_reference(device, index_path, fmt, policy, tokens, heads, topk):
     cache, idx, q = _problem(fmt, policy, tokens, heads, topk, device, seed=heads + topk)
     out, lse = sparse_prefill(q, cache.layer(0), idx, kv_format=cache.fmt, softmax_scale=0.07,
                               fp8_scale=cache.scale(0))
@@ -48,7 +60,7 @@ def test_sparse_prefill_matches_reference(device, fmt, policy, tokens, heads, to
 
 
 @pytest.mark.parametrize("fmt", ["fp8_ds_mla", "fp8"])
-def test_sparse_decode_with_topk_length_and_splits(device, fmt):
+def test_sparse_decode_with_topk_length_and_splits(device, index_path, fmt):
     cache, idx, q = _problem(fmt, None, 6, 8, 100, device, page_size=1, seed=5)
     lengths = torch.tensor([100, 0, 37], dtype=torch.int32, device=device)
     out, lse = sparse_decode(q.view(3, 2, 8, 576), cache.layer(0), idx.view(3, 2, 100),
@@ -74,7 +86,7 @@ def test_sparse_decode_with_topk_length_and_splits(device, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
-def test_sparse_indices_two_tiles_ahead(device, fmt):
+def test_sparse_indices_two_tiles_ahead(device, index_path, fmt):
     """DecodeConfig.lookahead = 2 at 3 stages (index entries loaded two tiles ahead): lists of
     several tiles with −1 and duplicates, topk_length shorter than the list (mid-tile) and
     zero, against the reference over a poisoned pool."""
@@ -94,7 +106,7 @@ def test_sparse_indices_two_tiles_ahead(device, fmt):
     assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
 
 
-def test_one_slot_pool(device):
+def test_one_slot_pool(device, index_path):
     """A pool of one row: Triton compiles an int argument equal to 1 as a constant, which the
     kernel's index check must accept (a `.to()` on it failed to compile in session 9)."""
     cache = PagedKVCache(1, 1, "fp8_ds_mla", device=device)
@@ -111,14 +123,14 @@ def test_one_slot_pool(device):
     assert_close(lse.view(2, 4), rl, atol=1e-3, rtol=1e-3, name="lse")
 
 
-def test_all_skipped_gives_zeros_and_minus_inf(device):
+def test_all_skipped_gives_zeros_and_minus_inf(device, index_path):
     cache, idx, q = _problem("fp8_ds_mla", None, 2, 4, 8, device)
     idx[0] = -1
     out, lse = sparse_prefill(q, cache.layer(0), idx, kv_format="fp8_ds_mla")
     assert torch.all(out[0] == 0) and torch.all(lse[0] == float("-inf"))
 
 
-def test_out_of_range_indices(device):
+def test_out_of_range_indices(device, index_path):
     cache, idx, q = _problem("fp8", None, 2, 4, 8, device)
     bad = idx.clone()
     bad[1, 3] = cache.num_slots
@@ -130,6 +142,37 @@ def test_out_of_range_indices(device):
     skip[1, 3] = -1
     ref, _ = sparse_prefill(q, cache.layer(0), skip, kv_format="fp8")
     assert torch.equal(out, ref)
+
+
+def test_compaction_keeps_valid_entries_in_order(device):
+    """`_compact_indices_kernel` over lists of several blocks: −1, other negatives, slots at and
+    past the pool's end, lengths past the width, zero and negative; the valid entries land in
+    order at the front, the count beside them, and nothing past the count is written."""
+    g = torch.Generator().manual_seed(11)
+    topk, num_slots = 100, 90
+    idx = torch.randint(-5, 110, (6, topk), generator=g, dtype=torch.int32)
+    idx[2] = -1
+    lens = torch.tensor([100, 0, 100, 37, 150, -3], dtype=torch.int32)
+    out = torch.full_like(idx, 12345)
+    count = torch.full((6,), -9, dtype=torch.int32)
+    idx, lens, out, count = (t.to(device) for t in (idx, lens, out, count))
+    _compact_indices_kernel[(6,)](idx, lens, out, count, topk, topk, topk, num_slots, BLOCK=16)
+    for t in range(6):
+        row = idx[t, :max(0, min(int(lens[t]), topk))]
+        want = row[(row >= 0) & (row < num_slots)]
+        assert int(count[t]) == len(want), t
+        assert torch.equal(out[t, :len(want)], want), t
+        assert torch.all(out[t, len(want):] == 12345), t
+
+
+def test_compaction_rule(device):
+    """64-row programs (64 heads and more) attend to compacted lists, fewer rows check every
+    entry (measured on the H200: `fp8mla.sparse.COMPACT_MIN_ROWS`)."""
+    for heads, checks in ((8, True), (32, True), (64, False), (128, False)):
+        plan = SparsePlan(num_queries=2, num_heads=heads, topk=40, kv_format="fp8_ds_mla",
+                          device=device)
+        assert plan.checks_indices == checks, heads
+        assert hasattr(plan, "_kept") != checks
 
 
 def test_bad_sparse_arguments(device):

@@ -166,6 +166,10 @@ class DecodePlan:
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
+    # the kernel checks each entry of its token lists (SPARSE: index lists with −1 / slots
+    # outside the pool); False: block tables, or index lists compacted first, which it reads
+    # as a table of one-token pages (`fp8mla.sparse.SparsePlan.checks_indices`)
+    checks_indices = False
 
     def __init__(
         self, *, batch: int, num_heads: int, kv_format: str | KVFormat, page_size: int,
@@ -329,7 +333,7 @@ class DecodePlan:
             S_Q=self.s_q, S_Q_P2=1 << (self.s_q - 1).bit_length(),
             HEADS=cfg.heads_per_block, BLOCK_N=cfg.block_n, DIRECT=direct,
             ROW_WORDS=self.fmt.row_bytes // 4, SW_SCALE=1.0 if t.hw_fp8 else SW_DEQUANT_SCALE,
-            WORDS_2D=cfg.words_2d, SPARSE=self.sparse, CAUSAL=self.causal,
+            WORDS_2D=cfg.words_2d, SPARSE=self.checks_indices, CAUSAL=self.causal,
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
             LATE_SUM=cfg.late_sum, PDL=self._pdl and not direct,

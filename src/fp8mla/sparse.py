@@ -3,8 +3,11 @@
 Each query token attends to the cache rows its index list names (physical slots
 page · page_size + offset, as FlashMLA's sparse kernels take them; −1 = skip; duplicates are
 attended as listed). The kernel is the dense decode kernel with the block-table lookup replaced
-by the index list (`fp8mla.kernels.decode`, SPARSE=True), so every KV format and head count
-1–128 is served as it is — no padding of 8 heads to 64.
+by the index list (`fp8mla.kernels.decode`), so every KV format and head count 1–128 is served
+as it is — no padding of 8 heads to 64. Programs of fewer than `COMPACT_MIN_ROWS` rows check
+each entry in the attention loop (SPARSE=True); larger ones first compact the lists
+(`fp8mla.kernels.compact`: valid entries in order at the front, and their count — a plan-owned
+int32 [queries, topk] buffer) and read them as a block table of one-token pages.
 
 Out-of-range indices: the validating path (``check=True``, default) raises; the fast path
 (``check=False``) treats them as −1 and never reads outside the pool.
@@ -13,13 +16,27 @@ Out-of-range indices: the validating path (``check=True``, default) raises; the 
 from __future__ import annotations
 
 import torch
+import triton
 
 from fp8mla import formats, numerics
 from fp8mla._checks import check_int, check_slot_range, check_tensor
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, KVFormat
+from fp8mla.kernels.compact import _compact_indices_kernel
 
 __all__ = ["SparsePlan", "sparse_decode", "sparse_prefill"]
+
+# Programs of at least this many rows (heads per block) attend to compacted index lists: a
+# first kernel moves each list's valid entries to its front and counts them
+# (`_compact_indices_kernel`), and the attention kernel reads the result as the block table of
+# one-token pages and the count as the length — its dense path, with no per-entry check.
+# Fewer rows check every entry in the attention loop (SPARSE). H200, fp8_ds_mla, topk 2048,
+# ABAB in one call (h200-20261201-s12-compact-ab*.json): 64-row programs 397.6 → 341.7 µs at
+# B=128 × 128 heads, 780.2 → 670.0 at s_q 2, 121.4 → 103.6 at B=64 × 64 heads; 32 rows
+# 100.9 → 99.7; 16 rows slower (B=64 × 8 heads 61.5 → 72.6, × 16 heads 67.8 → 77.4, B=128 × 8
+# heads 99.0 → 119.6). (Read contiguously with only `position < count` as the mask, the lists
+# measured 387 µs at B=128 × 128 heads: `-compact-ab3-contiguous.json`.)
+COMPACT_MIN_ROWS = 64
 
 
 def _as_slot_rows(kv_cache: torch.Tensor, fmt: KVFormat) -> torch.Tensor:
@@ -50,11 +67,15 @@ class SparsePlan(DecodePlan):
                  device: str | torch.device = "cuda", num_splits: int | None = None,
                  config=None) -> None:
         self.topk = check_int("topk", topk, lo=1)
+        self._compact_min_rows = COMPACT_MIN_ROWS  # fixed per plan
         super().__init__(batch=num_queries, num_heads=num_heads, s_q=1, kv_format=kv_format,
                          page_size=1, max_seqlen=topk, softmax_scale=softmax_scale,
                          device=device, num_splits=num_splits, config=config)
         self._full_length = torch.full((num_queries,), topk, dtype=torch.int32,
                                        device=self.device)
+        if not self.checks_indices:  # the compacted lists and their lengths
+            self._kept = torch.empty(num_queries, topk, dtype=torch.int32, device=self.device)
+            self._kept_len = torch.empty(num_queries, dtype=torch.int32, device=self.device)
 
     def run(self, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
             topk_length: torch.Tensor | None = None, *, fp8_scale: torch.Tensor | None = None,
@@ -102,10 +123,22 @@ class SparsePlan(DecodePlan):
             numerics.check_attention_inputs("sparse_attention", q, rows.view(rows.shape[0], -1),
                                             self.fmt, slots, scale)
         outputs = self._outputs(out, lse, empty_lse, per_query=True)
+        if not self.checks_indices:
+            _compact_indices_kernel[(self.batch,)](
+                indices, lengths, self._kept, self._kept_len, indices.stride(0),
+                self._kept.stride(0), self.topk, rows.shape[0],
+                BLOCK=min(2048, triton.next_power_of_2(self.topk)), num_warps=4)
+            indices, lengths = self._kept, self._kept_len
         out, lse = self._launch(q.unsqueeze(1), rows, indices, lengths, scale, *outputs)
         if diagnose:
             numerics.check_attention_outputs("sparse_attention", out, lse)
         return out[:, 0], lse[:, 0]
+
+    @property
+    def checks_indices(self) -> bool:
+        """Whether the attention kernel checks every index-list entry (SPARSE) — programs of
+        fewer than COMPACT_MIN_ROWS rows — or reads lists compacted first."""
+        return self.config.heads_per_block < self._compact_min_rows
 
     @staticmethod
     def _validate(indices: torch.Tensor, lengths: torch.Tensor, num_slots: int) -> None:

@@ -17,7 +17,8 @@ exact); bf16 rows enter bf16 MMAs.
 
 Sparse (SPARSE=True, DESIGN.md §2): each "request" is one query token (S_Q = 1) whose token
 list is its row of slot indices (−1 = skip) instead of a block table, and whose length is its
-topk_length; everything else is shared with dense decode.
+topk_length; everything else is shared with dense decode. Lists compacted first
+(`fp8mla.kernels.compact`, 64-row programs) run with SPARSE=False: a table of one-token pages.
 
 TMA (dense, SM90+, pages of ≥ BLOCK_N tokens; the launcher picks it where it measured faster,
 `fp8mla.runtime._tma_pays`): a split's whole tiles each lie in one page, so each is a few

@@ -1,0 +1,82 @@
+"""Sparse decode at full size (topk 2048) and under CUDA-graph capture (GPU only): both ways
+the attention kernel reads index lists — checked per entry (≤ 32 heads per program) and
+compacted first (64-row programs)."""
+
+import pytest
+import torch
+
+from fp8mla import reference
+from fp8mla.cache import PagedKVCache
+from fp8mla.sparse import SparsePlan
+from fp8mla.testing import assert_close
+from helpers import poison
+
+pytestmark = pytest.mark.gpu
+
+
+def sparse_problem(fmt, queries, heads, topk, *, pages=512, page_size=64, policy=None,
+                   device="cuda", seed=0):
+    """A poisoned pool where only listed slots hold data; lists with −1 (~20%), duplicates and
+    slots past the pool's end (skipped by the fast path)."""
+    g = torch.Generator().manual_seed(seed)
+    cache = PagedKVCache(pages, page_size, fmt, scale_policy=policy, fp8_scale=0.03,
+                         device=device)
+    poison(cache)
+    live = torch.randperm(cache.num_slots, generator=g)[: cache.num_slots // 2]
+    cache.store(0, torch.randn(len(live), 512, generator=g).bfloat16().to(device),
+                torch.randn(len(live), 64, generator=g).bfloat16().to(device), live.to(device))
+    q = torch.randn(queries, heads, 576, generator=g).bfloat16().to(device)
+    idx = _lists(live, queries, topk, cache.num_slots, g).to(device)
+    return cache, live, q, idx
+
+
+def _lists(live, queries, topk, num_slots, g):
+    idx = live[torch.randint(len(live), (queries, topk), generator=g)].to(torch.int32)
+    idx[torch.rand(queries, topk, generator=g) < 0.2] = -1
+    idx[:, -1] = idx[:, 0]  # a duplicate
+    idx[0, 5] = num_slots + 7  # out of the pool: the fast path skips it
+    return idx
+
+
+def _check(cache, q, idx, lengths, out, lse):
+    ok = (idx >= 0) & (idx < cache.num_slots)
+    kv = cache.dequantize(0).reshape(-1, 576)
+    ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@pytest.mark.parametrize("fmt,policy", [("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32"),
+                                        ("fp8", None), ("bf16", None)])
+@pytest.mark.parametrize("heads", [128, 64, 8])
+def test_full_size_matches_reference(fmt, policy, heads):
+    cache, _, q, idx = sparse_problem(fmt, 5, heads, 2048, policy=policy, seed=heads)
+    lengths = torch.tensor([2048, 1, 0, 1500, 2047], dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=5, num_heads=heads, topk=2048, kv_format=cache.fmt,
+                      device="cuda")
+    assert plan.checks_indices == (heads < 64)
+    out, lse = plan.run(q, cache.layer(0), idx, lengths, fp8_scale=cache.scale(0), check=False)
+    _check(cache, q, idx, lengths, out, lse)
+
+
+@pytest.mark.parametrize("heads", [128, 8])
+def test_cuda_graph_replays_with_new_lists_and_contents(heads):
+    """One capture, replays after the index lists, lengths, q and the listed rows changed."""
+    cache, live, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 2048, seed=5)
+    lengths = torch.full((4,), 2048, dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=4, num_heads=heads, topk=2048, kv_format="fp8_ds_mla",
+                      device="cuda")
+    plan.run(q, cache.layer(0), idx, lengths, check=False)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
+    g = torch.Generator().manual_seed(6)
+    for new_lens in ([2048, 700, 0, 1], [5, 2048, 2048, 1999], [1024, 1024, 3, 2048]):
+        idx.copy_(_lists(live, 4, 2048, cache.num_slots, g))
+        lengths.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        q.copy_(torch.randn(q.shape, generator=g).bfloat16())
+        cache.store(0, torch.randn(len(live), 512, generator=g).bfloat16().cuda(),
+                    torch.randn(len(live), 64, generator=g).bfloat16().cuda(), live.cuda())
+        graph.replay()
+        _check(cache, q, idx, lengths, out, lse)
