@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fp8mla import reference
+from fp8mla import sparse as sparse_mod
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import dequantize_index_keys, quantize_index_keys
 from fp8mla.indexer import indexer_logits_ragged
@@ -65,9 +66,20 @@ def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
 @FUZZ
 @given(fmt=FORMATS, tokens=st.integers(1, 4), heads=st.integers(1, min(128, 20 * SCALE)),
        topk=st.integers(1, 80 * SCALE), skip=st.floats(0, 1), seed=st.integers(0, 2**16),
-       use_length=st.booleans())
-def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
-    _log("sparse", fmt=fmt, tokens=tokens, heads=heads, topk=topk, skip=skip)
+       use_length=st.booleans(), compact=st.booleans())
+def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length, compact):
+    """compact: the lists compacted first at any head count (the launcher: ≥ 64 heads per
+    program, `fp8mla.sparse.COMPACT_MIN_ROWS`), else every entry checked in the loop."""
+    _log("sparse", fmt=fmt, tokens=tokens, heads=heads, topk=topk, skip=skip, compact=compact)
+    saved = sparse_mod.COMPACT_MIN_ROWS
+    sparse_mod.COMPACT_MIN_ROWS = 1 if compact else 1 << 30
+    try:
+        _fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length)
+    finally:
+        sparse_mod.COMPACT_MIN_ROWS = saved
+
+
+def _fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
     cache, _, _ = paged_cache(fmt[0], [40], 16, policy=fmt[1], device=DEVICE, seed=seed)
     g = torch.Generator().manual_seed(seed + 2)
     kv = cache.dequantize(0).reshape(-1, 576)
