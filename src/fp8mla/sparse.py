@@ -58,6 +58,10 @@ class SparsePlan(DecodePlan):
         num_queries: query tokens per call (batch · s_q for decode, tokens for prefill).
         num_heads: 1–128. topk: index-list width (≥ 1).
         kv_format: ``bf16`` / ``fp8`` / ``fp8_ds_mla``. softmax_scale: default 576^-0.5.
+
+    Device memory: out / lse (and the split workspace) as `DecodePlan`'s; plans whose programs
+    take ≥ `COMPACT_MIN_ROWS` heads also hold the compacted lists, int32 [num_queries, topk]
+    (4 · topk bytes per query, an eighth of out's at 64 heads and topk 2048).
     """
 
     sparse = True
