@@ -54,6 +54,7 @@ DECODE_SIG = {
     "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", "stride_lb": "i32",
     "stride_ls": "i32", "stride_lh": "i32", "softmax_scale": "fp32", "lse_empty": "fp32",
     "num_heads": "i32", "num_splits": "i32", "page_shift": "i32", "num_slots": "i32",
+    "max_len": "i32",
 }
 
 

@@ -173,6 +173,22 @@ def test_rejects_lengths_beyond_block_table(small):
         plan.run(q, cache.layer(0), table, too_long)
 
 
+def test_fast_path_reads_no_further_than_the_block_table(device):
+    """check=False trusts the lengths but never reads past a block-table row: a length beyond
+    the row's pages attends to those pages only (here every entry is a real page, so reading
+    on would take the next request's)."""
+    cache, table, _ = paged_cache("fp8", [48, 48], 16, device=device)
+    table = table[:, :3].contiguous()  # 3 real pages per row, no padding column
+    plan = DecodePlan(batch=2, num_heads=4, kv_format="fp8", page_size=16, max_seqlen=48,
+                      device=device)
+    q = _q(2, 1, 4, device, 3)
+    full = torch.tensor([48, 48], dtype=torch.int32, device=device)
+    want, want_lse = (t.clone() for t in plan.run(q, cache.layer(0), table, full))
+    past = torch.tensor([48 + 30, 48 + 100], dtype=torch.int32, device=device)
+    out, lse = plan.run(q, cache.layer(0), table, past, check=False)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
 def test_rejects_block_table_entry_outside_pool(small):
     cache, table, seqlens, plan, q = small
     bad = table.clone()

@@ -66,20 +66,22 @@ def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
 @FUZZ
 @given(fmt=FORMATS, tokens=st.integers(1, 4), heads=st.integers(1, min(128, 20 * SCALE)),
        topk=st.integers(1, 80 * SCALE), skip=st.floats(0, 1), seed=st.integers(0, 2**16),
-       use_length=st.booleans(), compact=st.booleans())
-def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length, compact):
+       use_length=st.booleans(), compact=st.booleans(), outside=st.booleans())
+def test_fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length, compact, outside):
     """compact: the lists compacted first at any head count (the launcher: ≥ 64 heads per
     program, `fp8mla.sparse.COMPACT_MIN_ROWS`), else every entry checked in the loop."""
     _log("sparse", fmt=fmt, tokens=tokens, heads=heads, topk=topk, skip=skip, compact=compact)
     saved = sparse_mod.COMPACT_MIN_ROWS
     sparse_mod.COMPACT_MIN_ROWS = 1 if compact else 1 << 30
     try:
-        _fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length)
+        _fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length, outside)
     finally:
         sparse_mod.COMPACT_MIN_ROWS = saved
 
 
-def _fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
+def _fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length, outside):
+    """outside: some entries point past the pool, and the fast path (check=False) runs: it
+    skips them, so the reference sees −1 there."""
     cache, _, _ = paged_cache(fmt[0], [40], 16, policy=fmt[1], device=DEVICE, seed=seed)
     g = torch.Generator().manual_seed(seed + 2)
     kv = cache.dequantize(0).reshape(-1, 576)
@@ -89,9 +91,15 @@ def _fuzz_sparse(fmt, tokens, heads, topk, skip, seed, use_length):
     lengths = torch.randint(0, topk + 1, (tokens,), generator=g, dtype=torch.int32) \
         if use_length else None
     q = torch.randn(tokens, heads, 576, generator=g).bfloat16().to(DEVICE)
-    out, lse = sparse_prefill(q, cache.layer(0), idx.to(DEVICE), kv_format=cache.fmt,
+    listed = idx.clone()
+    if outside:
+        far = torch.rand(tokens, topk, generator=g) < 0.1
+        listed[far] = cache.num_slots + torch.randint(0, 1 << 20, (int(far.sum()),),
+                                                      generator=g, dtype=torch.int32)
+        idx[far] = -1
+    out, lse = sparse_prefill(q, cache.layer(0), listed.to(DEVICE), kv_format=cache.fmt,
                               topk_length=None if lengths is None else lengths.to(DEVICE),
-                              fp8_scale=cache.scale(0))
+                              fp8_scale=cache.scale(0), check=not outside)
     ro, rl = reference.sparse_mla(q, kv, idx.to(DEVICE), 576 ** -0.5,
                                   None if lengths is None else lengths.to(DEVICE))
     assert_close(out, ro, name="out")

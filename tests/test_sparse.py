@@ -144,6 +144,36 @@ def test_out_of_range_indices(device, index_path):
     assert torch.equal(out, ref)
 
 
+def test_fast_path_reads_no_further_than_the_list(device, index_path):
+    """check=False trusts topk_length but never reads past a query's list: a length beyond
+    topk counts topk entries (reading on would take the next query's list)."""
+    cache, idx, q = _problem("fp8_ds_mla", None, 2, 8, 8, device, seed=4)
+    plan = SparsePlan(num_queries=2, num_heads=8, topk=8, kv_format="fp8_ds_mla",
+                      device=device)
+    full = torch.tensor([8, 8], dtype=torch.int32, device=device)
+    want, want_lse = (t.clone() for t in plan.run(q, cache.layer(0), idx, full))
+    past = torch.tensor([16, 8 + 1000], dtype=torch.int32, device=device)
+    out, lse = plan.run(q, cache.layer(0), idx, past, check=False)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+def test_compacted_entries_past_the_count_are_never_read(device):
+    """The compacted buffer holds a NaN-poisoned slot everywhere before the run: only the
+    first `count` entries of each list may be read."""
+    cache, idx, q = _problem("fp8", None, 3, 64, 150, device, page_size=1, seed=8)
+    plan = SparsePlan(num_queries=3, num_heads=64, topk=150, kv_format="fp8", device=device,
+                      num_splits=2)
+    assert not plan.checks_indices
+    stored = torch.zeros(cache.num_slots, dtype=torch.bool)
+    stored[idx[idx >= 0].long().cpu()] = True
+    plan._kept.fill_(int((~stored).nonzero()[0]))  # a slot never written: poisoned
+    lengths = torch.tensor([150, 40, 0], dtype=torch.int32, device=device)
+    out, lse = plan.run(q, cache.layer(0), idx, lengths, fp8_scale=cache.scale(0))
+    ro, rl = _ref(cache, q, idx, 576 ** -0.5, lengths)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
 def test_compaction_keeps_valid_entries_in_order(device):
     """`_compact_indices_kernel` over lists of several blocks: −1, other negatives, slots at and
     past the pool's end, lengths past the width, zero and negative; the valid entries land in
@@ -168,11 +198,14 @@ def test_compaction_keeps_valid_entries_in_order(device):
 def test_compaction_rule(device):
     """64-row programs (64 heads and more) attend to compacted lists, fewer rows check every
     entry (measured on the H200: `fp8mla.sparse.COMPACT_MIN_ROWS`)."""
-    for heads, checks in ((8, True), (32, True), (64, False), (128, False)):
+    for heads in (8, 32, 64, 128):
         plan = SparsePlan(num_queries=2, num_heads=heads, topk=40, kv_format="fp8_ds_mla",
                           device=device)
+        checks = plan.config.heads_per_block < 64  # 64 rows on SM80 / SM90 and the interpreter
         assert plan.checks_indices == checks, heads
         assert hasattr(plan, "_kept") != checks
+        if plan.target.cc in (80, 90) and heads >= 64:
+            assert not checks
 
 
 def test_bad_sparse_arguments(device):

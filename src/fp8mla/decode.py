@@ -327,6 +327,7 @@ class DecodePlan:
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             lse.stride(2), self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
             self.page_size.bit_length() - 1, flat.shape[0],
+            min(block_table.shape[1] * self.page_size, 2**31 - 1),
         )
         meta = dict(
             FORMAT=_FORMAT_IDS[self.fmt.name], HW_FP8=t.hw_fp8, DOT_F32=t.interpreted,

@@ -36,6 +36,8 @@ __all__ = ["SparsePlan", "sparse_decode", "sparse_prefill"]
 # 100.9 → 99.7; 16 rows slower (B=64 × 8 heads 61.5 → 72.6, × 16 heads 67.8 → 77.4, B=128 × 8
 # heads 99.0 → 119.6). (Read contiguously with only `position < count` as the mask, the lists
 # measured 387 µs at B=128 × 128 heads: `-compact-ab3-contiguous.json`.)
+# Targets whose programs reach 64 rows: SM90 (measured) and SM80 (untimed); SM86/89/100/120
+# programs stop at 32 rows, so they keep checking each entry.
 COMPACT_MIN_ROWS = 64
 
 

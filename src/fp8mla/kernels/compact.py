@@ -1,4 +1,4 @@
-"""Index-list compaction for sparse attention (device function and kernel).
+"""Index-list compaction for sparse attention (one kernel).
 
 Each query's list keeps its valid entries — inside the query's length and inside the pool
 (0 ≤ slot < num_slots) — in order at the front, and their count. The attention kernel then reads

@@ -534,7 +534,7 @@ def _mla_decode_kernel(
     stride_bt,
     stride_ob, stride_os, stride_oh,
     stride_lb, stride_ls, stride_lh,
-    softmax_scale, lse_empty, num_heads, num_splits, page_shift, num_slots,
+    softmax_scale, lse_empty, num_heads, num_splits, page_shift, num_slots, max_len,
     FORMAT: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr,
     S_Q: tl.constexpr, S_Q_P2: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, ROW_WORDS: tl.constexpr,
@@ -577,7 +577,9 @@ def _mla_decode_kernel(
     qk_scale = softmax_scale * kv_mult * LOG2E
 
     # --- this program's token chunk (from the device-side length) --------------------------
-    seqlen = tl.load(seqlens_ptr + b)
+    # at most what the block table / index row covers (max_len): a length past it, which
+    # only the validating path rejects, must not read past the row
+    seqlen = tl.minimum(tl.load(seqlens_ptr + b), max_len)
     chunk = tl.cdiv(tl.cdiv(seqlen, num_splits), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(seqlen, start + chunk)
