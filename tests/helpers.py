@@ -24,6 +24,28 @@ def poison(cache: PagedKVCache) -> None:
         cache.pool.view(torch.int16).fill_(0x7FC0)  # bf16 NaN in every 16-bit half
 
 
+def sparse_pool(fmt: str, policy: str | None, pages: int, page_size: int, device,
+                g: torch.Generator) -> tuple[PagedKVCache, torch.Tensor]:
+    """A poisoned pool where only half the slots hold random data: (cache, those slots)."""
+    cache = PagedKVCache(pages, page_size, fmt, scale_policy=policy, fp8_scale=0.03,
+                         device=device)
+    poison(cache)
+    live = torch.randperm(cache.num_slots, generator=g)[: max(1, cache.num_slots // 2)]
+    cache.store(0, torch.randn(len(live), 512, generator=g).bfloat16().to(device),
+                torch.randn(len(live), 64, generator=g).bfloat16().to(device), live.to(device))
+    return cache, live
+
+
+def sparse_lists(live: torch.Tensor, tokens: int, topk: int, g: torch.Generator) -> torch.Tensor:
+    """Index lists int32 [tokens, topk] (on the CPU) over the ``live`` slots: ~20% −1, and the
+    last entry a duplicate of the first."""
+    idx = live[torch.randint(len(live), (tokens, topk), generator=g)].to(torch.int32)
+    idx[torch.rand(tokens, topk, generator=g) < 0.2] = -1
+    if topk > 1:
+        idx[:, -1] = idx[:, 0]  # a duplicate
+    return idx
+
+
 def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None = None,
                 extra_pages: int = 3, device: str = "cpu", fp8_scale: float = 0.03,
                 seed: int = 0):

@@ -58,4 +58,3 @@ def test_indexer_topk_cases_smoke(device, monkeypatch):
     timed = ["indexer", "fp8mla", "indexer_graph", "fp8mla_graph"]
     assert [r.backend for r in recs] == ["fp8mla"] + timed * 2 \
         + ["fp8mla_graph_chunk0", "fp8mla_graph_chunk1024"]
-

@@ -11,7 +11,7 @@ from fp8mla.cache import PagedKVCache
 from fp8mla.kernels.compact import _compact_indices_kernel
 from fp8mla.sparse import SparsePlan, sparse_decode, sparse_prefill
 from fp8mla.testing import assert_close
-from helpers import poison
+from helpers import poison, sparse_lists, sparse_pool
 
 
 @pytest.fixture(params=["checked", "compacted"])
@@ -29,17 +29,10 @@ def _problem(fmt, policy, tokens, heads, topk, device, *, page_size=16, seed=0):
     """A poisoned pool where only the listed slots hold data; index lists with −1 and
     duplicates."""
     g = torch.Generator().manual_seed(seed)
-    cache = PagedKVCache(8, page_size, fmt, scale_policy=policy, fp8_scale=0.03, device=device)
-    poison(cache)
-    live = torch.randperm(cache.num_slots, generator=g)[: max(1, cache.num_slots // 2)]
-    cache.store(0, torch.randn(len(live), 512, generator=g).bfloat16().to(device),
-                torch.randn(len(live), 64, generator=g).bfloat16().to(device), live.to(device))
-    idx = live[torch.randint(len(live), (tokens, topk), generator=g)]
-    idx[torch.rand(tokens, topk, generator=g) < 0.2] = -1
-    if topk > 1:
-        idx[:, -1] = idx[:, 0]  # a duplicate
+    cache, live = sparse_pool(fmt, policy, 8, page_size, device, g)
+    idx = sparse_lists(live, tokens, topk, g)
     q = torch.randn(tokens, heads, 576, generator=g).bfloat16()
-    return cache, idx.to(torch.int32).to(device), q.to(device)
+    return cache, idx.to(device), q.to(device)
 
 
 def _ref(cache, q, idx, scale, lengths=None):

@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from fp8mla import reference
-from fp8mla.cache import PagedKVCache
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
-from helpers import poison
+from helpers import sparse_lists, sparse_pool
 
 pytestmark = pytest.mark.gpu
 
@@ -19,21 +18,14 @@ def sparse_problem(fmt, queries, heads, topk, *, pages=512, page_size=64, policy
     """A poisoned pool where only listed slots hold data; lists with −1 (~20%), duplicates and
     slots past the pool's end (skipped by the fast path)."""
     g = torch.Generator().manual_seed(seed)
-    cache = PagedKVCache(pages, page_size, fmt, scale_policy=policy, fp8_scale=0.03,
-                         device=device)
-    poison(cache)
-    live = torch.randperm(cache.num_slots, generator=g)[: cache.num_slots // 2]
-    cache.store(0, torch.randn(len(live), 512, generator=g).bfloat16().to(device),
-                torch.randn(len(live), 64, generator=g).bfloat16().to(device), live.to(device))
+    cache, live = sparse_pool(fmt, policy, pages, page_size, device, g)
     q = torch.randn(queries, heads, 576, generator=g).bfloat16().to(device)
     idx = _lists(live, queries, topk, cache.num_slots, g).to(device)
     return cache, live, q, idx
 
 
 def _lists(live, queries, topk, num_slots, g):
-    idx = live[torch.randint(len(live), (queries, topk), generator=g)].to(torch.int32)
-    idx[torch.rand(queries, topk, generator=g) < 0.2] = -1
-    idx[:, -1] = idx[:, 0]  # a duplicate
+    idx = sparse_lists(live, queries, topk, g)
     idx[0, 5] = num_slots + 7  # out of the pool: the fast path skips it
     return idx
 
