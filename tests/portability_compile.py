@@ -49,7 +49,7 @@ DECODE_SIG = {
     "fp8_scale_ptr": "*fp32", "lat_desc": "constexpr", "rope_desc": "constexpr",
     "scale_desc": "constexpr", "block_table_ptr": "*i32", "seqlens_ptr": "*i32",
     "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32", "part_out_ptr": "*fp32",
-    "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32", "counter_ptr": "*i32",
+    "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
     "stride_qb": "i32", "stride_qs": "i32", "stride_qh": "i32", "stride_bt": "i32",
     "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32", "stride_lb": "i32",
     "stride_ls": "i32", "stride_lh": "i32", "softmax_scale": "fp32", "lse_empty": "fp32",
@@ -150,8 +150,7 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     """`_mla_decode_kernel` as a plan with config ``cfg`` launches it: whole tiles by TMA
     (``tma``: the descriptors' signature, cfg.tma_stages) or every tile gathered (cfg.num_stages,
     the next tile's slots carried from 3 stages on). aligned: as `compile_for` (SASS studies:
-    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`);
-    otherwise the kernel merges its splits itself (`fp8mla.decode.MERGE_MAX_SPLITS`)."""
+    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`)."""
     hw = cc >= 89
     sig, stages = DECODE_SIG, cfg.num_stages
     if tma:
@@ -165,7 +164,7 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
-        "LATE_SUM": cfg.late_sum, "PDL": pdl, "MERGE": not pdl,
+        "LATE_SUM": cfg.late_sum, "PDL": pdl,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 

@@ -101,40 +101,12 @@ def test_combine_in_narrow_dim_blocks(device, monkeypatch):
     GPU) matches the reference."""
     monkeypatch.setattr(decode_mod, "COMBINE_PROGRAMS_PER_SM", 1 << 20)  # always 32 dims
     monkeypatch.setattr(decode_mod, "COMBINE_TILE", 32 * 4)  # 4 splits per step
-    monkeypatch.setattr(decode_mod, "MERGE_MAX_SPLITS", 1)  # the combine launch, not the merge
     cache, table, seqlens = paged_cache("fp8", [150, 20], 16, device=device, seed=5)
     q = _q(2, 1, 3, device, 6)
     plan = DecodePlan(batch=2, num_heads=3, kv_format="fp8", page_size=16,
                       cache_seqlens=seqlens, device=device, num_splits=5)
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
-
-
-@pytest.mark.parametrize("merge_max", [decode_mod.MERGE_MAX_SPLITS, 1])
-def test_splits_merged_in_kernel_or_by_the_combine(device, monkeypatch, merge_max):
-    """Split partials merged by the decode kernel's last program of each (request, head block)
-    (up to MERGE_MAX_SPLITS) or by the combine launch: both match the reference, run after run
-    into NaN-filled outputs (the kernel's per-group counters return to zero), with FlashMLA's
-    [b, h, s_q] lse layout and +inf for a request with nothing to attend."""
-    monkeypatch.setattr(decode_mod, "MERGE_MAX_SPLITS", merge_max)
-    lens, heads, s_q = [150, 0, 37], 5, 2
-    cache, table, seqlens = paged_cache("fp8_ds_mla", lens, 16, device=device, seed=11)
-    plan = DecodePlan(batch=3, num_heads=heads, s_q=s_q, kv_format="fp8_ds_mla", page_size=16,
-                      cache_seqlens=seqlens, device=device, num_splits=3)
-    assert plan.merges == (merge_max >= 3)
-    out = torch.empty(3, s_q, heads, 512, dtype=torch.bfloat16, device=device)
-    lse = torch.empty(3, heads, s_q, dtype=torch.float32, device=device)
-    for seed in (12, 13):
-        q = _q(3, s_q, heads, device, seed)
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        plan.run(q, cache.layer(0), table, seqlens, out=out, lse=lse.transpose(1, 2),
-                 empty_lse=float("inf"))
-        ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
-        assert_close(out, ro, name="out")
-        assert torch.all(lse[1] == float("inf"))
-        assert_close(lse.transpose(1, 2)[[0, 2]], rl[[0, 2]], atol=1e-3, rtol=1e-3, name="lse")
-        assert torch.all(plan._done == 0)
 
 
 def test_resident_programs_from_kernel_resources():

@@ -74,38 +74,6 @@ def test_programmatic_dependent_combine_in_a_graph(monkeypatch):
     assert plan.num_splits > 1 and plan._pdl  # the combine ran, as a dependent launch
 
 
-def test_merged_splits_under_many_graph_replays():
-    """Plans of a few splits merge their partials in the decode kernel (the last split program
-    of each request counts in and merges): one capture replayed 20 times with new lengths and
-    q, every replay checked — a missed release or a stale read would show as a wrong or
-    unwritten row, and the per-group counters must be back at zero after each replay."""
-    import fp8mla.decode as decode_mod
-
-    batch, heads = 48, 16
-    cache, table, seqlens = paged_cache("fp8", [2048] * batch, 64, device="cuda", seed=5)
-    q = torch.randn(batch, 1, heads, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=batch, num_heads=heads, kv_format=cache.fmt, page_size=64,
-                      max_seqlen=2048, device="cuda", num_splits=decode_mod.MERGE_MAX_SPLITS)
-    assert plan.merges
-    plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), check=False)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0),
-                            check=False)
-    g = torch.Generator().manual_seed(6)
-    rows = cache.dequantize(0)
-    for step in range(20):
-        seqlens.copy_(torch.randint(0, 2049, (batch,), generator=g, dtype=torch.int32))
-        q.copy_(torch.randn(q.shape, generator=g).bfloat16())
-        out.fill_(float("nan"))
-        graph.replay()
-        ro, rl = reference.dense_mla_decode(q, rows, table, seqlens, 576 ** -0.5)
-        assert_close(out, ro, name=f"replay {step} out")
-        assert_close(lse, rl, atol=1e-3, rtol=1e-3, name=f"replay {step} lse")
-        assert torch.all(plan._done == 0)
-
-
 def _graph_replays(fmt):
     lens = [3000, 700, 64]
     cache, table, seqlens = paged_cache(fmt, [4096] * 3, 64, device="cuda", seed=3)

@@ -54,11 +54,6 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # two-kernel graph replay, h200-20261130-s10-*-decode-phases); benchmarks/decode_variants.py
 # times it by setting this to True
 PDL = False
-# splits a decode kernel merges itself (the last of a request's split programs to finish reads
-# the others' partials and writes the output: `_merge_splits`), instead of a second launch
-# (`_combine_splits_kernel`); more splits than this (a long single request: up to 256) keep the
-# combine kernel, which spreads the merge over the GPU
-MERGE_MAX_SPLITS = 8
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -227,12 +222,6 @@ class DecodePlan:
             self.part_max = torch.empty_like(self.part_lse)
         else:
             self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
-        # the decode kernel merges its split partials itself (2 to MERGE_MAX_SPLITS splits)
-        # instead of a combine launch; _done counts, per (request, head block), the split
-        # programs finished so far (back to 0 after each run, so a captured graph replays)
-        self.merges = 1 < self.num_splits <= MERGE_MAX_SPLITS
-        self._done = torch.zeros(batch * self.head_blocks if self.merges else 1,
-                                 dtype=torch.int32, device=self.device)
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
 
     @property
@@ -333,7 +322,7 @@ class DecodePlan:
             descs = self._descs[1]
         args = (
             q, u32, bf16, f32, kv_scale, *descs, block_table, cache_seqlens,
-            out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max, self._done,
+            out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
             q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             lse.stride(2), self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
@@ -348,8 +337,7 @@ class DecodePlan:
             WORDS_2D=cfg.words_2d, SPARSE=self.checks_indices, CAUSAL=self.causal,
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
-            LATE_SUM=cfg.late_sum, PDL=self._pdl and not direct and not self.merges,
-            MERGE=self.merges,
+            LATE_SUM=cfg.late_sum, PDL=self._pdl and not direct,
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
@@ -394,11 +382,7 @@ class DecodePlan:
         table = torch.empty(self.batch, 16, dtype=torch.int32, device=dev)
         lens = torch.empty(self.batch, dtype=torch.int32, device=dev)
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
-        self._done = torch.zeros(1, dtype=torch.int32, device=dev)
-        # stand-ins (the schedule is chosen from this compile): a kernel that merges its
-        # splits; the merge runs after the tile loop, so the loop's registers and shared memory
-        # decide occupancy either way
-        self.num_splits, self.merges = 2, True
+        self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))
         try:
@@ -429,7 +413,7 @@ class DecodePlan:
         args, meta = self._kernel_args(q, rows, block_table, cache_seqlens, kv_scale, direct,
                                        out, lse, empty_lse)
         _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
-        if not direct and not self.merges:
+        if not direct:
             self._combine(out, lse, empty_lse)
         return out, lse
 

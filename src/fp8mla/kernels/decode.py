@@ -529,7 +529,7 @@ def _fold_tile(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, qc0, qc1, qc2, qc3, qd0, 
 def _mla_decode_kernel(
     q_ptr, u32_ptr, bf16_ptr, f32_ptr, fp8_scale_ptr, lat_desc, rope_desc, scale_desc,
     block_table_ptr, seqlens_ptr,
-    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr, counter_ptr,
+    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
     stride_qb, stride_qs, stride_qh,
     stride_bt,
     stride_ob, stride_os, stride_oh,
@@ -541,7 +541,7 @@ def _mla_decode_kernel(
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
     TMA: tl.constexpr = False, CARRY: tl.constexpr = 0, LAZY: tl.constexpr = False,
-    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False, MERGE: tl.constexpr = False,
+    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -697,57 +697,6 @@ def _mla_decode_kernel(
         _store_lanes(o_row + 384, row_ok, ad0, ad1, ad2, ad3, inv, True, False)
     else:
         _store_lanes(o_row, row_ok, acc0, acc1, acc2, acc3, inv, FP8_LAYOUT)
-    if MERGE and not DIRECT:  # the last split of (b, hb) to finish merges them all
-        tl.debug_barrier()  # every thread's partial stores precede the release below
-        group = counter_ptr + b * tl.num_programs(2) + hb
-        if tl.atomic_add(group, 1, sem="acq_rel") == num_splits - 1:
-            _merge_splits(part_out_ptr, part_lse_ptr, part_max_ptr, out_ptr, lse_ptr, max_ptr,
-                          b, qi, head, row_ok, stride_ob, stride_os, stride_oh, stride_lb,
-                          stride_ls, stride_lh, lse_empty, num_splits, num_heads, S_Q)
-            tl.atomic_xchg(group, 0)  # ready for the next launch (a graph replay)
-
-
-@triton.jit
-def _merge_splits(part_out_ptr, part_lse_ptr, part_max_ptr, out_ptr, lse_ptr, max_ptr, b, qi,
-                  head, row_ok, stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
-                  lse_empty, num_splits, num_heads, S_Q: tl.constexpr):
-    """The split combine inside the decode kernel, for one program's rows (`MERGE`): the same
-    LSE-weighted merge as `_combine_splits_kernel`, run by the last of a (request, head block)'s
-    split programs once every split's partial is written. Partials are read past L1 (``.cg``):
-    other SMs wrote them."""
-    row0 = (b * num_splits * S_Q + qi).to(tl.int64) * num_heads + head  # split 0's rows
-    step = S_Q * num_heads  # rows between consecutive splits
-    mx = tl.full(row0.shape, float("-inf"), tl.float32)  # max of the splits' lse
-    m_all = mx  # max of the splits' max logits
-    for s in range(num_splits):
-        r = row0 + s * step
-        mx = tl.maximum(mx, tl.load(part_lse_ptr + r, mask=row_ok, other=float("-inf"),
-                                    cache_modifier=".cg"))
-        m_all = tl.maximum(m_all, tl.load(part_max_ptr + r, mask=row_ok, other=float("-inf"),
-                                          cache_modifier=".cg"))
-    m_safe = tl.where(mx == float("-inf"), 0.0, mx)
-    total = tl.zeros(row0.shape, tl.float32)
-    for s in range(num_splits):
-        total += tl.exp(tl.load(part_lse_ptr + row0 + s * step, mask=row_ok,
-                                other=float("-inf"), cache_modifier=".cg") - m_safe)
-    has = total > 0.0
-    scale = tl.where(has, 1.0 / tl.where(has, total, 1.0), 0.0)
-    o_row = out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh
-    for c in tl.static_range(4):  # 128 latent dims at a time
-        dims = c * 128 + tl.arange(0, 128)[None, :]
-        acc = tl.zeros((row0.shape[0], 128), tl.float32)
-        for s in range(num_splits):
-            r = row0 + s * step
-            w = tl.exp(tl.load(part_lse_ptr + r, mask=row_ok, other=float("-inf"),
-                               cache_modifier=".cg") - m_safe) * scale
-            part = tl.load(part_out_ptr + r[:, None] * 512 + dims, mask=row_ok[:, None],
-                           other=0.0, cache_modifier=".cg")
-            acc += part * w[:, None]
-        tl.store(o_row[:, None] + dims, acc.to(o_row.dtype.element_ty), mask=row_ok[:, None])
-    l_off = b.to(tl.int64) * stride_lb + qi * stride_ls + head * stride_lh
-    tl.store(lse_ptr + l_off, tl.where(has, mx + tl.log(tl.where(has, total, 1.0)), lse_empty),
-             mask=row_ok)
-    tl.store(max_ptr + (b * S_Q + qi).to(tl.int64) * num_heads + head, m_all, mask=row_ok)
 
 
 @triton.jit
