@@ -7,7 +7,9 @@ Session 10's reading of the H200 figures: time ≈ tiles per program × t + f wi
 for 16-row programs (the pool case, one tile per program, takes 15.6 µs; B=1 × 128K, 8 tiles,
 45.6) — a quarter of the B=1 × 128K case. This splits f into the decode kernel, the split
 combine and the gaps between launches (graph replay time − the kernels' GPU time), and fits t
-and f per case from the sweep. Each case is checked against the reference first.
+and f per case from the sweep. Each case is checked against the reference first. Sparse
+decode (#4's B=64 × 8 and 64 heads, fp8_ds_mla, topk 2048: `fp8mla bench sparse`'s data) is
+split the same way — its 64-row plans also launch the index-list compaction.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ import torch
 
 from fp8mla.bench.decode import POOL_CASE, DecodeCase, _check, make_problem
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed, time_us
+from fp8mla.bench.sparse import sparse_problem
 from fp8mla.decode import DecodePlan
+from fp8mla.formats import KV_DIM, dequantize_kv, kv_format
+from fp8mla.reference import sparse_mla
+from fp8mla.sparse import SparsePlan
+from fp8mla.testing import assert_close
 
 CASES = [  # (case, format, split counts to sweep; None = the scheduler's)
     (POOL_CASE, "fp8", [None, 16, 32]),
@@ -29,6 +36,7 @@ CASES = [  # (case, format, split counts to sweep; None = the scheduler's)
     (DecodeCase(1, 131072, 8), "fp8_ds_mla", [None, 128]),
     (DecodeCase(64, 8192, 16), "fp8", [None, 2]),
 ]
+SPARSE_CASES = [((64, 8, 2048), [None, 2, 8]), ((64, 64, 2048), [None, 1, 4])]
 
 
 def kernel_times(replay) -> dict[str, float]:
@@ -49,11 +57,53 @@ def kernel_times(replay) -> dict[str, float]:
     return out
 
 
+def measure(name, plan, fn, tiles) -> dict:
+    """Replay time of ``fn`` from a CUDA graph and, for the scheduler's split count, its GPU time
+    per kernel (the rest: gaps between and around the launches)."""
+    replay = graphed(fn)
+    row = {"case": name, "splits": plan.num_splits, "tiles_per_program": tiles,
+           "us": round(time_us(replay), 2)}
+    if plan.requested_splits is None:
+        try:
+            row["kernels_us"] = kernel_times(replay)
+            row["gaps_us"] = round(row["us"] - sum(row["kernels_us"].values()), 2)
+        except Exception as e:  # noqa: BLE001 — the sweep's times still count
+            row["profile_error"] = f"{type(e).__name__}: {e}"[:200]
+    return row
+
+
+def sparse_rows(batch, heads, topk, sweep):
+    """The sparse case (fp8_ds_mla, s_q 1) at each split count; the first two queries checked
+    against the reference."""
+    fmt = kv_format("fp8_ds_mla")
+    rows, idx, q = sparse_problem(batch, heads, topk, 1, fmt, "cuda")
+    name = f"sparse_decode/fp8_ds_mla/B{batch}-H{heads}-topk{topk}-sq1"
+    for splits in sweep:
+        plan = SparsePlan(num_queries=batch, num_heads=heads, topk=topk, kv_format=fmt,
+                          device="cuda", num_splits=splits)
+        plan.requested_splits = splits
+        fn = functools.partial(plan.run, q, rows, idx, check=False)
+        out, lse = fn()
+        kv = dequantize_kv(rows[idx[:2].flatten().long()], fmt)  # the listed rows, in order
+        local = torch.arange(2 * topk, device="cuda").view(2, topk)
+        ro, _ = sparse_mla(q[:2], kv, local, KV_DIM ** -0.5)
+        assert_close(out[:2], ro, name="sparse out")
+        chunk = math.ceil(topk / plan.num_splits)
+        yield measure(name, plan, fn, math.ceil(chunk / plan.config.block_n))
+
+
 def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)
     rows = []
+
+    def emit(row):
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(out_path, "w") as f:
+            json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
+
     for case, fmt_name, sweep in CASES:
         fmt, kv, table, seqlens, q, scale = make_problem(case, fmt_name)
         name = case.name(f"dense_decode/{fmt_name}", fmt_name)
@@ -61,26 +111,16 @@ def main() -> int:
             plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q,
                               kv_format=fmt, page_size=case.page_size, cache_seqlens=seqlens,
                               device="cuda", num_splits=splits)
+            plan.requested_splits = splits
             fn = functools.partial(plan.run, q, kv, table, seqlens, fp8_scale=scale,
                                    check=False)
             o, lse = fn()
             _check(case, fmt, kv, table, seqlens, q, scale, o, lse)
-            replay = graphed(fn)
-            us = time_us(replay)
             chunk = math.ceil(case.context / plan.num_splits)
-            tiles = math.ceil(chunk / plan.config.block_n)
-            row = {"case": name, "splits": plan.num_splits, "tiles_per_program": tiles,
-                   "us": round(us, 2)}
-            if splits is None:
-                try:
-                    row["kernels_us"] = kernel_times(replay)
-                    row["gaps_us"] = round(us - sum(row["kernels_us"].values()), 2)
-                except Exception as e:  # noqa: BLE001 — the sweep's times still count
-                    row["profile_error"] = f"{type(e).__name__}: {e}"[:200]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            with open(out_path, "w") as f:
-                json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
+            emit(measure(name, plan, fn, math.ceil(chunk / plan.config.block_n)))
+    for (batch, heads, topk), sweep in SPARSE_CASES:
+        for row in sparse_rows(batch, heads, topk, sweep):
+            emit(row)
     return 0
 
 

@@ -47,7 +47,8 @@ MIN_SPLIT_TILES = 1  # a split is at least one tile; the cost model below weighs
 MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
-COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
+COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → COMBINE_MIN_DIMS) until the combine
+COMBINE_MIN_DIMS = 32  # has this many programs per SM, or reaches this width
 # SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
 # following it. Off: not yet measured (session 10 measured 5.6–9.1 µs of launch gaps per
@@ -88,7 +89,8 @@ def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
     the combine took 13.6 µs of that case's 131 on the H200 (h200-20261130-s10-*-decode-phases);
     a single long request (B=1, 8 heads, 256 splits) gets 128 programs of 32 dims, 2 steps."""
     block_d = LATENT_DIM
-    while block_d > 32 and rows * (LATENT_DIM // block_d) < COMBINE_PROGRAMS_PER_SM * num_sms:
+    while (block_d > COMBINE_MIN_DIMS
+           and rows * (LATENT_DIM // block_d) < COMBINE_PROGRAMS_PER_SM * num_sms):
         block_d //= 2
     return block_d, min(triton.next_power_of_2(max(1, num_splits)), COMBINE_TILE // block_d)
 

@@ -23,7 +23,8 @@ from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
 from fp8mla.topk import CHUNKED_ABOVE, topk_indices
 
-__all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk"]
+__all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk",
+           "sparse_problem"]
 
 SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64, 8, 2048, 1)]
 INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
@@ -46,13 +47,10 @@ def _record(case, backend, us, moved, flops, ceiling, env, note=None):
                   ceiling_TBps=round(ceiling, 3), note=note, **env)
 
 
-def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
-               device="cuda", pool_tokens=POOL_TOKENS, config=None,
-               num_splits=None) -> list[Record]:
-    """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
-    graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py)."""
+def sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens=POOL_TOKENS):
+    """The sparse case's inputs: (pool rows uint8 [pool_tokens, row_bytes], index lists int32
+    [batch · s_q, topk] drawn uniformly over the pool, q bfloat16 [batch · s_q, heads, 576])."""
     g = torch.Generator().manual_seed(batch * heads + s_q)
-    fmt = kv_format(fmt_name)
     rows = torch.empty(pool_tokens, fmt.row_bytes, dtype=torch.uint8, device=device)
     for i in range(0, pool_tokens, 1 << 18):
         n = min(1 << 18, pool_tokens - i)
@@ -62,6 +60,17 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     t = batch * s_q
     idx = torch.randint(0, pool_tokens, (t, topk), generator=g, dtype=torch.int32).to(device)
     q = torch.randn(t, heads, KV_DIM, generator=g).bfloat16().to(device)
+    return rows, idx, q
+
+
+def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
+               device="cuda", pool_tokens=POOL_TOKENS, config=None,
+               num_splits=None) -> list[Record]:
+    """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
+    graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py)."""
+    fmt = kv_format(fmt_name)
+    rows, idx, q = sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens)
+    t = batch * s_q
     plan = SparsePlan(num_queries=t, num_heads=heads, topk=topk, kv_format=fmt, device=device,
                       config=config, num_splits=num_splits)
     fn = lambda: plan.run(q, rows, idx, check=False)
