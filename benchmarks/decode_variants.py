@@ -18,7 +18,7 @@ from dataclasses import asdict, replace
 import torch
 
 import fp8mla.decode as decode_mod
-from fp8mla.bench.decode import POOL_CASE, DecodeCase, run_case
+from fp8mla.bench.decode import DecodeCase, run_case
 from fp8mla.bench.harness import announced_ceiling, env_info
 from fp8mla.runtime import decode_config
 
@@ -35,13 +35,15 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # counts at 16 rows re-timed with session 10's online combine: the scheduler's stay best
 # (s11-2a8cd0b-splits-*). The plan is that last sweep.
 # Session 13: the combine of one long request (B=1 × 128K: 8 rows, 256 splits) in 16-dim programs
-# (256 programs, all splits in one step) instead of 32 (128 programs, two steps), ABAB
-NARROW = ("combine 16 dims", None, None, {"COMBINE_MIN_DIMS": 16})
-AGAIN = [NARROW, ("default again", None, None, {}), NARROW]
+# (256 programs, all splits in one step) instead of 32 (128 programs, two steps), ABAB: −0.3 /
+# −0.6 µs (fp8 / fp8_ds_mla), the pool case +0.15 (s13-75a34e4-decode-variants.json), so
+# `combine_blocks` now narrows to 16 dims only where 32 would take more than one step. The plan
+# is back to session 11's split sweep
+SPLITS = [(f"splits {n}", None, n) for n in (2, 8, 16)]
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8", AGAIN),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", AGAIN),
-    (POOL_CASE, "fp8", AGAIN),
+    (DecodeCase(64, 8192, 16), "fp8", SPLITS),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", SPLITS[:2]),
+    (DecodeCase(64, 8192, 16), "bf16", SPLITS[:2]),
 ]
 
 

@@ -189,7 +189,7 @@ def compile_target(cc):
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)
         lines.append(row(f"store/{fmt}", cc, k))
-    for block_d, block_s in ((512, 8), (32, 128)):  # many rows; one long request
+    for block_d, block_s in ((512, 8), (32, 128), (16, 256)):  # many rows; few; one long request
         lines.append(row(f"combine/D{block_d}", cc, compile_for(
             _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d,
                                                   "BLOCK_S": block_s, "PDL": False}, cc)))

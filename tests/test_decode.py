@@ -89,7 +89,8 @@ def test_scheduler_fills_whole_waves_without_tiny_splits():
 def test_combine_blocks_spread_few_rows_over_the_gpu():
     from fp8mla.decode import combine_blocks
 
-    assert combine_blocks(8, 256, 132) == (32, 128)  # B=1, 8 heads, 128K: 128 programs
+    assert combine_blocks(8, 256, 132) == (16, 256)  # B=1, 8 heads, 128K: 256 programs, 1 step
+    assert combine_blocks(8, 128, 132) == (32, 128)
     assert combine_blocks(8, 64, 132) == (32, 64)  # the pool case: every split in one step
     assert combine_blocks(64 * 16, 4, 132) == (512, 4)  # B=64 H=16: whole rows, one step
     assert combine_blocks(64 * 64, 256, 132) == (512, 8)

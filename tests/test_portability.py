@@ -41,7 +41,8 @@ def _expected():
             for heads in pc.SPARSE_HEADS[cc == 90]:
                 yield f"sparse/{fmt}/H{heads}", cc
             yield f"store/{fmt}", cc
-        for what in ("combine/D512", "combine/D32", "compact_indices", "store/index_keys",
+        for what in ("combine/D512", "combine/D32", "combine/D16", "compact_indices",
+                     "store/index_keys",
                      "indexer/Hi32",
                      "indexer/Hi64", "rope/fp32", "rope/bf16", "rms_norm", "quant_rows",
                      "topk/1024+0", "topk/4096+256", "topk/4096+1024", "topk/8192+0",

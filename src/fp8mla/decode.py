@@ -47,8 +47,7 @@ MIN_SPLIT_TILES = 1  # a split is at least one tile; the cost model below weighs
 MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
-COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → COMBINE_MIN_DIMS) until the combine
-COMBINE_MIN_DIMS = 32  # has this many programs per SM, or reaches this width
+COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
 # SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
 # following it. Off: not yet measured (session 10 measured 5.6–9.1 µs of launch gaps per
@@ -86,13 +85,19 @@ def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
     than COMBINE_PROGRAMS_PER_SM programs per SM, and splits per step widen to keep
     COMBINE_TILE values per step. Many rows (B=64 × 16 heads × 4 splits) get one whole-row
     program each, one memory round trip apiece — with 128-dim programs and two dependent loads
-    the combine took 13.6 µs of that case's 131 on the H200 (h200-20261130-s10-*-decode-phases);
-    a single long request (B=1, 8 heads, 256 splits) gets 128 programs of 32 dims, 2 steps."""
+    the combine took 13.6 µs of that case's 131 on the H200 (h200-20261130-s10-*-decode-phases).
+    Where 32-dim programs would still need more than one step, they narrow to 16 dims so every
+    split is read at once: a single long request (B=1, 8 heads, 256 splits) gets 256 programs
+    of 16 dims, one step — H200, B=1 × 128K, ABAB against 128 programs × 2 steps: fp8 45.2 /
+    45.6 → 45.1 / 45.1 µs, fp8_ds_mla 57.6 / 57.5 → 57.0 / 56.8 (h200-20261201-s13-75a34e4-
+    decode-variants.json; the pool case's 64 splits, one step either way, stay at 32 dims)."""
     block_d = LATENT_DIM
-    while (block_d > COMBINE_MIN_DIMS
-           and rows * (LATENT_DIM // block_d) < COMBINE_PROGRAMS_PER_SM * num_sms):
+    while block_d > 32 and rows * (LATENT_DIM // block_d) < COMBINE_PROGRAMS_PER_SM * num_sms:
         block_d //= 2
-    return block_d, min(triton.next_power_of_2(max(1, num_splits)), COMBINE_TILE // block_d)
+    splits = triton.next_power_of_2(max(1, num_splits))
+    if block_d == 32 and splits * block_d > COMBINE_TILE:
+        block_d = 16
+    return block_d, min(splits, COMBINE_TILE // block_d)
 
 
 def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None = None) -> torch.Tensor:
