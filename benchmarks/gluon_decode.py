@@ -192,9 +192,11 @@ def main() -> int:
     if sys.argv[1] == "--sass":
         sass(sys.argv[2] if len(sys.argv) > 2 else None)
         return 0
+    from fp8mla import reference
     from fp8mla.bench.decode import DecodeCase, make_problem
     from fp8mla.bench.harness import announced_ceiling, env_info, graphed, time_us
     from fp8mla.decode import DecodePlan
+    from fp8mla.formats import dequantize_kv
     from fp8mla.testing import assert_close
 
     env = env_info()
@@ -206,14 +208,21 @@ def main() -> int:
         plan = DecodePlan(batch=case.batch, num_heads=case.heads, kv_format=fmt,
                           page_size=case.page_size, cache_seqlens=seqlens, device="cuda")
         ref_fn = functools.partial(plan.run, q, kv, table, seqlens, fp8_scale=scale, check=False)
-        ro, rl = [t.clone() for t in ref_fn()]
-        out = torch.full_like(ro, float("nan"))
-        lse = torch.full_like(rl, float("nan"))
+        lo, ll = [t.clone() for t in ref_fn()]
+        out = torch.full_like(lo, float("nan"))
+        lse = torch.full_like(ll, float("nan"))
         fn = functools.partial(gluon_decode, q, flat, table, seqlens, out, lse, 576 ** -0.5,
                                float(scale))
         fn()
-        assert_close(out, ro, name="gluon out")
-        assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="gluon lse")
+        rows = (dequantize_kv(flat, fmt) * float(scale)).view(*kv.shape[:2], 576)
+        ro, rl = reference.dense_mla_decode(q, rows, table, seqlens, 576 ** -0.5)
+        del rows
+        for name, o, lg in (("launcher", lo, ll), ("gluon", out, lse)):
+            err = ((o.float() - ro).norm() / ro.norm()).item()
+            print(f"{name}: |out - ref| / |ref| = {err:.2e}, max |lse - ref| = "
+                  f"{(lg - rl).abs().max().item():.2e}", flush=True)
+            assert_close(o, ro, name=f"{name} out")
+            assert_close(lg, rl, atol=1e-3, rtol=1e-3, name=f"{name} lse")
         flops = 2 * case.heads * case.context * (576 + 512) * case.batch
         for label, f in (("launcher", ref_fn), ("gluon", fn), ("launcher", ref_fn),
                          ("gluon", fn)):
