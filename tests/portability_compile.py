@@ -43,6 +43,7 @@ SPARSE_HEADS = {False: (8,), True: (8, 128)}
 # stages the non-TMA and sparse compiles here already cover
 GATHER_CC = 90
 PDL_CC = 90  # griddepcontrol (programmatic dependent launch) needs SM90+
+SM90_CC = 90  # `fp8mla.kernels.decode_sm90` (Gluon, wgmma / TMA): compute capability 9.0 only
 
 DECODE_SIG = {
     "q_ptr": "*bf16", "u32_ptr": "*i32", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
@@ -168,6 +169,34 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
+def decode_sm90_compile(direct=False):
+    """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
+    takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
+    from fp8mla.kernels import decode_sm90 as k90
+
+    if not k90.AVAILABLE:
+        return None
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    lat, rope = (k90.gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=8, rank=2)
+                 for w in (128, 64))
+    sig = {"q_ptr": "*bf16", "lat_desc": f"tensordesc<u8[{k90.BLOCK_N}, 128],{lat!r}>",
+           "rope_desc": f"tensordesc<u8[{k90.BLOCK_N}, 64],{rope!r}>", "bt_ptr": "*i32",
+           "seqlens_ptr": "*i32", "scale_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+           "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
+           "part_max_ptr": "*fp32", **{k: "i32" for k in (
+               "stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb",
+               "stride_lh")}, "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
+           "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
+    fn = k90._mla_decode_sm90_kernel
+    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N}
+    sig.update({k: "constexpr" for k in consts})
+    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
+                                              for k, v in consts.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": k90.NUM_WARPS})
+
+
 def compile_target(cc):
     """All kernels for one target; returns JSON lines."""
     lines = []
@@ -200,6 +229,11 @@ def compile_target(cc):
         if cc == GATHER_CC:
             lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
                 cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))
+    if cc == SM90_CC:  # the Gluon kernel of 64-head fp8 programs (where Triton has Gluon)
+        for direct in (False, True):
+            k = decode_sm90_compile(direct)
+            if k is not None:
+                lines.append(row(f"decode_sm90/fp8/H128{'-direct' * direct}", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

@@ -110,6 +110,40 @@ def test_combine_in_narrow_dim_blocks(device, monkeypatch):
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5)
 
 
+def test_sm90_gluon_kernel_rule(monkeypatch):
+    """Which plans the Gluon SM90 kernel serves: dense fp8 rows, s_q 1, 64-head programs
+    (more than 32 heads), pages of ≥ 64 tokens, compute capability 9.0, the launcher's own
+    configuration — and `SM90_GLUON` on. (The kernel itself runs on the GPU only:
+    tests/test_decode_gpu.py; its sm_90 compile: tests/test_portability.py.)"""
+    from fp8mla.kernels import decode_sm90
+    from fp8mla.runtime import DecodeConfig, Target
+
+    if not decode_sm90.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    cc = {"value": 90}
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(cc["value"], 132))
+
+    def serves(fmt="fp8", heads=128, s_q=1, page_size=64, **kw):
+        return DecodePlan(batch=2, num_heads=heads, s_q=s_q, kv_format=fmt, page_size=page_size,
+                          max_seqlen=4096, device="cpu", **kw).sm90
+
+    assert serves() and serves(heads=33) and serves(page_size=256)
+    plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8", page_size=64, max_seqlen=4096,
+                      device="cpu")
+    assert plan.programs_per_sm == 1  # 225 KB of shared memory: one program per SM
+    assert not serves(heads=32)  # 32-row programs
+    assert not serves(s_q=2)
+    assert not serves(page_size=32)  # tiles would span pages
+    assert not serves(fmt="fp8_ds_mla") and not serves(fmt="bf16")
+    cfg = DecodeConfig(block_n=64, heads_per_block=64, num_warps=8, num_stages=3, tma=True)
+    assert not serves(config=cfg)  # an explicit configuration: the Triton kernel
+    monkeypatch.setattr(decode_mod, "SM90_GLUON", False)
+    assert not serves()
+    monkeypatch.setattr(decode_mod, "SM90_GLUON", True)
+    cc["value"] = 100
+    assert not serves()
+
+
 def test_resident_programs_from_kernel_resources():
     from fp8mla.runtime import resident_programs
 

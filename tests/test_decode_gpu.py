@@ -56,6 +56,62 @@ def test_register_cap_matches_reference_and_schedules_more_programs(fmt):
         assert plan.programs_per_sm == 3
 
 
+def _sm90_only():
+    from fp8mla.kernels import decode_sm90
+
+    if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
+        pytest.skip("the Gluon decode kernel serves SM90 (compute capability 9.0) only")
+
+
+@pytest.mark.parametrize("heads,lens,page_size,splits", [
+    (128, [8192, 1, 4097, 0], 64, None),
+    (65, [1000, 63, 64, 65], 128, None),
+    (100, [300, 5000, 129], 256, 3),
+    (64, [130, 2], 64, 1),
+])
+def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
+    """fp8 plans of 64-head programs take the Gluon kernel on SM90: odd head counts (a
+    part-empty second block), lengths around a tile, an empty request, pages of 64–256, forced
+    split counts; every row a page holds past its request's end is e4m3 NaN (0x7F), so a
+    partial tile that read them would poison the output. out / lse written into NaN-filled
+    strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request."""
+    _sm90_only()
+    cache, table, seqlens = paged_cache("fp8", lens, page_size, device="cuda", seed=21)
+    rows = cache.layer(0).view(-1, 576)
+    for b, n in enumerate(lens):  # the page tail past each length: NaN bytes
+        end = -(-n // page_size) * page_size
+        pos = torch.arange(n, end, device="cuda")
+        rows[table[b, pos // page_size].long() * page_size + pos % page_size] = 0x7F
+    q = torch.randn(len(lens), 1, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, kv_format="fp8", page_size=page_size,
+                      cache_seqlens=seqlens, device="cuda", num_splits=splits)
+    assert plan.sm90
+    out = torch.full((len(lens), 1, heads, 512), float("nan"), device="cuda").bfloat16()
+    lse = torch.full((len(lens), heads, 1), float("nan"), device="cuda")
+    plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), out=out,
+             lse=lse.transpose(1, 2), empty_lse=float("inf"))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    full = [b for b, n in enumerate(lens) if n]
+    assert_close(lse.transpose(1, 2)[full], rl[full], atol=1e-3, rtol=1e-3, name="lse")
+    assert torch.all(lse.transpose(1, 2)[[b for b, n in enumerate(lens) if not n]]
+                     == float("inf"))
+    if plan.num_splits == 1:  # max_logits: the max scaled score per row
+        kv = cache.dequantize(0)
+        pos = [torch.arange(n, device="cuda") for n in lens]
+        ref_max = torch.stack([
+            (q[b, 0].float() @ kv[table[b, pos[b] // page_size].long(), pos[b] % page_size].T)
+            .max(-1)[0] * 576 ** -0.5 for b in full])
+        assert_close(plan.max_logits[full, 0], ref_max, atol=1e-3, rtol=1e-3, name="max")
+
+
+def test_sm90_gluon_kernel_in_a_graph():
+    """The Gluon kernel (fp8, 128 heads) captured once, replayed with new lengths and contents."""
+    _sm90_only()
+    plan = _graph_replays("fp8", heads=128)
+    assert plan.sm90
+
+
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
 def test_cuda_graph_replays_with_new_lengths_and_contents(fmt):
     _graph_replays(fmt)
@@ -74,12 +130,12 @@ def test_programmatic_dependent_combine_in_a_graph(monkeypatch):
     assert plan.num_splits > 1 and plan._pdl  # the combine ran, as a dependent launch
 
 
-def _graph_replays(fmt):
+def _graph_replays(fmt, heads=16):
     lens = [3000, 700, 64]
     cache, table, seqlens = paged_cache(fmt, [4096] * 3, 64, device="cuda", seed=3)
     seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
-    q = torch.randn(3, 1, 16, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=3, num_heads=16, kv_format=cache.fmt, page_size=64,
+    q = torch.randn(3, 1, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=3, num_heads=heads, kv_format=cache.fmt, page_size=64,
                       max_seqlen=4096, device="cuda")
     plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), check=False)
     torch.cuda.synchronize()

@@ -8,6 +8,7 @@ import json
 import pytest
 
 import portability_compile as pc
+from fp8mla.kernels import decode_sm90
 from fp8mla.runtime import decode_config
 from helpers import start_portability_compile
 
@@ -51,6 +52,9 @@ def _expected():
                      "topk_chunked/_topk_finish_kernel/sampled0",
                      "topk_chunked/_topk_finish_kernel/sampled1"):
             yield what, cc
+        if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
+            yield "decode_sm90/fp8/H128", cc
+            yield "decode_sm90/fp8/H128-direct", cc
         if cc >= pc.PDL_CC:
             yield "combine/D512-pdl", cc
             if cc == pc.GATHER_CC:
@@ -74,6 +78,6 @@ def test_kernel_fits_target(compiled, what, cc):
         tma = decode_config(cc, fmt, heads, s_q).tma and not shape.endswith("-gather")
         assert row["tma"] == tma, "TMA as the launcher picks"
         assert not row["tma"] or cc >= 90, "TMA only on SM90+"
-    if what.startswith("indexer/"):
+    if what.startswith(("indexer/", "decode_sm90/")):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
     assert row["pdl"] == what.endswith("-pdl"), "griddepcontrol only where PDL is compiled in"

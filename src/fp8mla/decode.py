@@ -54,6 +54,11 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # two-kernel graph replay, h200-20261130-s10-*-decode-phases); benchmarks/decode_variants.py
 # times it by setting this to True
 PDL = False
+# SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
+# (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
+# it (H200, B=64 × 8K × 128 heads: 538 → 456 µs, h200-20261201-s13-gluon-decode.json). False:
+# the Triton kernel everywhere (benchmarks A/B it)
+SM90_GLUON = True
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -205,6 +210,7 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
+        self.sm90 = config is None and self._sm90_serves()
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
@@ -214,7 +220,8 @@ class DecodePlan:
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
         # and shared memory; 2 when interpreted)
-        self.programs_per_sm = self._programs_per_sm()
+        # (the Gluon SM90 kernel: one, its 225 KB of shared memory)
+        self.programs_per_sm = 1 if self.sm90 else self._programs_per_sm()
         self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
@@ -407,6 +414,37 @@ class DecodePlan:
         capture of such launches has been reported failing on SM120)."""
         return PDL and self.target.cc == 90 and not self.target.interpreted
 
+    def _sm90_serves(self) -> bool:
+        """Whether the Gluon SM90 kernel serves this plan (`SM90_GLUON`): dense fp8 rows, s_q
+        1, 64-head programs, whole 64-token tiles inside pages, a GPU of compute capability 9.0
+        and a Triton with Gluon."""
+        from fp8mla.kernels import decode_sm90
+
+        return (SM90_GLUON and decode_sm90.AVAILABLE and not self.target.interpreted
+                and self.target.cc == 90 and not self.sparse and self.fmt.name == "fp8"
+                and self.s_q == 1 and self.config.heads_per_block == decode_sm90.HEADS
+                and self.page_size >= decode_sm90.BLOCK_N)
+
+    def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,
+                     direct):
+        """`fp8mla.kernels.decode_sm90` over the plan's grid; descriptors built once per pool."""
+        from fp8mla.kernels import decode_sm90
+
+        flat = rows.view(-1, self.fmt.row_bytes)
+        key = (flat.data_ptr(), flat.shape[0])
+        if self._descs[0] != key:  # built once per pool, as the Triton kernel's
+            self._descs = (key, decode_sm90.descriptors(flat))
+        lat, rope = self._descs[1]
+        decode_sm90._mla_decode_sm90_kernel[(self.batch, self.num_splits, self.head_blocks)](
+            q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
+            self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(2),
+            block_table.stride(0), out.stride(0), out.stride(2), lse.stride(0), lse.stride(2),
+            self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
+            self.page_size.bit_length() - 1,
+            min(block_table.shape[1] * self.page_size, 2**31 - 1),
+            DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
+            num_warps=decode_sm90.NUM_WARPS)
+
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):
         """Launch without checks. kv_scale: float32 [1] multiplying every cache value (bf16 and
@@ -417,9 +455,13 @@ class DecodePlan:
         out = self.out if out is None else out
         lse = self.lse if lse is None else lse
         direct = self.num_splits == 1
-        args, meta = self._kernel_args(q, rows, block_table, cache_seqlens, kv_scale, direct,
-                                       out, lse, empty_lse)
-        _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
+        if self.sm90:
+            self._launch_sm90(q, rows, block_table, cache_seqlens, kv_scale, out, lse,
+                              empty_lse, direct)
+        else:
+            args, meta = self._kernel_args(q, rows, block_table, cache_seqlens, kv_scale,
+                                           direct, out, lse, empty_lse)
+            _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
         if not direct:
             self._combine(out, lse, empty_lse)
         return out, lse

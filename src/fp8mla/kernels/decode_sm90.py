@@ -1,0 +1,198 @@
+"""SM90 decode for 64-row programs over fp8 rows, written in Gluon (explicit layouts).
+
+Why a second kernel: Triton places the warps of a dot whose result feeds another dot all along
+M, so `_mla_decode_kernel`'s 64-row program (8 warps, two warpgroups) computes the 64 × 64
+score tile q · Kᵀ in both warpgroups — 72 of its 88 wgmma per tile (BENCHMARKS.md, session 13).
+Here the layouts are the kernel's: S is split by token columns over the two warpgroups
+([4, 2] warps, 32 columns each), O by latent dims ([4, 2], 256 each), and q and the fp16 tile
+are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 456 µs (320 TFLOPS) against 538.
+
+Per program: one (request, split, 64-head block); whole 64-token tiles of pages of ≥ 64 tokens
+arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
+mbarrier ring, the next tile's copy issued before this one's math; each tile is converted once
+(e4m3 → fp16, exact) into shared memory for both products. Rows past the request's end in its
+last tile are zeroed after conversion (their scores are −inf), so nothing past a length is
+attended. Outputs match `_mla_decode_kernel`'s: the final row (one split) or the split's
+partial for `_combine_splits_kernel`.
+
+Gluon does not run in Triton's interpreter and its API moved between triton 3.6 and 3.9 (the
+aliases below); where it is missing, `AVAILABLE` is False and the launcher keeps the Triton
+kernel.
+"""
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    # the TMA load: async_load from triton 3.7 on, async_copy_global_to_shared before; a CTA
+    # barrier: gl.barrier from 3.7 on, gl.thread_barrier before
+    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+    AVAILABLE = True
+except (ImportError, AttributeError):  # a Triton without (this) Gluon
+    AVAILABLE = False
+
+BLOCK_N = 64  # tokens per tile
+HEADS = 64  # rows per program
+NUM_WARPS = 8
+
+
+def descriptors(flat):
+    """TMA descriptors over fp8-format rows, uint8 [num_slots, 576]: (latent [64, 128]-byte
+    boxes, rope [64, 64]-byte box)."""
+    lay128 = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    lay64 = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=8, rank=2)
+    return (TensorDescriptor.from_tensor(flat, [BLOCK_N, 128], lay128),
+            TensorDescriptor.from_tensor(flat, [BLOCK_N, 64], lay64))
+
+
+if AVAILABLE:
+    LOG2E = gl.constexpr(1.4426950408889634)
+
+    @gluon.jit
+    def _tile_row(bt_row, pos, end, page_shift):
+        """Pool row of position ``pos`` through the block table (0 from ``end`` on)."""
+        page = gl.load(bt_row + (pos >> page_shift), mask=pos < end, other=0)
+        return (page << page_shift) + (pos & ((1 << page_shift) - 1))
+
+    @gluon.jit
+    def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, stage, row0, pred,
+               BN: gl.constexpr):
+        """Copy the tile at pool row ``row0`` into ring stage ``stage`` (when ``pred``)."""
+        bar = bars.index(stage)
+        mbarrier.expect(bar, BN * 576, pred=pred)
+        for c in gl.static_range(4):
+            _tma_load(lat_desc, [row0, c * 128], bar, lat_buf.index(stage * 4 + c), pred=pred)
+        _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
+
+    @gluon.jit
+    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, rows, ld: gl.constexpr,
+                 MASK: gl.constexpr):
+        """Ring stage ``stage``'s e4m3 tile → fp16 in k_lat_s / k_rope_s (MASK: rows from
+        ``rows`` on as zeros — whatever bytes a page holds past a request's end)."""
+        for c in gl.static_range(4):
+            x = lat_buf.index(stage * 4 + c).load(ld).to(gl.float8e4nv, bitcast=True)
+            x = x.to(gl.float16)
+            if MASK:
+                x = gl.where((t < rows)[:, None], x, 0.0)
+            k_lat_s.slice(c * 128, 128, dim=1).store(x)
+        x = rope_buf.index(stage).load(ld).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+        if MASK:
+            x = gl.where((t < rows)[:, None], x, 0.0)
+        k_rope_s.store(x)
+
+    @gluon.jit
+    def _mla_decode_sm90_kernel(
+        q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+    ):
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+        hb = gl.program_id(2)
+        s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                       instr_shape=[16, 32, 16])
+        o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                       instr_shape=[16, 256, 16])
+        p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
+        ld: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
+        sh16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                  rank=2)
+
+        # q: latent and rope as fp16 shared-memory operands
+        h = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, ld))
+        h_ok = h < num_heads
+        c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ld))
+        c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, ld))
+        q_row = q_ptr + b.to(gl.int64) * stride_qb + h * stride_qh
+        q_lat_s = gl.allocate_shared_memory(gl.float16, [HEADS, 512], sh16)
+        for c in gl.static_range(4):
+            x = gl.load(q_row[:, None] + c * 128 + c128[None, :], mask=h_ok[:, None], other=0.0)
+            q_lat_s.slice(c * 128, 128, dim=1).store(x.to(gl.float16))
+        x = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
+        q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], sh16, x.to(gl.float16))
+        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], sh16)
+        k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], sh16)
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(2):
+            mbarrier.init(bars.index(j), count=1)
+
+        # this program's token chunk, from the device-side length (bounded by the table's row)
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        chunk = gl.cdiv(gl.cdiv(seqlen, num_splits), BN) * BN
+        start = split * chunk
+        end = gl.minimum(seqlen, start + chunk)
+        n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
+        kv_mult = gl.load(scale_ptr)
+        qk_scale = softmax_scale * kv_mult * LOG2E
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
+               _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
+
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ld))
+        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_l))
+        m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_l))
+        l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, s_l))
+        acc = gl.zeros([HEADS, 512], gl.float32, layout=o_l)
+        for i in range(n_tiles):
+            n0 = start + i * BN
+            stage = i % 2
+            _cta_barrier()  # both warpgroups are done with the last tile's buffers
+            fence_async_shared()  # ... before the next copy writes over them
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
+                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
+            mbarrier.wait(bars.index(stage), (i // 2) & 1)
+            if n0 + BN <= end:
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, ld, False)
+            else:  # the request's partial last tile: rows past its end are zeroed, not used
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, end - n0, ld, True)
+            fence_async_shared()
+            _cta_barrier()
+            s = gl.zeros([HEADS, BN], gl.float32, layout=s_l)
+            s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
+            s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
+            s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            p = gl.exp2(s - m_new[:, None])
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            pm = gl.convert_layout(p.to(gl.float16), p_l)
+            a = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
+            acc = warpgroup_mma(pm, k_lat_s, acc * a[:, None])
+        for j in gl.static_range(2):
+            mbarrier.invalidate(bars.index(j))
+
+        # normalize; the final row (one split) or this split's partial
+        has = l_i > 0.0
+        lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
+        inv = gl.convert_layout(gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0),
+                                gl.SliceLayout(1, o_l))
+        hs = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, s_l))
+        ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_l))
+        co = gl.arange(0, 512, layout=gl.SliceLayout(0, o_l))
+        o = acc * inv[:, None]
+        if DIRECT:
+            o_row = out_ptr + b.to(gl.int64) * stride_ob + ho * stride_oh
+            gl.store(o_row[:, None] + co[None, :], o.to(gl.bfloat16),
+                     mask=(ho < num_heads)[:, None])
+            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + hs * stride_lh,
+                     gl.where(has, lse, lse_empty), mask=hs < num_heads)
+            gl.store(max_ptr + b.to(gl.int64) * num_heads + hs, m_i / LOG2E, mask=hs < num_heads)
+        else:  # workspace rows [batch, num_splits, 1, num_heads]
+            split_row = (b * num_splits + split).to(gl.int64) * num_heads
+            gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
+            gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
+            gl.store(part_out_ptr + (split_row + ho)[:, None] * 512 + co[None, :], o,
+                     mask=(ho < num_heads)[:, None])
