@@ -418,11 +418,12 @@ class DecodePlan:
         """Whether the Gluon SM90 kernel serves this plan (`SM90_GLUON`): dense fp8 rows, s_q
         1, 64-head programs, whole 64-token tiles inside pages, a GPU of compute capability 9.0
         and a Triton with Gluon."""
-        from fp8mla.kernels import decode_sm90
+        if not (SM90_GLUON and not self.target.interpreted and self.target.cc == 90
+                and not self.sparse and self.fmt.name == "fp8" and self.s_q == 1):
+            return False
+        from fp8mla.kernels import decode_sm90  # imports Gluon: only where it may serve
 
-        return (SM90_GLUON and decode_sm90.AVAILABLE and not self.target.interpreted
-                and self.target.cc == 90 and not self.sparse and self.fmt.name == "fp8"
-                and self.s_q == 1 and self.config.heads_per_block == decode_sm90.HEADS
+        return (decode_sm90.AVAILABLE and self.config.heads_per_block == decode_sm90.HEADS
                 and self.page_size >= decode_sm90.BLOCK_N)
 
     def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,

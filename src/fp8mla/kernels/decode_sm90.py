@@ -36,7 +36,7 @@ try:
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
     _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
     AVAILABLE = True
-except (ImportError, AttributeError):  # a Triton without (this) Gluon
+except Exception:  # noqa: BLE001 — a Triton without (this) Gluon: the Triton kernel serves
     AVAILABLE = False
 
 BLOCK_N = 64  # tokens per tile
