@@ -1,6 +1,6 @@
 """The Gluon SM90 decode kernel against the Triton kernel through the launcher, on a GPU (ABAB).
 
-    python benchmarks/sm90_ab.py OUT.json
+    python benchmarks/sm90_ab.py OUT.json [--sparse]
 
 `fp8mla.decode.SM90_GLUON` switches fp8 64-head programs between `fp8mla.kernels.decode_sm90`
 (q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it).
@@ -24,10 +24,37 @@ CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8
          DecodeCase(64, 8190, 100)]
 
 
+SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
+
+
+def sparse_ab(env, ceiling, rows, out_path) -> None:
+    """The same A/B for sparse decode over compacted lists (`SPARSE_SM90_GLUON`)."""
+    from fp8mla.bench.sparse import run_sparse
+
+    for case in SPARSE_CASES:
+        for mode in ("gluon", "triton", "gluon", "triton"):
+            decode_mod.SPARSE_SM90_GLUON = mode == "gluon"
+            try:
+                rec = run_sparse(*case, env, ceiling)[-1]
+                row = {"case": rec.case, "kernel": mode, "us": rec.us, "TFLOPS": rec.TFLOPS}
+                print(f"{rec.case:<48} {mode:<7} {rec.us:8.1f} us {rec.TFLOPS:6.1f} TFLOPS",
+                      flush=True)
+            except Exception as e:  # noqa: BLE001 — record and go on
+                row = {"case": str(case), "kernel": mode, "error": f"{type(e).__name__}: {e}"[:300]}
+                print(f"{case} {mode} ERROR {row['error'][:200]}", flush=True)
+            rows.append(row)
+            with open(out_path, "w") as f:
+                json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
+    decode_mod.SPARSE_SM90_GLUON = True
+
+
 def main() -> int:
     env = env_info()
     ceiling = announced_ceiling(env)
     rows = []
+    if "--sparse" in sys.argv:
+        sparse_ab(env, ceiling, rows, sys.argv[1])
+        return 0
     for case in CASES:
         for mode in ("gluon", "triton", "gluon", "triton"):
             decode_mod.SM90_GLUON = mode == "gluon"

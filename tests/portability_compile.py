@@ -197,6 +197,33 @@ def decode_sm90_compile(direct=False):
                           options={"num_warps": k90.NUM_WARPS})
 
 
+def sparse_sm90_compile(direct=False):
+    """The Gluon SM90 sparse kernel over compacted lists (`fp8mla.kernels.decode_sm90`) for
+    sm_90; None where this Triton has no (such) Gluon."""
+    from fp8mla.kernels import decode_sm90 as k90
+
+    if not k90.AVAILABLE:
+        return None
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sig = {"q_ptr": "*bf16", "u8_ptr": "*u8", "f32_ptr": "*fp32", "list_ptr": "*i32",
+           "count_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32",
+           "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
+           **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
+                                 "stride_oh", "stride_lb", "stride_lh")},
+           "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
+           "num_splits": "i32", "max_len": "i32"}
+    fn = k90._mla_sparse_sm90_kernel
+    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N}
+    sig.update({k: "constexpr" for k in consts})
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
+             for k in ("q_ptr", "u8_ptr", "f32_ptr", "list_ptr")}
+    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
+                                              for k, v in consts.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": k90.NUM_WARPS})
+
+
 def compile_target(cc):
     """All kernels for one target; returns JSON lines."""
     lines = []

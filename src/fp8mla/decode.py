@@ -59,6 +59,9 @@ PDL = False
 # it (H200, B=64 × 8K × 128 heads: 538 → 456 µs, h200-20261201-s13-gluon-decode.json). False:
 # the Triton kernel everywhere (benchmarks A/B it)
 SM90_GLUON = True
+# the same for sparse plans over compacted lists (fp8_ds_mla rows gathered by cp.async):
+# `decode_sm90._mla_sparse_sm90_kernel`
+SPARSE_SM90_GLUON = True
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -415,16 +418,22 @@ class DecodePlan:
         return PDL and self.target.cc == 90 and not self.target.interpreted
 
     def _sm90_serves(self) -> bool:
-        """Whether the Gluon SM90 kernel serves this plan (`SM90_GLUON`): dense fp8 rows, s_q
-        1, 64-head programs, whole 64-token tiles inside pages, a GPU of compute capability 9.0
-        and a Triton with Gluon."""
-        if not (SM90_GLUON and not self.target.interpreted and self.target.cc == 90
-                and not self.sparse and self.fmt.name == "fp8" and self.s_q == 1):
+        """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
+        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over compacted lists
+        (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs, a GPU of compute capability 9.0 and a
+        Triton with Gluon."""
+        if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
+            return False
+        if self.sparse:  # compacted lists (`checks_indices` False) of fp8_ds_mla rows
+            if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
+                    and self.config.heads_per_block >= self._compact_min_rows):
+                return False
+        elif not (SM90_GLUON and self.fmt.name == "fp8"):
             return False
         from fp8mla.kernels import decode_sm90  # imports Gluon: only where it may serve
 
         return (decode_sm90.AVAILABLE and self.config.heads_per_block == decode_sm90.HEADS
-                and self.page_size >= decode_sm90.BLOCK_N)
+                and (self.sparse or self.page_size >= decode_sm90.BLOCK_N))
 
     def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,
                      direct):
@@ -432,11 +441,22 @@ class DecodePlan:
         from fp8mla.kernels import decode_sm90
 
         flat = rows.view(-1, self.fmt.row_bytes)
+        grid = (self.batch, self.num_splits, self.head_blocks)
+        if self.sparse:  # block_table: the compacted lists; cache_seqlens: their counts
+            decode_sm90._mla_sparse_sm90_kernel[grid](
+                q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
+                self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
+                q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
+                lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
+                self.num_splits, min(block_table.shape[1], 2**31 - 1),
+                DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
+                num_warps=decode_sm90.NUM_WARPS)
+            return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
             self._descs = (key, decode_sm90.descriptors(flat))
         lat, rope = self._descs[1]
-        decode_sm90._mla_decode_sm90_kernel[(self.batch, self.num_splits, self.head_blocks)](
+        decode_sm90._mla_decode_sm90_kernel[grid](
             q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
             self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(2),
             block_table.stride(0), out.stride(0), out.stride(2), lse.stride(0), lse.stride(2),

@@ -23,6 +23,7 @@ kernel.
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,
@@ -31,10 +32,13 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    # the TMA load: async_load from triton 3.7 on, async_copy_global_to_shared before; a CTA
-    # barrier: gl.barrier from 3.7 on, gl.thread_barrier before
+    # the TMA load: async_load from triton 3.7 on, async_copy_global_to_shared before (the same
+    # for cp.async); a CTA barrier: gl.barrier from 3.7 on, gl.thread_barrier before
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
     _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+    # shared_memory_descriptor.reinterpret from 3.7 on, ._reinterpret before
+    _NEW_REINTERPRET = hasattr(gl.shared_memory_descriptor, "reinterpret")
     AVAILABLE = True
 except Exception:  # noqa: BLE001 — a Triton without (this) Gluon: the Triton kernel serves
     AVAILABLE = False
@@ -191,6 +195,138 @@ if AVAILABLE:
                      gl.where(has, lse, lse_empty), mask=hs < num_heads)
             gl.store(max_ptr + b.to(gl.int64) * num_heads + hs, m_i / LOG2E, mask=hs < num_heads)
         else:  # workspace rows [batch, num_splits, 1, num_heads]
+            split_row = (b * num_splits + split).to(gl.int64) * num_heads
+            gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
+            gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
+            gl.store(part_out_ptr + (split_row + ho)[:, None] * 512 + co[None, :], o,
+                     mask=(ho < num_heads)[:, None])
+
+    REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
+
+    @gluon.jit
+    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, c128, ROW_BYTES: gl.constexpr):
+        """cp.async of one tile's fp8_ds_mla rows (slots ``slot`` where ``ok``, zeros
+        elsewhere) into ring stage ``stage``: four 128-byte latent chunks and the 128-byte bf16
+        rope; one commit group."""
+        row = u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES + c128[None, :]
+        for c in gl.static_range(4):
+            _cp_async(lat_buf.index(stage * 4 + c), row + c * 128, mask=ok[:, None])
+        _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _mla_sparse_sm90_kernel(
+        q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, max_len,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+    ):
+        """Sparse decode over compacted index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent,
+        four float32 scales per 128 dims, bf16 rope): the layouts of
+        `_mla_decode_sm90_kernel`, with each tile's rows gathered by cp.async (one row per
+        list entry: TMA cannot gather on SM90) into a two-stage ring, the entries read two
+        tiles ahead. Each 128-dim chunk is converted once, times its row's scale (in fp16, as
+        the Triton kernel's 64-row path), and the bf16 rope enters a bf16 wgmma straight from
+        the ring."""
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+        hb = gl.program_id(2)
+        s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                       instr_shape=[16, 32, 16])
+        o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                       instr_shape=[16, 256, 16])
+        p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
+        ld: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
+        sh16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                  rank=2)
+        sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
+                                                 rank=2)
+
+        h = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, ld))
+        h_ok = h < num_heads
+        c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ld))
+        c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, ld))
+        q_row = q_ptr + b.to(gl.int64) * stride_qb + h * stride_qh
+        q_lat_s = gl.allocate_shared_memory(gl.float16, [HEADS, 512], sh16)
+        for c in gl.static_range(4):
+            x = gl.load(q_row[:, None] + c * 128 + c128[None, :], mask=h_ok[:, None], other=0.0)
+            q_lat_s.slice(c * 128, 128, dim=1).store(x.to(gl.float16))
+        qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
+        q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], sh16, qr)
+        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], sh16)
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
+
+        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
+        chunk = gl.cdiv(gl.cdiv(seqlen, num_splits), BN) * BN
+        start = split * chunk
+        end = gl.minimum(seqlen, start + chunk)
+        n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
+        qk_scale = softmax_scale * LOG2E
+        list_row = list_ptr + b.to(gl.int64) * stride_list
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ld))
+        slot = gl.load(list_row + start + t, mask=start + t < end, other=0)
+        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, start + t < end, c128, 656)
+        slot_next = gl.load(list_row + start + BN + t, mask=start + BN + t < end, other=0)
+
+        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_l))
+        m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_l))
+        l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, s_l))
+        acc = gl.zeros([HEADS, 512], gl.float32, layout=o_l)
+        for i in range(n_tiles):
+            n0 = start + i * BN
+            stage = i % 2
+            ok = n0 + t < end
+            _cta_barrier()  # both warpgroups are done with the last tile's buffers
+            _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, n0 + BN + t < end, c128,
+                    656)
+            slot_far = gl.load(list_row + n0 + 2 * BN + t, mask=n0 + 2 * BN + t < end, other=0)
+            async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
+            _cta_barrier()
+            srow = f32_ptr + slot.to(gl.int64) * 164 + 128
+            for c in gl.static_range(4):
+                sc = gl.load(srow + c, mask=ok, other=0.0).to(gl.float16)
+                w = lat_buf.index(stage * 4 + c).load(ld).to(gl.float8e4nv, bitcast=True)
+                k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
+            fence_async_shared()
+            _cta_barrier()
+            if REINTERPRET_NEW:
+                k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64], sh16)
+            else:
+                k_rope_s = rope_buf.index(stage)._reinterpret(gl.bfloat16, [BN, 64], sh16)
+            s = gl.zeros([HEADS, BN], gl.float32, layout=s_l)
+            s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
+            s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
+            s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            p = gl.exp2(s - m_new[:, None])
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            pm = gl.convert_layout(p.to(gl.float16), p_l)
+            a = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
+            acc = warpgroup_mma(pm, k_lat_s, acc * a[:, None])
+            slot = slot_next
+            slot_next = slot_far
+        async_copy.wait_group(0)
+
+        has = l_i > 0.0
+        lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
+        inv = gl.convert_layout(gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0),
+                                gl.SliceLayout(1, o_l))
+        hs = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, s_l))
+        ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_l))
+        co = gl.arange(0, 512, layout=gl.SliceLayout(0, o_l))
+        o = acc * inv[:, None]
+        if DIRECT:
+            o_row = out_ptr + b.to(gl.int64) * stride_ob + ho * stride_oh
+            gl.store(o_row[:, None] + co[None, :], o.to(gl.bfloat16),
+                     mask=(ho < num_heads)[:, None])
+            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + hs * stride_lh,
+                     gl.where(has, lse, lse_empty), mask=hs < num_heads)
+            gl.store(max_ptr + b.to(gl.int64) * num_heads + hs, m_i / LOG2E, mask=hs < num_heads)
+        else:
             split_row = (b * num_splits + split).to(gl.int64) * num_heads
             gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
             gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
