@@ -256,11 +256,14 @@ def compile_target(cc):
         if cc == GATHER_CC:
             lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
                 cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))
-    if cc == SM90_CC:  # the Gluon kernel of 64-head fp8 programs (where Triton has Gluon)
+    if cc == SM90_CC:  # the Gluon kernels of 64-head programs (where Triton has Gluon)
         for direct in (False, True):
             k = decode_sm90_compile(direct)
             if k is not None:
                 lines.append(row(f"decode_sm90/fp8/H128{'-direct' * direct}", cc, k))
+            k = sparse_sm90_compile(direct)
+            if k is not None:
+                lines.append(row(f"sparse_sm90/fp8_ds_mla/H128{'-direct' * direct}", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

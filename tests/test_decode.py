@@ -111,12 +111,14 @@ def test_combine_in_narrow_dim_blocks(device, monkeypatch):
 
 
 def test_sm90_gluon_kernel_rule(monkeypatch):
-    """Which plans the Gluon SM90 kernel serves: dense fp8 rows, s_q 1, 64-head programs
+    """Which plans the Gluon SM90 kernels serve: dense fp8 rows, s_q 1, 64-head programs
     (more than 32 heads), pages of ≥ 64 tokens, compute capability 9.0, the launcher's own
-    configuration — and `SM90_GLUON` on. (The kernel itself runs on the GPU only:
+    configuration — and `SM90_GLUON` on; sparse fp8_ds_mla over compacted lists above 64
+    heads (`SPARSE_SM90_GLUON`). (The kernel itself runs on the GPU only:
     tests/test_decode_gpu.py; its sm_90 compile: tests/test_portability.py.)"""
     from fp8mla.kernels import decode_sm90
     from fp8mla.runtime import DecodeConfig, Target
+    from fp8mla.sparse import SparsePlan
 
     if not decode_sm90.AVAILABLE:
         pytest.skip("this Triton has no (such) Gluon")
@@ -140,6 +142,16 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     monkeypatch.setattr(decode_mod, "SM90_GLUON", False)
     assert not serves()
     monkeypatch.setattr(decode_mod, "SM90_GLUON", True)
+
+    def sparse_serves(fmt="fp8_ds_mla", heads=128):
+        return SparsePlan(num_queries=2, num_heads=heads, topk=256, kv_format=fmt,
+                          device="cpu").sm90
+
+    assert sparse_serves()  # compacted lists of fp8_ds_mla rows, above 64 heads
+    assert not sparse_serves(heads=64)  # measured slower there
+    assert not sparse_serves(fmt="fp8") and not sparse_serves(fmt="bf16")
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_GLUON", False)
+    assert not sparse_serves()
     cc["value"] = 100
     assert not serves()
 

@@ -53,8 +53,9 @@ def _expected():
                      "topk_chunked/_topk_finish_kernel/sampled1"):
             yield what, cc
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
-            yield "decode_sm90/fp8/H128", cc
-            yield "decode_sm90/fp8/H128-direct", cc
+            for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128"):
+                yield what, cc
+                yield f"{what}-direct", cc
         if cc >= pc.PDL_CC:
             yield "combine/D512-pdl", cc
             if cc == pc.GATHER_CC:
@@ -80,4 +81,6 @@ def test_kernel_fits_target(compiled, what, cc):
         assert not row["tma"] or cc >= 90, "TMA only on SM90+"
     if what.startswith(("indexer/", "decode_sm90/")):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
+    if what.startswith("sparse_sm90/"):
+        assert not row["tma"], "sparse rows are gathered one token at a time (cp.async)"
     assert row["pdl"] == what.endswith("-pdl"), "griddepcontrol only where PDL is compiled in"

@@ -59,8 +59,10 @@ PDL = False
 # it (H200, B=64 × 8K × 128 heads: 538 → 456 µs, h200-20261201-s13-gluon-decode.json). False:
 # the Triton kernel everywhere (benchmarks A/B it)
 SM90_GLUON = True
-# the same for sparse plans over compacted lists (fp8_ds_mla rows gathered by cp.async):
-# `decode_sm90._mla_sparse_sm90_kernel`
+# the same for sparse plans over compacted lists of fp8_ds_mla rows (gathered by cp.async:
+# `decode_sm90._mla_sparse_sm90_kernel`), taken above 64 heads — where it measured faster (H200,
+# topk 2048, h200-20261201-s13-1c07842-sparse-sm90-ab.json): B=128 × 128 heads 342.5 → 330.6
+# µs; at B=64 × 64 heads (two splits of 16 tiles) it was slower, 103.2 → 105.2
 SPARSE_SM90_GLUON = True
 
 
@@ -419,13 +421,13 @@ class DecodePlan:
 
     def _sm90_serves(self) -> bool:
         """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
-        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over compacted lists
-        (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs, a GPU of compute capability 9.0 and a
+        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over compacted lists with more
+        than 64 heads (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs, a GPU of compute capability 9.0 and a
         Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
             return False
         if self.sparse:  # compacted lists (`checks_indices` False) of fp8_ds_mla rows
-            if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
+            if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla" and self.num_heads > 64
                     and self.config.heads_per_block >= self._compact_min_rows):
                 return False
         elif not (SM90_GLUON and self.fmt.name == "fp8"):
