@@ -1,11 +1,14 @@
-"""SM90 decode for 64-row programs over fp8 rows, written in Gluon (explicit layouts).
+"""SM90 decode for 64-row programs, written in Gluon (explicit layouts): dense over fp8 rows
+(`_mla_decode_sm90_kernel`), sparse over compacted lists of fp8_ds_mla rows
+(`_mla_sparse_sm90_kernel`).
 
 Why a second kernel: Triton places the warps of a dot whose result feeds another dot all along
 M, so `_mla_decode_kernel`'s 64-row program (8 warps, two warpgroups) computes the 64 × 64
 score tile q · Kᵀ in both warpgroups — 72 of its 88 wgmma per tile (BENCHMARKS.md, session 13).
 Here the layouts are the kernel's: S is split by token columns over the two warpgroups
 ([4, 2] warps, 32 columns each), O by latent dims ([4, 2], 256 each), and q and the fp16 tile
-are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 456 µs (320 TFLOPS) against 538.
+are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 456 µs (320 TFLOPS) against 538;
+sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 331 against 342 µs.
 
 Per program: one (request, split, 64-head block); whole 64-token tiles of pages of ≥ 64 tokens
 arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
