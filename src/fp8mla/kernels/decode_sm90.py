@@ -62,6 +62,18 @@ def descriptors(flat):
 
 if AVAILABLE:
     LOG2E = gl.constexpr(1.4426950408889634)
+    # S [64 rows, 64 tokens]: each warpgroup its 32 token columns; O [64, 512]: each its 256
+    # dims; P: O's A operand; rows of 128 bytes, 16 per thread (tile copies, q); fp16/bf16
+    # shared-memory operands
+    S_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                      instr_shape=[16, 32, 16]))
+    O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                      instr_shape=[16, 256, 16]))
+    P_LAYOUT = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT.value,
+                                                k_width=2))
+    ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0]))
+    SHARED16 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                 rank=2))
 
     @gluon.jit
     def _tile_row(bt_row, pos, end, page_shift):
@@ -96,92 +108,61 @@ if AVAILABLE:
         k_rope_s.store(x)
 
     @gluon.jit
-    def _mla_decode_sm90_kernel(
-        q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
-        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
-        stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
-        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
-        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-    ):
-        b = gl.program_id(0)
-        split = gl.program_id(1)
-        hb = gl.program_id(2)
-        s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, 32, 16])
-        o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, 256, 16])
-        p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
-        ld: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
-        sh16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                  rank=2)
+    def _softmax_state(HEADS: gl.constexpr):
+        """(running max −inf, row sums 0, accumulator 0) of the online softmax."""
+        return (gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)),
+                gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)),
+                gl.zeros([HEADS, 512], gl.float32, layout=O_LAYOUT))
 
-        # q: latent and rope as fp16 shared-memory operands
-        h = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, ld))
-        h_ok = h < num_heads
-        c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ld))
-        c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, ld))
-        q_row = q_ptr + b.to(gl.int64) * stride_qb + h * stride_qh
+    @gluon.jit
+    def _split_range(seqlen, split, num_splits, BN: gl.constexpr):
+        """(start, end, tiles) of split ``split``'s token chunk: whole tiles per split, as
+        `_mla_decode_kernel` takes them, from the device-side length."""
+        chunk = gl.cdiv(gl.cdiv(seqlen, num_splits), BN) * BN
+        start = split * chunk
+        end = gl.minimum(seqlen, start + chunk)
+        return start, end, gl.cdiv(gl.maximum(end - start, 0), BN)
+
+    @gluon.jit
+    def _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS: gl.constexpr):
+        """This program's q rows (heads hb · HEADS …), whether each head exists, and the column
+        offsets of a 128- and a 64-wide block, all in ROWS_LAYOUT."""
+        h = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+        c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ROWS_LAYOUT))
+        c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, ROWS_LAYOUT))
+        return q_ptr + b.to(gl.int64) * stride_qb + h * stride_qh, h < num_heads, c128, c64
+
+    @gluon.jit
+    def _q_latent(q_row, h_ok, c128, HEADS: gl.constexpr, sh16: gl.constexpr):
+        """q's 512 latent dims as an fp16 shared-memory operand [HEADS, 512]."""
         q_lat_s = gl.allocate_shared_memory(gl.float16, [HEADS, 512], sh16)
         for c in gl.static_range(4):
             x = gl.load(q_row[:, None] + c * 128 + c128[None, :], mask=h_ok[:, None], other=0.0)
             q_lat_s.slice(c * 128, 128, dim=1).store(x.to(gl.float16))
-        x = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
-        q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], sh16, x.to(gl.float16))
-        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], sh16)
-        k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], sh16)
-        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
-        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for j in gl.static_range(2):
-            mbarrier.init(bars.index(j), count=1)
+        return q_lat_s
 
-        # this program's token chunk, from the device-side length (bounded by the table's row)
-        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        chunk = gl.cdiv(gl.cdiv(seqlen, num_splits), BN) * BN
-        start = split * chunk
-        end = gl.minimum(seqlen, start + chunk)
-        n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
-        kv_mult = gl.load(scale_ptr)
-        qk_scale = softmax_scale * kv_mult * LOG2E
-        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
-               _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
+    @gluon.jit
+    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, p_l: gl.constexpr,
+                    o_l: gl.constexpr):
+        """One tile of the online softmax (base 2; positions from ``end`` on are −inf) and
+        P · V into ``acc``: (running max, row sums, accumulator)."""
+        s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+        p = gl.exp2(s - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        pm = gl.convert_layout(p.to(gl.float16), p_l)
+        a = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
+        return m_new, l_i, warpgroup_mma(pm, k_lat_s, acc * a[:, None])
 
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ld))
-        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_l))
-        m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_l))
-        l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, s_l))
-        acc = gl.zeros([HEADS, 512], gl.float32, layout=o_l)
-        for i in range(n_tiles):
-            n0 = start + i * BN
-            stage = i % 2
-            _cta_barrier()  # both warpgroups are done with the last tile's buffers
-            fence_async_shared()  # ... before the next copy writes over them
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
-                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
-            mbarrier.wait(bars.index(stage), (i // 2) & 1)
-            if n0 + BN <= end:
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, ld, False)
-            else:  # the request's partial last tile: rows past its end are zeroed, not used
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, end - n0, ld, True)
-            fence_async_shared()
-            _cta_barrier()
-            s = gl.zeros([HEADS, BN], gl.float32, layout=s_l)
-            s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
-            s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=1))
-            p = gl.exp2(s - m_new[:, None])
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
-            pm = gl.convert_layout(p.to(gl.float16), p_l)
-            a = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
-            acc = warpgroup_mma(pm, k_lat_s, acc * a[:, None])
-        for j in gl.static_range(2):
-            mbarrier.invalidate(bars.index(j))
-
-        # normalize; the final row (one split) or this split's partial
+    @gluon.jit
+    def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
+                    stride_lh, lse_empty, num_heads, num_splits, DIRECT: gl.constexpr,
+                    HEADS: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+        """Normalize; write the final rows (one split: out, lse — ``lse_empty`` where nothing
+        was attended — and max_logits) or this split's partial for the combine (workspace rows
+        [batch, num_splits, 1, num_heads])."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.convert_layout(gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0),
@@ -197,12 +178,75 @@ if AVAILABLE:
             gl.store(lse_ptr + b.to(gl.int64) * stride_lb + hs * stride_lh,
                      gl.where(has, lse, lse_empty), mask=hs < num_heads)
             gl.store(max_ptr + b.to(gl.int64) * num_heads + hs, m_i / LOG2E, mask=hs < num_heads)
-        else:  # workspace rows [batch, num_splits, 1, num_heads]
+        else:
             split_row = (b * num_splits + split).to(gl.int64) * num_heads
             gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
             gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
             gl.store(part_out_ptr + (split_row + ho)[:, None] * 512 + co[None, :], o,
                      mask=(ho < num_heads)[:, None])
+
+    @gluon.jit
+    def _mla_decode_sm90_kernel(
+        q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+    ):
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+        hb = gl.program_id(2)
+
+        # q: latent and rope as fp16 shared-memory operands
+        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
+        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS, SHARED16)
+        x = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
+        q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], SHARED16, x.to(gl.float16))
+        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
+        k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], SHARED16)
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(2):
+            mbarrier.init(bars.index(j), count=1)
+
+        # this program's token chunk, from the device-side length (bounded by the table's row)
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        kv_mult = gl.load(scale_ptr)
+        qk_scale = softmax_scale * kv_mult * LOG2E
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
+               _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
+
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
+        m_i, l_i, acc = _softmax_state(HEADS)
+        for i in range(n_tiles):
+            n0 = start + i * BN
+            stage = i % 2
+            _cta_barrier()  # both warpgroups are done with the last tile's buffers
+            fence_async_shared()  # ... before the next copy writes over them
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
+                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
+            mbarrier.wait(bars.index(stage), (i // 2) & 1)
+            if n0 + BN <= end:
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, ROWS_LAYOUT, False)
+            else:  # the request's partial last tile: rows past its end are zeroed, not used
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, end - n0, ROWS_LAYOUT, True)
+            fence_async_shared()
+            _cta_barrier()
+            s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
+            s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
+            s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
+            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, P_LAYOUT,
+                                        O_LAYOUT)
+        for j in gl.static_range(2):
+            mbarrier.invalidate(bars.index(j))
+
+        _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
+                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, S_LAYOUT, O_LAYOUT)
 
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
@@ -235,48 +279,28 @@ if AVAILABLE:
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
-        s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, 32, 16])
-        o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                       instr_shape=[16, 256, 16])
-        p_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_l, k_width=2)
-        ld: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0])
-        sh16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                  rank=2)
         sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
 
-        h = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, ld))
-        h_ok = h < num_heads
-        c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ld))
-        c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, ld))
-        q_row = q_ptr + b.to(gl.int64) * stride_qb + h * stride_qh
-        q_lat_s = gl.allocate_shared_memory(gl.float16, [HEADS, 512], sh16)
-        for c in gl.static_range(4):
-            x = gl.load(q_row[:, None] + c * 128 + c128[None, :], mask=h_ok[:, None], other=0.0)
-            q_lat_s.slice(c * 128, 128, dim=1).store(x.to(gl.float16))
+        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
+        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS, SHARED16)
         qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
-        q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], sh16, qr)
-        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], sh16)
+        q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
+        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
 
         seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
-        chunk = gl.cdiv(gl.cdiv(seqlen, num_splits), BN) * BN
-        start = split * chunk
-        end = gl.minimum(seqlen, start + chunk)
-        n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         qk_scale = softmax_scale * LOG2E
         list_row = list_ptr + b.to(gl.int64) * stride_list
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ld))
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         slot = gl.load(list_row + start + t, mask=start + t < end, other=0)
         _gather(u8_ptr, lat_buf, rope_buf, 0, slot, start + t < end, c128, 656)
         slot_next = gl.load(list_row + start + BN + t, mask=start + BN + t < end, other=0)
 
-        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_l))
-        m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_l))
-        l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, s_l))
-        acc = gl.zeros([HEADS, 512], gl.float32, layout=o_l)
+        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
+        m_i, l_i, acc = _softmax_state(HEADS)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
@@ -290,48 +314,23 @@ if AVAILABLE:
             srow = f32_ptr + slot.to(gl.int64) * 164 + 128
             for c in gl.static_range(4):
                 sc = gl.load(srow + c, mask=ok, other=0.0).to(gl.float16)
-                w = lat_buf.index(stage * 4 + c).load(ld).to(gl.float8e4nv, bitcast=True)
+                w = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
                 k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
             fence_async_shared()
             _cta_barrier()
             if REINTERPRET_NEW:
-                k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64], sh16)
+                k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64], SHARED16)
             else:
-                k_rope_s = rope_buf.index(stage)._reinterpret(gl.bfloat16, [BN, 64], sh16)
-            s = gl.zeros([HEADS, BN], gl.float32, layout=s_l)
+                k_rope_s = rope_buf.index(stage)._reinterpret(gl.bfloat16, [BN, 64], SHARED16)
+            s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=1))
-            p = gl.exp2(s - m_new[:, None])
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
-            pm = gl.convert_layout(p.to(gl.float16), p_l)
-            a = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
-            acc = warpgroup_mma(pm, k_lat_s, acc * a[:, None])
+            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, P_LAYOUT,
+                                        O_LAYOUT)
             slot = slot_next
             slot_next = slot_far
         async_copy.wait_group(0)
 
-        has = l_i > 0.0
-        lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
-        inv = gl.convert_layout(gl.where(has, 1.0 / gl.where(has, l_i, 1.0), 0.0),
-                                gl.SliceLayout(1, o_l))
-        hs = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, s_l))
-        ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_l))
-        co = gl.arange(0, 512, layout=gl.SliceLayout(0, o_l))
-        o = acc * inv[:, None]
-        if DIRECT:
-            o_row = out_ptr + b.to(gl.int64) * stride_ob + ho * stride_oh
-            gl.store(o_row[:, None] + co[None, :], o.to(gl.bfloat16),
-                     mask=(ho < num_heads)[:, None])
-            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + hs * stride_lh,
-                     gl.where(has, lse, lse_empty), mask=hs < num_heads)
-            gl.store(max_ptr + b.to(gl.int64) * num_heads + hs, m_i / LOG2E, mask=hs < num_heads)
-        else:
-            split_row = (b * num_splits + split).to(gl.int64) * num_heads
-            gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
-            gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
-            gl.store(part_out_ptr + (split_row + ho)[:, None] * 512 + co[None, :], o,
-                     mask=(ho < num_heads)[:, None])
+        _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
+                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, S_LAYOUT, O_LAYOUT)
