@@ -68,6 +68,7 @@ def _sm90_only():
     (65, [1000, 63, 64, 65], 128, None),
     (100, [300, 5000, 129], 256, 3),
     (64, [130, 2], 64, 1),
+    (128, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
 ])
 def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     """fp8 plans of 64-head programs take the Gluon kernel on SM90: odd head counts (a

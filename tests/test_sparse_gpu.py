@@ -51,6 +51,34 @@ def test_full_size_matches_reference(fmt, policy, heads):
     _check(cache, q, idx, lengths, out, lse)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_sm90_gluon_sparse_kernel_direct_and_split(splits):
+    """The Gluon sparse kernel (SM90, fp8_ds_mla, above 64 heads) with one split — it writes
+    out / lse / max_logits itself — and with three: 100 heads (a half-empty second block), a
+    query with no valid entry (lse +inf), topk_length shorter than the list."""
+    from fp8mla.kernels import decode_sm90
+
+    if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
+        pytest.skip("the Gluon sparse kernel serves SM90 (compute capability 9.0) only")
+    cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, 100, 700, seed=31)
+    idx[2] = -1  # nothing to attend
+    lengths = torch.tensor([700, 300, 700, 65], dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=4, num_heads=100, topk=700, kv_format="fp8_ds_mla",
+                      device="cuda", num_splits=splits)
+    assert plan.sm90 and plan.num_splits == splits
+    out = torch.full((4, 100, 512), float("nan"), device="cuda").bfloat16()
+    lse = torch.full((4, 100), float("nan"), device="cuda")
+    plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,
+             empty_lse=float("inf"))
+    ok = (idx >= 0) & (idx < cache.num_slots)
+    kv = cache.dequantize(0).reshape(-1, 576)
+    ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    assert_close(out, ro, name="out")
+    live = [0, 1, 3]
+    assert_close(lse[live], rl[live], atol=1e-3, rtol=1e-3, name="lse")
+    assert torch.all(lse[2] == float("inf")) and torch.all(out[2] == 0)
+
+
 @pytest.mark.parametrize("heads", [128, 8])
 def test_cuda_graph_replays_with_new_lists_and_contents(heads):
     """One capture, replays after the index lists, lengths, q and the listed rows changed."""

@@ -478,7 +478,9 @@ class DecodePlan:
         out = self.out if out is None else out
         lse = self.lse if lse is None else lse
         direct = self.num_splits == 1
-        if self.sm90:
+        # (a dense pool not 16-byte aligned cannot be described for TMA: the Triton kernel,
+        # which gathers such a pool, serves that call)
+        if self.sm90 and (self.sparse or rows.data_ptr() % 16 == 0):
             self._launch_sm90(q, rows, block_table, cache_seqlens, kv_scale, out, lse,
                               empty_lse, direct)
         else:

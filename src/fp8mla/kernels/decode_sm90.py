@@ -209,6 +209,7 @@ if AVAILABLE:
         bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for j in gl.static_range(2):
             mbarrier.init(bars.index(j), count=1)
+        fence_async_shared()  # the initialised barriers, before the copy engine signals them
 
         # this program's token chunk, from the device-side length (bounded by the table's row)
         seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
