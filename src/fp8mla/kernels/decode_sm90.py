@@ -35,12 +35,13 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    # the TMA load: async_load from triton 3.7 on, async_copy_global_to_shared before (the same
-    # for cp.async); a CTA barrier: gl.barrier from 3.7 on, gl.thread_barrier before
+    # names that moved between the versions this runs on (seen: 3.6 on the H200, 3.9 on CI):
+    # the TMA and cp.async loads are async_load in 3.9, async_copy_global_to_shared in 3.6; a
+    # CTA barrier is gl.barrier in 3.9, gl.thread_barrier in 3.6; reinterpreting shared memory
+    # is .reinterpret in 3.9, ._reinterpret in 3.6
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
     _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
     _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
-    # shared_memory_descriptor.reinterpret from 3.7 on, ._reinterpret before
     _NEW_REINTERPRET = hasattr(gl.shared_memory_descriptor, "reinterpret")
     AVAILABLE = True
 except Exception:  # noqa: BLE001 — a Triton without (this) Gluon: the Triton kernel serves
