@@ -64,6 +64,9 @@ SM90_GLUON = True
 # topk 2048, h200-20261201-s13-1c07842-sparse-sm90-ab.json): B=128 × 128 heads 342.5 → 330.6
 # µs; at B=64 × 64 heads (two splits of 16 tiles) it was slower, 103.2 → 105.2
 SPARSE_SM90_GLUON = True
+# that sparse kernel with its rows' scales loaded one tile ahead (`SCALES_AHEAD`): prepared in
+# session 13 after the A/B above, not yet measured — benchmarks/sm90_ab.py --sparse times it
+SPARSE_SM90_SCALES_AHEAD = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -452,7 +455,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1),
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                num_warps=decode_sm90.NUM_WARPS)
+                SCALES_AHEAD=SPARSE_SM90_SCALES_AHEAD, num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's

@@ -264,12 +264,30 @@ if AVAILABLE:
         async_copy.commit_group()
 
     @gluon.jit
+    def _row_scales(f32_ptr, slot, ok):
+        """The four float32 scales of fp8_ds_mla rows at ``slot`` (one per 128 latent dims), as
+        fp16 [BN] each; 0 where not ``ok``."""
+        srow = f32_ptr + slot.to(gl.int64) * 164 + 128
+        return (gl.load(srow, mask=ok, other=0.0).to(gl.float16),
+                gl.load(srow + 1, mask=ok, other=0.0).to(gl.float16),
+                gl.load(srow + 2, mask=ok, other=0.0).to(gl.float16),
+                gl.load(srow + 3, mask=ok, other=0.0).to(gl.float16))
+
+    @gluon.jit
+    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc):
+        """Ring stage ``stage``'s latent chunk c (e4m3) × its rows' scales ``sc`` → fp16 in
+        k_lat_s."""
+        w = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
+        k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
+
+    @gluon.jit
     def _mla_sparse_sm90_kernel(
         q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        SCALES_AHEAD: gl.constexpr = False,
     ):
         """Sparse decode over compacted index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent,
         four float32 scales per 128 dims, bf16 rope): the layouts of
@@ -277,7 +295,9 @@ if AVAILABLE:
         list entry: TMA cannot gather on SM90) into a two-stage ring, the entries read two
         tiles ahead. Each 128-dim chunk is converted once, times its row's scale (in fp16, as
         the Triton kernel's 64-row path), and the bf16 rope enters a bf16 wgmma straight from
-        the ring."""
+        the ring. SCALES_AHEAD: the rows' scales are loaded one tile ahead, beside the next
+        tile's gather, instead of at the conversion, after the ring's wait (prepared, not yet
+        measured: `fp8mla.decode.SPARSE_SM90_SCALES_AHEAD`)."""
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
@@ -300,6 +320,11 @@ if AVAILABLE:
         slot = gl.load(list_row + start + t, mask=start + t < end, other=0)
         _gather(u8_ptr, lat_buf, rope_buf, 0, slot, start + t < end, c128, 656)
         slot_next = gl.load(list_row + start + BN + t, mask=start + BN + t < end, other=0)
+        if SCALES_AHEAD:
+            sa, sb, sc, sd = _row_scales(f32_ptr, slot, start + t < end)
+        else:  # unused
+            sa = gl.zeros([BN], gl.float16, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+            sb, sc, sd = sa, sa, sa
 
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc = _softmax_state(HEADS)
@@ -311,13 +336,21 @@ if AVAILABLE:
             _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, n0 + BN + t < end, c128,
                     656)
             slot_far = gl.load(list_row + n0 + 2 * BN + t, mask=n0 + 2 * BN + t < end, other=0)
+            if SCALES_AHEAD:
+                na, nb, nc, nd = _row_scales(f32_ptr, slot_next, n0 + BN + t < end)
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
             _cta_barrier()
-            srow = f32_ptr + slot.to(gl.int64) * 164 + 128
-            for c in gl.static_range(4):
-                sc = gl.load(srow + c, mask=ok, other=0.0).to(gl.float16)
-                w = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
-                k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
+            if SCALES_AHEAD:
+                _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
+                _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
+                _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
+                _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
+                sa, sb, sc, sd = na, nb, nc, nd
+            else:
+                srow = f32_ptr + slot.to(gl.int64) * 164 + 128
+                for c in gl.static_range(4):
+                    _store_scaled(lat_buf, k_lat_s, stage, c,
+                                  gl.load(srow + c, mask=ok, other=0.0).to(gl.float16))
             fence_async_shared()
             _cta_barrier()
             if REINTERPRET_NEW:
