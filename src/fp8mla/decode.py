@@ -227,8 +227,8 @@ class DecodePlan:
                                device=self.device)
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
-        # and shared memory; 2 when interpreted)
-        # (the Gluon SM90 kernel: one, its 225 KB of shared memory)
+        # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
+        # of shared memory)
         self.programs_per_sm = 1 if self.sm90 else self._programs_per_sm()
         self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
@@ -425,8 +425,8 @@ class DecodePlan:
     def _sm90_serves(self) -> bool:
         """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
         inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over compacted lists with more
-        than 64 heads (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs, a GPU of compute capability 9.0 and a
-        Triton with Gluon."""
+        than 64 heads (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs, a GPU of compute
+        capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
             return False
         if self.sparse:  # compacted lists (`checks_indices` False) of fp8_ds_mla rows
