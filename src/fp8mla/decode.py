@@ -431,7 +431,7 @@ class DecodePlan:
             return False
         if self.sparse:  # compacted lists (`checks_indices` False) of fp8_ds_mla rows
             if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla" and self.num_heads > 64
-                    and self.config.heads_per_block >= self._compact_min_rows):
+                    and not self.checks_indices):
                 return False
         elif not (SM90_GLUON and self.fmt.name == "fp8"):
             return False

@@ -93,17 +93,17 @@ if AVAILABLE:
         _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
 
     @gluon.jit
-    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, rows, ld: gl.constexpr,
-                 MASK: gl.constexpr):
+    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, rows, MASK: gl.constexpr):
         """Ring stage ``stage``'s e4m3 tile → fp16 in k_lat_s / k_rope_s (MASK: rows from
         ``rows`` on as zeros — whatever bytes a page holds past a request's end)."""
         for c in gl.static_range(4):
-            x = lat_buf.index(stage * 4 + c).load(ld).to(gl.float8e4nv, bitcast=True)
+            x = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
             x = x.to(gl.float16)
             if MASK:
                 x = gl.where((t < rows)[:, None], x, 0.0)
             k_lat_s.slice(c * 128, 128, dim=1).store(x)
-        x = rope_buf.index(stage).load(ld).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+        x = rope_buf.index(stage).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
+        x = x.to(gl.float16)
         if MASK:
             x = gl.where((t < rows)[:, None], x, 0.0)
         k_rope_s.store(x)
@@ -134,17 +134,16 @@ if AVAILABLE:
         return q_ptr + b.to(gl.int64) * stride_qb + h * stride_qh, h < num_heads, c128, c64
 
     @gluon.jit
-    def _q_latent(q_row, h_ok, c128, HEADS: gl.constexpr, sh16: gl.constexpr):
+    def _q_latent(q_row, h_ok, c128, HEADS: gl.constexpr):
         """q's 512 latent dims as an fp16 shared-memory operand [HEADS, 512]."""
-        q_lat_s = gl.allocate_shared_memory(gl.float16, [HEADS, 512], sh16)
+        q_lat_s = gl.allocate_shared_memory(gl.float16, [HEADS, 512], SHARED16)
         for c in gl.static_range(4):
             x = gl.load(q_row[:, None] + c * 128 + c128[None, :], mask=h_ok[:, None], other=0.0)
             q_lat_s.slice(c * 128, 128, dim=1).store(x.to(gl.float16))
         return q_lat_s
 
     @gluon.jit
-    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, p_l: gl.constexpr,
-                    o_l: gl.constexpr):
+    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s):
         """One tile of the online softmax (base 2; positions from ``end`` on are −inf) and
         P · V into ``acc``: (running max, row sums, accumulator)."""
         s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
@@ -152,25 +151,25 @@ if AVAILABLE:
         p = gl.exp2(s - m_new[:, None])
         alpha = gl.exp2(m_i - m_new)
         l_i = l_i * alpha + gl.sum(p, axis=1)
-        pm = gl.convert_layout(p.to(gl.float16), p_l)
-        a = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
+        pm = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
+        a = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))
         return m_new, l_i, warpgroup_mma(pm, k_lat_s, acc * a[:, None])
 
     @gluon.jit
     def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
                     stride_lh, lse_empty, num_heads, num_splits, DIRECT: gl.constexpr,
-                    HEADS: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+                    HEADS: gl.constexpr):
         """Normalize; write the final rows (one split: out, lse — ``lse_empty`` where nothing
         was attended — and max_logits) or this split's partial for the combine (workspace rows
         [batch, num_splits, 1, num_heads])."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.convert_layout(gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0),
-                                gl.SliceLayout(1, o_l))
-        hs = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, s_l))
-        ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_l))
-        co = gl.arange(0, 512, layout=gl.SliceLayout(0, o_l))
+                                gl.SliceLayout(1, O_LAYOUT))
+        hs = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, S_LAYOUT))
+        ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, O_LAYOUT))
+        co = gl.arange(0, 512, layout=gl.SliceLayout(0, O_LAYOUT))
         o = acc * inv[:, None]
         if DIRECT:
             o_row = out_ptr + b.to(gl.int64) * stride_ob + ho * stride_oh
@@ -200,7 +199,7 @@ if AVAILABLE:
 
         # q: latent and rope as fp16 shared-memory operands
         q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
-        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS, SHARED16)
+        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         x = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], SHARED16, x.to(gl.float16))
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
@@ -233,22 +232,21 @@ if AVAILABLE:
                    _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
             mbarrier.wait(bars.index(stage), (i // 2) & 1)
             if n0 + BN <= end:
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, ROWS_LAYOUT, False)
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, False)
             else:  # the request's partial last tile: rows past its end are zeroed, not used
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, end - n0, ROWS_LAYOUT, True)
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, end - n0, True)
             fence_async_shared()
             _cta_barrier()
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, P_LAYOUT,
-                                        O_LAYOUT)
+            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
         for j in gl.static_range(2):
             mbarrier.invalidate(bars.index(j))
 
         _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
-                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, S_LAYOUT, O_LAYOUT)
+                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS)
 
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
@@ -305,7 +303,7 @@ if AVAILABLE:
                                                  rank=2)
 
         q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
-        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS, SHARED16)
+        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
@@ -360,12 +358,11 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, P_LAYOUT,
-                                        O_LAYOUT)
+            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
             slot = slot_next
             slot_next = slot_far
         async_copy.wait_group(0)
 
         _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
-                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, S_LAYOUT, O_LAYOUT)
+                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS)
