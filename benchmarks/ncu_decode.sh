@@ -16,5 +16,5 @@ M+=",regex:sm__inst_executed_pipe_.*.avg.pct_of_peak_sustained_active"
 # every pipe's busy cycles (session 10's question: is the 16-row loop bound by the e4m3
 # conversions' pipe or by shared memory? a second program per SM adds only ~10%)
 M+=",regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active"
-timeout 90 ncu --clock-control none -k regex:_mla_decode --launch-skip 2 --launch-count 1 --metrics "$M" \
+timeout 90 ncu --clock-control none -k "regex:_mla_(decode|sparse)" --launch-skip 2 --launch-count 1 --metrics "$M" \
   python3 "${NCU_DRIVER:-benchmarks/profile_decode.py}" "$@" > "$out" 2>&1

@@ -3,8 +3,8 @@
     ncu -k regex:_mla_decode --launch-skip 2 --launch-count 1 \
         python benchmarks/profile_decode.py FMT BATCH CTX HEADS [key=value ...]
 
-key=value pairs override fields of the launcher's DecodeConfig (block_n, num_warps, swap, ...)
-and, as splits=N, the split count.
+key=value pairs override fields of the launcher's DecodeConfig (block_n, num_warps, swap, ...;
+none: the launcher's own choice, the Gluon kernel included) and, as splits=N, the split count.
 """
 
 import sys
@@ -41,11 +41,12 @@ def main() -> None:
     fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name)
     cfg = replace(decode_config(90, fmt_name, heads, 1), **over)
     plan = DecodePlan(batch=batch, num_heads=heads, kv_format=fmt, page_size=case.page_size,
-                      cache_seqlens=seqlens, device="cuda", config=cfg,
+                      cache_seqlens=seqlens, device="cuda", config=cfg if over else None,
                       num_splits=opts["splits"])
     for _ in range(3):
         plan.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
-    print("profiled", fmt_name, batch, ctx, heads, cfg, "splits", plan.num_splits)
+    print("profiled", fmt_name, batch, ctx, heads, cfg, "splits", plan.num_splits, "sm90",
+          plan.sm90)
 
 
 if __name__ == "__main__":

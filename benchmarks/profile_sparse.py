@@ -5,8 +5,8 @@ profile.
         [pool=SLOTS] [topk=K] [key=value ...]
 
 fp8_ds_mla rows, random indices over a pool of ``pool`` slots (default: the benchmark's 1M);
-other key=value pairs override fields of the launcher's DecodeConfig, ``splits=N`` the split
-count.
+other key=value pairs override fields of the launcher's DecodeConfig (none: the launcher's own
+choice, the Gluon kernel included), ``splits=N`` the split count.
 """
 
 import sys
@@ -29,8 +29,8 @@ idx = torch.randint(0, opts["pool"], (batch, opts["topk"]), dtype=torch.int32, d
 q = torch.randn(batch, heads, KV_DIM, device="cuda").bfloat16()
 cfg = replace(decode_config(90, "fp8_ds_mla", heads, 1, sparse=True), **over)
 plan = SparsePlan(num_queries=batch, num_heads=heads, topk=opts["topk"], kv_format=fmt,
-                  device="cuda", config=cfg, num_splits=opts["splits"])
+                  device="cuda", config=cfg if over else None, num_splits=opts["splits"])
 for _ in range(3):
     plan.run(q, rows, idx, check=False)
 torch.cuda.synchronize()
-print("profiled sparse", batch, heads, opts, cfg, "splits", plan.num_splits)
+print("profiled sparse", batch, heads, opts, cfg, "splits", plan.num_splits, "sm90", plan.sm90)

@@ -197,10 +197,9 @@ def decode_sm90_compile(direct=False):
                           options={"num_warps": k90.NUM_WARPS})
 
 
-def sparse_sm90_compile(direct=False, scales_ahead=False):
+def sparse_sm90_compile(direct=False):
     """The Gluon SM90 sparse kernel over compacted lists (`fp8mla.kernels.decode_sm90`) for
-    sm_90 (scales_ahead: `fp8mla.decode.SPARSE_SM90_SCALES_AHEAD`); None where this Triton has
-    no (such) Gluon."""
+    sm_90; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -215,8 +214,7 @@ def sparse_sm90_compile(direct=False, scales_ahead=False):
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "max_len": "i32"}
     fn = k90._mla_sparse_sm90_kernel
-    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
-              "SCALES_AHEAD": scales_ahead}
+    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N}
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
              for k in ("q_ptr", "u8_ptr", "f32_ptr", "list_ptr")}
@@ -266,9 +264,6 @@ def compile_target(cc):
             k = sparse_sm90_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_sm90/fp8_ds_mla/H128{'-direct' * direct}", cc, k))
-        k = sparse_sm90_compile(False, scales_ahead=True)
-        if k is not None:
-            lines.append(row("sparse_sm90/fp8_ds_mla/H128-scales-ahead", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

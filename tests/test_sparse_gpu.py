@@ -51,27 +51,27 @@ def test_full_size_matches_reference(fmt, policy, heads):
     _check(cache, q, idx, lengths, out, lse)
 
 
-@pytest.mark.parametrize("scales_ahead", [False, True])
+@pytest.mark.parametrize("heads", [100, 64])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_sm90_gluon_sparse_kernel_direct_and_split(splits, scales_ahead, monkeypatch):
-    """The Gluon sparse kernel (SM90, fp8_ds_mla, above 64 heads) with one split — it writes
-    out / lse / max_logits itself — and with three: 100 heads (a half-empty second block), a
-    query with no valid entry (lse +inf), topk_length shorter than the list; its rows' scales
-    loaded at the conversion or one tile ahead (`SPARSE_SM90_SCALES_AHEAD`)."""
+def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
+    """The Gluon sparse kernel (SM90, fp8_ds_mla, 64-head programs) with one split — it writes
+    out / lse / max_logits itself — and with three: 100 heads (a half-empty second block) or
+    64 (taken whatever `SPARSE_SM90_MIN_HEADS` says), a query with no valid entry (lse +inf),
+    topk_length shorter than the list."""
     import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90
 
     if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
         pytest.skip("the Gluon sparse kernel serves SM90 (compute capability 9.0) only")
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_SCALES_AHEAD", scales_ahead)
-    cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, 100, 700, seed=31)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
+    cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=31)
     idx[2] = -1  # nothing to attend
     lengths = torch.tensor([700, 300, 700, 65], dtype=torch.int32, device="cuda")
-    plan = SparsePlan(num_queries=4, num_heads=100, topk=700, kv_format="fp8_ds_mla",
+    plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format="fp8_ds_mla",
                       device="cuda", num_splits=splits)
     assert plan.sm90 and plan.num_splits == splits
-    out = torch.full((4, 100, 512), float("nan"), device="cuda").bfloat16()
-    lse = torch.full((4, 100), float("nan"), device="cuda")
+    out = torch.full((4, heads, 512), float("nan"), device="cuda").bfloat16()
+    lse = torch.full((4, heads), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,
              empty_lse=float("inf"))
     ok = (idx >= 0) & (idx < cache.num_slots)

@@ -60,13 +60,12 @@ PDL = False
 # the Triton kernel everywhere (benchmarks A/B it)
 SM90_GLUON = True
 # the same for sparse plans over compacted lists of fp8_ds_mla rows (gathered by cp.async:
-# `decode_sm90._mla_sparse_sm90_kernel`), taken above 64 heads — where it measured faster (H200,
-# topk 2048, h200-20261201-s13-1c07842-sparse-sm90-ab.json): B=128 × 128 heads 342.5 → 330.6
-# µs; at B=64 × 64 heads (two splits of 16 tiles) it was slower, 103.2 → 105.2
+# `decode_sm90._mla_sparse_sm90_kernel`), taken from `SPARSE_SM90_MIN_HEADS` heads on (H200,
+# topk 2048, B=128 × 128 heads: 342.5 µs Triton → 330.6 Gluon in session 13, 294.7 with the
+# rows' scales loaded a tile ahead, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json). Session 13
+# measured B=64 × 64 heads slower on it (103.2 → 105.2, before the scales moved)
 SPARSE_SM90_GLUON = True
-# that sparse kernel with its rows' scales loaded one tile ahead (`SCALES_AHEAD`): prepared in
-# session 13 after the A/B above, not yet measured — benchmarks/sm90_ab.py --sparse times it
-SPARSE_SM90_SCALES_AHEAD = False
+SPARSE_SM90_MIN_HEADS = 65
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -424,14 +423,14 @@ class DecodePlan:
 
     def _sm90_serves(self) -> bool:
         """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
-        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over compacted lists with more
-        than 64 heads (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs, a GPU of compute
-        capability 9.0 and a Triton with Gluon."""
+        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over compacted lists with
+        `SPARSE_SM90_MIN_HEADS` heads or more (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs,
+        a GPU of compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
             return False
         if self.sparse:  # compacted lists (`checks_indices` False) of fp8_ds_mla rows
-            if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla" and self.num_heads > 64
-                    and not self.checks_indices):
+            if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
+                    and self.num_heads >= SPARSE_SM90_MIN_HEADS and not self.checks_indices):
                 return False
         elif not (SM90_GLUON and self.fmt.name == "fp8"):
             return False
@@ -455,7 +454,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1),
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                SCALES_AHEAD=SPARSE_SM90_SCALES_AHEAD, num_warps=decode_sm90.NUM_WARPS)
+                num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
