@@ -28,15 +28,20 @@ SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
 
 
 def sparse_ab(env, ceiling, rows, out_path) -> None:
-    """The same A/B for sparse decode over compacted lists (`SPARSE_SM90_GLUON`); the Gluon arm
-    is taken at every case's head count (`SPARSE_SM90_MIN_HEADS` lowered to 64)."""
+    """The same A/B for sparse decode over compacted lists (`SPARSE_SM90_GLUON`), with the
+    Gluon kernel's prepared variants (`SPARSE_SM90_VARIANT`) as more arms; the Gluon arms are
+    taken at every case's head count (`SPARSE_SM90_MIN_HEADS` lowered to 64)."""
     from fp8mla.bench.sparse import run_sparse
 
     min_heads = decode_mod.SPARSE_SM90_MIN_HEADS
     decode_mod.SPARSE_SM90_MIN_HEADS = 64
+    variant = dict(decode_mod.SPARSE_SM90_VARIANT)
+    arms = {"gluon": {}, "async_pv": {"ASYNC_PV": True}, "split_qk": {"SPLIT_QK": True},
+            "both": {"ASYNC_PV": True, "SPLIT_QK": True}, "triton": {}}
     for case in SPARSE_CASES:
-        for mode in ("gluon", "triton", "gluon", "triton"):
-            decode_mod.SPARSE_SM90_GLUON = mode == "gluon"
+        for mode in [*arms, *arms]:
+            decode_mod.SPARSE_SM90_GLUON = mode != "triton"
+            decode_mod.SPARSE_SM90_VARIANT = {**variant, **arms[mode]}
             try:
                 rec = run_sparse(*case, env, ceiling)[-1]
                 row = {"case": rec.case, "kernel": mode, "us": rec.us, "TFLOPS": rec.TFLOPS}
@@ -50,6 +55,7 @@ def sparse_ab(env, ceiling, rows, out_path) -> None:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
     decode_mod.SPARSE_SM90_GLUON = True
     decode_mod.SPARSE_SM90_MIN_HEADS = min_heads
+    decode_mod.SPARSE_SM90_VARIANT = variant
 
 
 def main() -> int:

@@ -197,9 +197,9 @@ def decode_sm90_compile(direct=False):
                           options={"num_warps": k90.NUM_WARPS})
 
 
-def sparse_sm90_compile(direct=False):
+def sparse_sm90_compile(direct=False, **variant):
     """The Gluon SM90 sparse kernel over compacted lists (`fp8mla.kernels.decode_sm90`) for
-    sm_90; None where this Triton has no (such) Gluon."""
+    sm_90 (``variant``: its constexpr switches); None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -214,7 +214,8 @@ def sparse_sm90_compile(direct=False):
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "max_len": "i32"}
     fn = k90._mla_sparse_sm90_kernel
-    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N}
+    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,  # in argument order
+              **{k: variant.get(k, False) for k in ("ASYNC_PV", "SPLIT_QK")}}
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
              for k in ("q_ptr", "u8_ptr", "f32_ptr", "list_ptr")}

@@ -63,9 +63,13 @@ SM90_GLUON = True
 # `decode_sm90._mla_sparse_sm90_kernel`), taken from `SPARSE_SM90_MIN_HEADS` heads on (H200,
 # topk 2048, B=128 × 128 heads: 342.5 µs Triton → 330.6 Gluon in session 13, 294.7 with the
 # rows' scales loaded a tile ahead, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json). Session 13
-# measured B=64 × 64 heads slower on it (103.2 → 105.2, before the scales moved)
+# measured B=64 × 64 heads slower on it (103.2 → 105.2); with the scales moved, faster (102.7
+# → 92.0, the same file)
 SPARSE_SM90_GLUON = True
-SPARSE_SM90_MIN_HEADS = 65
+SPARSE_SM90_MIN_HEADS = 64
+# prepared variants of that kernel (its ASYNC_PV / SPLIT_QK), not yet measured:
+# benchmarks/sm90_ab.py --sparse times them
+SPARSE_SM90_VARIANT = {"ASYNC_PV": False, "SPLIT_QK": False}
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -454,7 +458,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1),
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                num_warps=decode_sm90.NUM_WARPS)
+                **SPARSE_SM90_VARIANT, num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's

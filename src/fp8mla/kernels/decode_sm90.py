@@ -32,6 +32,8 @@ try:
         mbarrier,
         tma,
         warpgroup_mma,
+        warpgroup_mma_init,
+        warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -143,9 +145,12 @@ if AVAILABLE:
         return q_lat_s
 
     @gluon.jit
-    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s):
+    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
+                    ASYNC: gl.constexpr = False):
         """One tile of the online softmax (base 2; positions from ``end`` on are −inf) and
-        P · V into ``acc``: (running max, row sums, accumulator)."""
+        P · V into ``acc``: (running max, row sums, accumulator — ASYNC: the product's token,
+        to wait for before k_lat_s is written again or the accumulator read —, P: the
+        product's register operand, kept alive until that wait)."""
         s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         p = gl.exp2(s - m_new[:, None])
@@ -153,7 +158,7 @@ if AVAILABLE:
         l_i = l_i * alpha + gl.sum(p, axis=1)
         pm = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
         a = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))
-        return m_new, l_i, warpgroup_mma(pm, k_lat_s, acc * a[:, None])
+        return m_new, l_i, warpgroup_mma(pm, k_lat_s, acc * a[:, None], is_async=ASYNC), pm
 
     @gluon.jit
     def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
@@ -240,7 +245,7 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
+            m_i, l_i, acc, _ = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
         for j in gl.static_range(2):
             mbarrier.invalidate(bars.index(j))
 
@@ -285,6 +290,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        ASYNC_PV: gl.constexpr = False, SPLIT_QK: gl.constexpr = False,
     ):
         """Sparse decode over compacted index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent,
         four float32 scales per 128 dims, bf16 rope): the layouts of
@@ -321,6 +327,9 @@ if AVAILABLE:
 
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc = _softmax_state(HEADS)
+        pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
+        if ASYNC_PV:
+            acc = warpgroup_mma_init(acc)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
@@ -329,25 +338,41 @@ if AVAILABLE:
                     656)
             slot_far = gl.load(list_row + n0 + 2 * BN + t, mask=n0 + 2 * BN + t < end, other=0)
             na, nb, nc, nd = _row_scales(f32_ptr, slot_next, n0 + BN + t < end)
+            if ASYNC_PV:  # the last tile's P · V ran during the issues above
+                acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
-            _cta_barrier()
-            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
-            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
-            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
-            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
-            sa, sb, sc, sd = na, nb, nc, nd
-            fence_async_shared()
             _cta_barrier()
             if REINTERPRET_NEW:
                 k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64], SHARED16)
             else:
                 k_rope_s = rope_buf.index(stage)._reinterpret(gl.bfloat16, [BN, 64], SHARED16)
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
-            s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
-            s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
+            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
+            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
+            if SPLIT_QK:  # the first half's product runs while the second half converts
+                fence_async_shared()
+                _cta_barrier()
+                s = warpgroup_mma(q_lat_s.slice(0, 256, dim=1),
+                                  k_lat_s.slice(0, 256, dim=1).permute((1, 0)), s, is_async=True)
+            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
+            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
+            sa, sb, sc, sd = na, nb, nc, nd
+            fence_async_shared()
+            _cta_barrier()
+            if SPLIT_QK:
+                s = warpgroup_mma(q_lat_s.slice(256, 256, dim=1),
+                                  k_lat_s.slice(256, 256, dim=1).permute((1, 0)), s, is_async=True)
+                s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s, is_async=True)
+                s = warpgroup_mma_wait(0, deps=[s, k_lat_s, k_rope_s])[0]
+            else:
+                s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
+                s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
+            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
+                                            ASYNC_PV)
             slot = slot_next
             slot_next = slot_far
+        if ASYNC_PV:
+            acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
         async_copy.wait_group(0)
 
         _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
