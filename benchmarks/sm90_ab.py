@@ -1,11 +1,12 @@
 """The Gluon SM90 decode kernel against the Triton kernel through the launcher, on a GPU (ABAB).
 
-    python benchmarks/sm90_ab.py OUT.json [--sparse]
+    python benchmarks/sm90_ab.py OUT.json [--sparse] [--cases N]
 
 `fp8mla.decode.SM90_GLUON` switches fp8 64-head programs between `fp8mla.kernels.decode_sm90`
-(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it).
-Each case is checked against the reference by `run_case`, then replayed from a CUDA graph, the
-two kernels alternating twice in one process. The experiment that led to it (a standalone
+(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it);
+`SM90_ASYNC_PV` is the Gluon kernel's third arm. Each case (the first N) is checked against
+the reference by `run_case`, then replayed from a CUDA graph, the arms alternating twice in one
+process. The experiment that led to it (a standalone
 Gluon kernel, benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads 538.4 → 455.9 µs,
 B=128 × 2K 285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
 """
@@ -28,20 +29,15 @@ SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
 
 
 def sparse_ab(env, ceiling, rows, out_path) -> None:
-    """The same A/B for sparse decode over compacted lists (`SPARSE_SM90_GLUON`), with the
-    Gluon kernel's prepared variants (`SPARSE_SM90_VARIANT`) as more arms; the Gluon arms are
-    taken at every case's head count (`SPARSE_SM90_MIN_HEADS` lowered to 64)."""
+    """The same A/B for sparse decode over compacted lists (`SPARSE_SM90_GLUON`); the Gluon arm
+    is taken at every case's head count (`SPARSE_SM90_MIN_HEADS` lowered to 64)."""
     from fp8mla.bench.sparse import run_sparse
 
     min_heads = decode_mod.SPARSE_SM90_MIN_HEADS
     decode_mod.SPARSE_SM90_MIN_HEADS = 64
-    variant = dict(decode_mod.SPARSE_SM90_VARIANT)
-    arms = {"gluon": {}, "async_pv": {"ASYNC_PV": True}, "split_qk": {"SPLIT_QK": True},
-            "both": {"ASYNC_PV": True, "SPLIT_QK": True}, "triton": {}}
     for case in SPARSE_CASES:
-        for mode in [*arms, *arms]:
-            decode_mod.SPARSE_SM90_GLUON = mode != "triton"
-            decode_mod.SPARSE_SM90_VARIANT = {**variant, **arms[mode]}
+        for mode in ("gluon", "triton", "gluon", "triton"):
+            decode_mod.SPARSE_SM90_GLUON = mode == "gluon"
             try:
                 rec = run_sparse(*case, env, ceiling)[-1]
                 row = {"case": rec.case, "kernel": mode, "us": rec.us, "TFLOPS": rec.TFLOPS}
@@ -55,7 +51,6 @@ def sparse_ab(env, ceiling, rows, out_path) -> None:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
     decode_mod.SPARSE_SM90_GLUON = True
     decode_mod.SPARSE_SM90_MIN_HEADS = min_heads
-    decode_mod.SPARSE_SM90_VARIANT = variant
 
 
 def main() -> int:
@@ -65,9 +60,12 @@ def main() -> int:
     if "--sparse" in sys.argv:
         sparse_ab(env, ceiling, rows, sys.argv[1])
         return 0
-    for case in CASES:
-        for mode in ("gluon", "triton", "gluon", "triton"):
-            decode_mod.SM90_GLUON = mode == "gluon"
+    cases = CASES[:int(sys.argv[sys.argv.index("--cases") + 1])] if "--cases" in sys.argv else CASES
+    async_pv = decode_mod.SM90_ASYNC_PV
+    for case in cases:
+        for mode in ("gluon", "async_pv", "triton", "gluon", "async_pv", "triton"):
+            decode_mod.SM90_GLUON = mode != "triton"
+            decode_mod.SM90_ASYNC_PV = mode == "async_pv"
             try:
                 rec = run_case(case, "fp8", env, ceiling)[-1]
                 row = {"case": rec.case, "kernel": mode, "us": rec.us, "TBps": rec.TBps,
@@ -82,6 +80,7 @@ def main() -> int:
             with open(sys.argv[1], "w") as f:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
     decode_mod.SM90_GLUON = True
+    decode_mod.SM90_ASYNC_PV = async_pv
     return 0
 
 

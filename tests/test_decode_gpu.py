@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan
 from fp8mla.testing import assert_close
@@ -70,13 +71,17 @@ def _sm90_only():
     (64, [130, 2], 64, 1),
     (128, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
 ])
-def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
+@pytest.mark.parametrize("async_pv", [False, True])
+def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits, async_pv,
+                                             monkeypatch):
     """fp8 plans of 64-head programs take the Gluon kernel on SM90: odd head counts (a
     part-empty second block), lengths around a tile, an empty request, pages of 64–256, forced
     split counts; every row a page holds past its request's end is e4m3 NaN (0x7F), so a
     partial tile that read them would poison the output. out / lse written into NaN-filled
-    strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request."""
+    strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request. Both ways of
+    waiting for P · V (`SM90_ASYNC_PV`)."""
     _sm90_only()
+    monkeypatch.setattr(decode_mod, "SM90_ASYNC_PV", async_pv)
     cache, table, seqlens = paged_cache("fp8", lens, page_size, device="cuda", seed=21)
     rows = cache.layer(0).view(-1, 576)
     for b, n in enumerate(lens):  # the page tail past each length: NaN bytes
@@ -122,7 +127,6 @@ def test_programmatic_dependent_combine_in_a_graph(monkeypatch):
     """fp8mla.decode.PDL (the split combine launched as a programmatic dependent of the decode
     kernel, SM90): captured in a CUDA graph and replayed with new lengths and contents, the
     result still matches the reference — the combine reads every split's finished partials."""
-    import fp8mla.decode as decode_mod
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the launcher takes programmatic dependent launch on SM90 only")

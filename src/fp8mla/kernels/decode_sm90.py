@@ -197,6 +197,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        ASYNC_PV: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -228,14 +229,25 @@ if AVAILABLE:
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc = _softmax_state(HEADS)
+        pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
+        if ASYNC_PV:
+            acc = warpgroup_mma_init(acc)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
-            _cta_barrier()  # both warpgroups are done with the last tile's buffers
-            fence_async_shared()  # ... before the next copy writes over them
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
-                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
-            mbarrier.wait(bars.index(stage), (i // 2) & 1)
+            if ASYNC_PV:  # the ring stage was last converted before the last tile's barrier
+                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
+                       _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
+                mbarrier.wait(bars.index(stage), (i // 2) & 1)
+                # the last tile's P · V ran during the issue and the wait
+                acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
+                _cta_barrier()  # both warpgroups are done with the last tile's buffers
+            else:
+                _cta_barrier()  # both warpgroups are done with the last tile's buffers
+                fence_async_shared()  # ... before the next copy writes over them
+                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
+                       _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
+                mbarrier.wait(bars.index(stage), (i // 2) & 1)
             if n0 + BN <= end:
                 _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, False)
             else:  # the request's partial last tile: rows past its end are zeroed, not used
@@ -245,7 +257,10 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc, _ = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
+            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
+                                            ASYNC_PV)
+        if ASYNC_PV:
+            acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
         for j in gl.static_range(2):
             mbarrier.invalidate(bars.index(j))
 
@@ -290,7 +305,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        ASYNC_PV: gl.constexpr = False, SPLIT_QK: gl.constexpr = False,
     ):
         """Sparse decode over compacted index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent,
         four float32 scales per 128 dims, bf16 rope): the layouts of
@@ -300,7 +314,10 @@ if AVAILABLE:
         the Triton kernel's 64-row path), and the bf16 rope enters a bf16 wgmma straight from
         the ring. The rows' scales are loaded one tile ahead, beside the next tile's gather
         (loaded after the ring's wait, at the conversion, they cost 11%: B=128 × 128 heads
-        329.7 → 294.7 µs, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json)."""
+        329.7 → 294.7 µs, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json), and each tile's
+        P · V runs on while the next tile's gather and scale loads issue (waited for there:
+        297 → 271 µs, h200-20261201-s14-e9623e2-sparse-sm90-variants.json; starting q · Kᵀ's
+        first half before the second half's conversion measured 1% slower)."""
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
@@ -328,8 +345,7 @@ if AVAILABLE:
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc = _softmax_state(HEADS)
         pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
-        if ASYNC_PV:
-            acc = warpgroup_mma_init(acc)
+        acc = warpgroup_mma_init(acc)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
@@ -338,41 +354,29 @@ if AVAILABLE:
                     656)
             slot_far = gl.load(list_row + n0 + 2 * BN + t, mask=n0 + 2 * BN + t < end, other=0)
             na, nb, nc, nd = _row_scales(f32_ptr, slot_next, n0 + BN + t < end)
-            if ASYNC_PV:  # the last tile's P · V ran during the issues above
-                acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
+            # the last tile's P · V ran during the issues above
+            acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
+            _cta_barrier()
+            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
+            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
+            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
+            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
+            sa, sb, sc, sd = na, nb, nc, nd
+            fence_async_shared()
             _cta_barrier()
             if REINTERPRET_NEW:
                 k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64], SHARED16)
             else:
                 k_rope_s = rope_buf.index(stage)._reinterpret(gl.bfloat16, [BN, 64], SHARED16)
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
-            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
-            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
-            if SPLIT_QK:  # the first half's product runs while the second half converts
-                fence_async_shared()
-                _cta_barrier()
-                s = warpgroup_mma(q_lat_s.slice(0, 256, dim=1),
-                                  k_lat_s.slice(0, 256, dim=1).permute((1, 0)), s, is_async=True)
-            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
-            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
-            sa, sb, sc, sd = na, nb, nc, nd
-            fence_async_shared()
-            _cta_barrier()
-            if SPLIT_QK:
-                s = warpgroup_mma(q_lat_s.slice(256, 256, dim=1),
-                                  k_lat_s.slice(256, 256, dim=1).permute((1, 0)), s, is_async=True)
-                s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s, is_async=True)
-                s = warpgroup_mma_wait(0, deps=[s, k_lat_s, k_rope_s])[0]
-            else:
-                s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
-                s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
+            s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
+            s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
             m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
-                                            ASYNC_PV)
+                                            True)
             slot = slot_next
             slot_next = slot_far
-        if ASYNC_PV:
-            acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
+        acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
         async_copy.wait_group(0)
 
         _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
