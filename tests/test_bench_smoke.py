@@ -53,8 +53,8 @@ def test_indexer_topk_cases_smoke(device, monkeypatch):
     monkeypatch.setattr(topk, "CHUNKED_ABOVE", 1024)
     recs = bench_sparse.run_indexer_topk(ENV, 1.0, device=device, indexer_cases=[(2, 128, 32)],
                                          topk_cases=[(2, 256, 16), (1, 1100, 16)])
-    assert [r.case for r in recs] == ["indexer/fp8/B2-ctx128-Hi32"] + ["topk/B2-len256-k16"] * 4 \
-        + ["topk/B1-len1100-k16"] * 6
+    assert [r.case for r in recs] == ["indexer/fp8/B2-ctx128-Hi32"] * 2 \
+        + ["topk/B2-len256-k16"] * 4 + ["topk/B1-len1100-k16"] * 6
     timed = ["indexer", "fp8mla", "indexer_graph", "fp8mla_graph"]
-    assert [r.backend for r in recs] == ["fp8mla"] + timed * 2 \
+    assert [r.backend for r in recs] == ["fp8mla", "fp8mla_graph"] + timed * 2 \
         + ["fp8mla_graph_chunk0", "fp8mla_graph_chunk1024"]

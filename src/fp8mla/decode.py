@@ -59,10 +59,9 @@ PDL = False
 # it (H200, B=64 × 8K × 128 heads: 538 → 456 µs, h200-20261201-s13-gluon-decode.json). False:
 # the Triton kernel everywhere (benchmarks A/B it)
 SM90_GLUON = True
-# that kernel with each tile's P · V left running over the next tile's copy issue and wait
-# (its ASYNC_PV, as the sparse kernel below has it): prepared, not yet measured —
-# benchmarks/sm90_ab.py times it
-SM90_ASYNC_PV = False
+# that kernel with each tile's pool row looked up a tile earlier (its TABLE_AHEAD): prepared,
+# not yet measured — benchmarks/sm90_ab.py times it
+SM90_TABLE_AHEAD = False
 # the same for sparse plans over compacted lists of fp8_ds_mla rows (gathered by cp.async:
 # `decode_sm90._mla_sparse_sm90_kernel`), taken from `SPARSE_SM90_MIN_HEADS` heads on (H200,
 # topk 2048, B=128 × 128 heads: 342.5 µs Triton → 330.6 Gluon in session 13, 294.7 with the
@@ -473,7 +472,7 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            ASYNC_PV=SM90_ASYNC_PV, num_warps=decode_sm90.NUM_WARPS)
+            TABLE_AHEAD=SM90_TABLE_AHEAD, num_warps=decode_sm90.NUM_WARPS)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

@@ -104,7 +104,7 @@ def _index_problem(batch, ctx, heads, device, page_size=64, seed=0):
     return cache, table, q, w, lens
 
 
-def _indexer_case(batch, ctx, heads, env, ceiling, device) -> Record:
+def _indexer_case(batch, ctx, heads, env, ceiling, device) -> list[Record]:
     cache, table, q, w, lens = _index_problem(batch, ctx, heads, device)
     fn = lambda: indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=ctx,
                                       check=False)
@@ -113,11 +113,13 @@ def _indexer_case(batch, ctx, heads, env, ceiling, device) -> Record:
     ref = reference.indexer_logits(q[0].float(), w[:1], cache.dequantize(0)[first],
                                    torch.tensor([0]), torch.tensor([ctx]))
     assert_close(out[:1], ref, atol=1e-3, rtol=1e-3, name="indexer")
-    us = time_us(fn)
-    return _record(f"indexer/fp8/B{batch}-ctx{ctx}-Hi{heads}", "fp8mla", us, batch * ctx * 132,
-                   2 * heads * 128 * ctx * batch, ceiling, env,
-                   note="TB/s on index-cache bytes only; + logits written "
-                        f"{batch * ctx * 4 / 1e6:.0f} MB")
+    # eager, and replayed from a CUDA graph (`fp8mla_graph`): the eager call's Python path is
+    # about as long as this kernel, so the eager row can measure the host (BENCHMARKS.md)
+    return [_record(f"indexer/fp8/B{batch}-ctx{ctx}-Hi{heads}", "fp8mla" + suffix,
+                    time_us(wrap(fn)), batch * ctx * 132, 2 * heads * 128 * ctx * batch,
+                    ceiling, env, note="TB/s on index-cache bytes only; + logits written "
+                                       f"{batch * ctx * 4 / 1e6:.0f} MB")
+            for suffix, wrap in (("", lambda f: f), ("_graph", lambda f: _timed(f, device)))]
 
 
 def topk_reference(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -159,7 +161,7 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
 def run_indexer_topk(env, ceiling, *, device="cuda", indexer_cases=INDEXER_CASES,
                      topk_cases=TOPK_CASES) -> list[Record]:
     """Indexer cases, then top-k cases with the logits time of the same rows beside them."""
-    records = [_indexer_case(*c, env, ceiling, device) for c in indexer_cases]
+    records = [r for c in indexer_cases for r in _indexer_case(*c, env, ceiling, device)]
     for c in topk_cases:
         records += _topk_case(*c, env, ceiling, device)
     return records
