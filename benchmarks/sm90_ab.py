@@ -3,10 +3,9 @@
     python benchmarks/sm90_ab.py OUT.json [--sparse] [--cases N]
 
 `fp8mla.decode.SM90_GLUON` switches fp8 64-head programs between `fp8mla.kernels.decode_sm90`
-(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it);
-`SM90_TABLE_AHEAD` is the Gluon kernel's third arm. Each case (the first N) is checked against
-the reference by `run_case`, then replayed from a CUDA graph, the arms alternating twice in one
-process. The experiment that led to it (a standalone
+(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it).
+Each case (the first N) is checked against the reference by `run_case`, then replayed from a
+CUDA graph, the two kernels alternating twice in one process. The experiment that led to it (a standalone
 Gluon kernel, benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads 538.4 → 455.9 µs,
 B=128 × 2K 285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
 """
@@ -61,11 +60,9 @@ def main() -> int:
         sparse_ab(env, ceiling, rows, sys.argv[1])
         return 0
     cases = CASES[:int(sys.argv[sys.argv.index("--cases") + 1])] if "--cases" in sys.argv else CASES
-    table_ahead = decode_mod.SM90_TABLE_AHEAD
     for case in cases:
-        for mode in ("gluon", "table_ahead", "triton", "gluon", "table_ahead", "triton"):
-            decode_mod.SM90_GLUON = mode != "triton"
-            decode_mod.SM90_TABLE_AHEAD = mode == "table_ahead"
+        for mode in ("gluon", "triton", "gluon", "triton"):
+            decode_mod.SM90_GLUON = mode == "gluon"
             try:
                 rec = run_case(case, "fp8", env, ceiling)[-1]
                 row = {"case": rec.case, "kernel": mode, "us": rec.us, "TBps": rec.TBps,
@@ -80,7 +77,6 @@ def main() -> int:
             with open(sys.argv[1], "w") as f:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
     decode_mod.SM90_GLUON = True
-    decode_mod.SM90_TABLE_AHEAD = table_ahead
     return 0
 
 

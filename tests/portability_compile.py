@@ -169,10 +169,9 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
-def decode_sm90_compile(direct=False, table_ahead=False):
+def decode_sm90_compile(direct=False):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
-    takes it for fp8 64-head programs (table_ahead: `fp8mla.decode.SM90_TABLE_AHEAD`); None
-    where this Triton has no (such) Gluon."""
+    takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -190,7 +189,7 @@ def decode_sm90_compile(direct=False, table_ahead=False):
                "stride_lh")}, "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
     fn = k90._mla_decode_sm90_kernel
-    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "TABLE_AHEAD": table_ahead}
+    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N}
     sig.update({k: "constexpr" for k in consts})
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
                                               for k, v in consts.items()})
@@ -265,9 +264,6 @@ def compile_target(cc):
             k = sparse_sm90_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_sm90/fp8_ds_mla/H128{'-direct' * direct}", cc, k))
-        k = decode_sm90_compile(False, table_ahead=True)
-        if k is not None:
-            lines.append(row("decode_sm90/fp8/H128-table-ahead", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

@@ -56,18 +56,13 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 PDL = False
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
-# it (H200, B=64 × 8K × 128 heads: 538 → 456 µs, h200-20261201-s13-gluon-decode.json). False:
-# the Triton kernel everywhere (benchmarks A/B it)
+# it (H200, B=64 × 8K × 128 heads: 539 → 415 µs, h200-20261201-s14-5f55f95-dense-ab.json).
+# False: the Triton kernel everywhere (benchmarks A/B it)
 SM90_GLUON = True
-# that kernel with each tile's pool row looked up a tile earlier (its TABLE_AHEAD): prepared,
-# not yet measured — benchmarks/sm90_ab.py times it
-SM90_TABLE_AHEAD = False
 # the same for sparse plans over compacted lists of fp8_ds_mla rows (gathered by cp.async:
 # `decode_sm90._mla_sparse_sm90_kernel`), taken from `SPARSE_SM90_MIN_HEADS` heads on (H200,
-# topk 2048, B=128 × 128 heads: 342.5 µs Triton → 330.6 Gluon in session 13, 294.7 with the
-# rows' scales loaded a tile ahead, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json). Session 13
-# measured B=64 × 64 heads slower on it (103.2 → 105.2); with the scales moved, faster (102.7
-# → 92.0, the same file)
+# topk 2048, h200-20261201-s14-e9623e2-sparse-sm90-variants.json: B=128 × 128 heads 343 → 271
+# µs, B=64 × 64 heads 103 → 87; session 13's first version was slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
 
@@ -472,7 +467,7 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            TABLE_AHEAD=SM90_TABLE_AHEAD, num_warps=decode_sm90.NUM_WARPS)
+            num_warps=decode_sm90.NUM_WARPS)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

@@ -7,16 +7,21 @@ M, so `_mla_decode_kernel`'s 64-row program (8 warps, two warpgroups) computes t
 score tile q · Kᵀ in both warpgroups — 72 of its 88 wgmma per tile (BENCHMARKS.md, session 13).
 Here the layouts are the kernel's: S is split by token columns over the two warpgroups
 ([4, 2] warps, 32 columns each), O by latent dims ([4, 2], 256 each), and q and the fp16 tile
-are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 456 µs (320 TFLOPS) against 538;
-sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 331 against 342 µs.
+are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 415 µs (352 TFLOPS) against 539;
+sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 271 against 343 µs
+(h200-20261201-s14-5f55f95-dense-ab.json, -e9623e2-sparse-sm90-variants.json).
 
 Per program: one (request, split, 64-head block); whole 64-token tiles of pages of ≥ 64 tokens
 arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
 mbarrier ring, the next tile's copy issued before this one's math; each tile is converted once
-(e4m3 → fp16, exact) into shared memory for both products. Rows past the request's end in its
-last tile are zeroed after conversion (their scores are −inf), so nothing past a length is
-attended. Outputs match `_mla_decode_kernel`'s: the final row (one split) or the split's
-partial for `_combine_splits_kernel`.
+(e4m3 → fp16, exact) into shared memory for both products. Each tile's P · V is left running
+while the next tile's copy is issued and waited for (its wait before that tile's conversion
+overwrites the fp16 tile): 456 → 415 µs above. (A likely reason, not profiled: the copy
+issue's block-table load used to hold its warp behind the others after the product, and each
+tile's barrier waited for it.) Rows past the request's end in its last tile are zeroed after
+conversion (their scores are −inf), so nothing past a length is attended. Outputs match
+`_mla_decode_kernel`'s: the final row (one split) or the split's partial for
+`_combine_splits_kernel`.
 
 Gluon does not run in Triton's interpreter and its API moved between triton 3.6 and 3.9 (the
 aliases below); where it is missing, `AVAILABLE` is False and the launcher keeps the Triton
@@ -196,7 +201,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        TABLE_AHEAD: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -224,7 +228,6 @@ if AVAILABLE:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
                _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
-        row_next = _tile_row(bt_row, start + BN, end, page_shift)  # (TABLE_AHEAD)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
@@ -235,14 +238,10 @@ if AVAILABLE:
             n0 = start + i * BN
             stage = i % 2
             # the next tile's copy: its ring stage was last converted before the last tile's
-            # barrier (TABLE_AHEAD: its pool row was looked up during the last tile)
-            if TABLE_AHEAD:
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage, row_next,
-                       i + 1 < n_tiles, BN)
-                row_next = _tile_row(bt_row, n0 + 2 * BN, end, page_shift)
-            else:
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
-                       _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
+            # barrier (looking its pool row up a tile earlier measured the same: 414.9 / 414.9
+            # vs 414.7 / 414.3 µs, h200-20261201-s14-4a1dbdc-dense-ab.json)
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
+                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
             mbarrier.wait(bars.index(stage), (i // 2) & 1)
             # the last tile's P · V ran during the issue and the wait (waited for after them:
             # H200, B=64 × 8K × 128 heads 456.4 → 414.7 µs, h200-20261201-s14-5f55f95-dense-ab)
