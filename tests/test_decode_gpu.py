@@ -70,6 +70,7 @@ def _sm90_only():
     (100, [300, 5000, 129], 256, 3),
     (64, [130, 2], 64, 1),
     (128, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
+    (33, [65, 1, 200], 64, None),  # the fewest heads that take it: 31 empty rows per program
 ])
 def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     """fp8 plans of 64-head programs take the Gluon kernel on SM90: odd head counts (a
@@ -112,6 +113,23 @@ def test_sm90_gluon_kernel_in_a_graph():
     _sm90_only()
     plan = _graph_replays("fp8", heads=128)
     assert plan.sm90
+
+
+def test_sm90_gluon_kernel_second_pool():
+    """One plan run over two pools in turn (the Gluon kernel's TMA descriptors are built per
+    pool): each result matches its own pool's reference, also on returning to the first."""
+    _sm90_only()
+    lens = [1000, 129]
+    pools = [paged_cache("fp8", lens, 64, device="cuda", seed=s) for s in (41, 42)]
+    q = torch.randn(2, 1, 128, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8", page_size=64, max_seqlen=1024,
+                      device="cuda")
+    assert plan.sm90
+    for cache, table, seqlens in (*pools, pools[0]):
+        out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+        ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+        assert_close(out, ro, name="out")
+        assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
