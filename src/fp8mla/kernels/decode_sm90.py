@@ -370,7 +370,6 @@ if AVAILABLE:
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
             m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
-            slot = slot_next
             slot_next = slot_far
         acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
         async_copy.wait_group(0)
