@@ -3,9 +3,10 @@
     python benchmarks/sm90_ab.py OUT.json [--sparse] [--cases N]
 
 `fp8mla.decode.SM90_GLUON` switches fp8 64-head programs between `fp8mla.kernels.decode_sm90`
-(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it).
-Each case (the first N) is checked against the reference by `run_case`, then replayed from a
-CUDA graph, the two kernels alternating twice in one process. The experiment that led to it (a standalone
+(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it);
+`SM90_VARIANT` selects the Gluon kernel's prepared variants (`--sparse`: the same for sparse
+decode over compacted lists). Each case (the first N) is checked against the reference, then
+replayed from a CUDA graph, the arms alternating twice in one process. The experiment that led to it (a standalone
 Gluon kernel, benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads 538.4 → 455.9 µs,
 B=128 × 2K 285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
 """
@@ -25,22 +26,29 @@ CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8
 
 
 SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
+# arms: the launcher's Gluon kernel, its prepared variants (`SM90_VARIANT` /
+# `SPARSE_SM90_VARIANT`), the Triton kernel
+DENSE_ARMS = {"gluon": {}, "late_sum": {"LATE_SUM": True}, "triton": None}
+SPARSE_ARMS = {"gluon": {}, "late_sum": {"LATE_SUM": True}, "one_gather": {"ONE_GATHER": True},
+               "both": {"LATE_SUM": True, "ONE_GATHER": True}, "triton": None}
 
 
-def sparse_ab(env, ceiling, rows, out_path) -> None:
-    """The same A/B for sparse decode over compacted lists (`SPARSE_SM90_GLUON`); the Gluon arm
-    is taken at every case's head count (`SPARSE_SM90_MIN_HEADS` lowered to 64)."""
-    from fp8mla.bench.sparse import run_sparse
-
-    min_heads = decode_mod.SPARSE_SM90_MIN_HEADS
-    decode_mod.SPARSE_SM90_MIN_HEADS = 64
-    for case in SPARSE_CASES:
-        for mode in ("gluon", "triton", "gluon", "triton"):
-            decode_mod.SPARSE_SM90_GLUON = mode == "gluon"
+def _ab(cases, arms, run, out_path, env, ceiling, sparse) -> None:
+    """Every case under every arm, the arms alternating twice; each run checked against the
+    reference by ``run`` first. JSON rewritten after every row."""
+    gluon, variant = ("SPARSE_SM90_GLUON", "SPARSE_SM90_VARIANT") if sparse else \
+        ("SM90_GLUON", "SM90_VARIANT")
+    base = dict(getattr(decode_mod, variant))
+    rows = []
+    for case in cases:
+        for mode in [*arms, *arms]:
+            setattr(decode_mod, gluon, arms[mode] is not None)
+            setattr(decode_mod, variant, {**base, **(arms[mode] or {})})
             try:
-                rec = run_sparse(*case, env, ceiling)[-1]
-                row = {"case": rec.case, "kernel": mode, "us": rec.us, "TFLOPS": rec.TFLOPS}
-                print(f"{rec.case:<48} {mode:<7} {rec.us:8.1f} us {rec.TFLOPS:6.1f} TFLOPS",
+                rec = run(case)
+                row = {"case": rec.case, "kernel": mode, "us": rec.us, "TBps": rec.TBps,
+                       "TFLOPS": rec.TFLOPS, "note": rec.note}
+                print(f"{rec.case:<48} {mode:<10} {rec.us:8.1f} us {rec.TFLOPS:6.1f} TFLOPS",
                       flush=True)
             except Exception as e:  # noqa: BLE001 — record and go on
                 row = {"case": str(case), "kernel": mode, "error": f"{type(e).__name__}: {e}"[:300]}
@@ -48,35 +56,25 @@ def sparse_ab(env, ceiling, rows, out_path) -> None:
             rows.append(row)
             with open(out_path, "w") as f:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
-    decode_mod.SPARSE_SM90_GLUON = True
-    decode_mod.SPARSE_SM90_MIN_HEADS = min_heads
+    setattr(decode_mod, gluon, True)
+    setattr(decode_mod, variant, base)
 
 
 def main() -> int:
     env = env_info()
     ceiling = announced_ceiling(env)
-    rows = []
-    if "--sparse" in sys.argv:
-        sparse_ab(env, ceiling, rows, sys.argv[1])
-        return 0
-    cases = CASES[:int(sys.argv[sys.argv.index("--cases") + 1])] if "--cases" in sys.argv else CASES
-    for case in cases:
-        for mode in ("gluon", "triton", "gluon", "triton"):
-            decode_mod.SM90_GLUON = mode == "gluon"
-            try:
-                rec = run_case(case, "fp8", env, ceiling)[-1]
-                row = {"case": rec.case, "kernel": mode, "us": rec.us, "TBps": rec.TBps,
-                       "TFLOPS": rec.TFLOPS, "note": rec.note}
-                print(f"{rec.case:<48} {mode:<7} {rec.us:8.1f} us {rec.TFLOPS:6.1f} TFLOPS",
-                      flush=True)
-            except Exception as e:  # noqa: BLE001 — record and go on
-                row = {"case": case.name("dense_decode/fp8", "fp8"), "kernel": mode,
-                       "error": f"{type(e).__name__}: {e}"[:300]}
-                print(f"{row['case']} {mode} ERROR {row['error'][:150]}", flush=True)
-            rows.append(row)
-            with open(sys.argv[1], "w") as f:
-                json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
-    decode_mod.SM90_GLUON = True
+    n = int(sys.argv[sys.argv.index("--cases") + 1]) if "--cases" in sys.argv else None
+    if "--sparse" in sys.argv:  # the Gluon arms at every case's head count
+        from fp8mla.bench.sparse import run_sparse
+
+        min_heads = decode_mod.SPARSE_SM90_MIN_HEADS
+        decode_mod.SPARSE_SM90_MIN_HEADS = 64
+        _ab(SPARSE_CASES[:n], SPARSE_ARMS, lambda c: run_sparse(*c, env, ceiling)[-1],
+            sys.argv[1], env, ceiling, sparse=True)
+        decode_mod.SPARSE_SM90_MIN_HEADS = min_heads
+    else:
+        _ab(CASES[:n], DENSE_ARMS, lambda c: run_case(c, "fp8", env, ceiling)[-1], sys.argv[1],
+            env, ceiling, sparse=False)
     return 0
 
 

@@ -51,19 +51,23 @@ def test_full_size_matches_reference(fmt, policy, heads):
     _check(cache, q, idx, lengths, out, lse)
 
 
+@pytest.mark.parametrize("variant", [{}, {"LATE_SUM": True, "ONE_GATHER": True}])
 @pytest.mark.parametrize("heads", [100, 64])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
+def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, variant, monkeypatch):
     """The Gluon sparse kernel (SM90, fp8_ds_mla, 64-head programs) with one split — it writes
     out / lse / max_logits itself — and with three: 100 heads (a half-empty second block) or
     64 (taken whatever `SPARSE_SM90_MIN_HEADS` says), a query with no valid entry (lse +inf),
-    topk_length shorter than the list."""
+    topk_length shorter than the list; as launched and with the prepared variants on
+    (`SPARSE_SM90_VARIANT`)."""
     import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90
 
     if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
         pytest.skip("the Gluon sparse kernel serves SM90 (compute capability 9.0) only")
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_VARIANT",
+                        {**decode_mod.SPARSE_SM90_VARIANT, **variant})
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=31)
     idx[2] = -1  # nothing to attend
     lengths = torch.tensor([700, 300, 700, 65], dtype=torch.int32, device="cuda")

@@ -65,6 +65,13 @@ SM90_GLUON = True
 # µs, B=64 × 64 heads 103 → 87; session 13's first version was slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
+# prepared variants of the two Gluon kernels, fewer CTA barriers per tile (sm_90, triton 3.6:
+# sparse 18 → 12 with both, dense 24 → 21), not yet measured — benchmarks/sm90_ab.py times
+# them: the row sums kept per score element and summed after the loop (LATE_SUM, both
+# kernels; 8–10 more registers, no spills), and each sparse tile's latent bytes gathered by
+# one cp.async op into a [64, 512] ring stage instead of four into [64, 128] ones (ONE_GATHER)
+SM90_VARIANT = {"LATE_SUM": False}
+SPARSE_SM90_VARIANT = {"LATE_SUM": False, "ONE_GATHER": False}
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -453,7 +460,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1),
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                num_warps=decode_sm90.NUM_WARPS)
+                **SPARSE_SM90_VARIANT, num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -467,7 +474,7 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            num_warps=decode_sm90.NUM_WARPS)
+            **SM90_VARIANT, num_warps=decode_sm90.NUM_WARPS)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

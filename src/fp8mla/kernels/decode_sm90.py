@@ -116,11 +116,15 @@ if AVAILABLE:
         k_rope_s.store(x)
 
     @gluon.jit
-    def _softmax_state(HEADS: gl.constexpr):
-        """(running max −inf, row sums 0, accumulator 0) of the online softmax."""
+    def _softmax_state(HEADS: gl.constexpr, BN: gl.constexpr, LATE_SUM: gl.constexpr):
+        """(running max −inf, row sums 0 — LATE_SUM: per score element, [HEADS, BN] —,
+        accumulator 0) of the online softmax."""
+        if LATE_SUM:
+            l_i = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
+        else:
+            l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
         return (gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)),
-                gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)),
-                gl.zeros([HEADS, 512], gl.float32, layout=O_LAYOUT))
+                l_i, gl.zeros([HEADS, 512], gl.float32, layout=O_LAYOUT))
 
     @gluon.jit
     def _split_range(seqlen, split, num_splits, BN: gl.constexpr):
@@ -150,16 +154,21 @@ if AVAILABLE:
         return q_lat_s
 
     @gluon.jit
-    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s):
+    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
+                    LATE_SUM: gl.constexpr):
         """One tile of the online softmax (base 2; positions from ``end`` on are −inf) and
         P · V into ``acc``, left running: (running max, row sums, the product's token — to
         wait for before k_lat_s is written again or the accumulator read —, P: the product's
-        register operand, kept alive until that wait)."""
+        register operand, kept alive until that wait). LATE_SUM: the row sums stay per score
+        element (summed after the loop: no cross-warpgroup reduction per tile)."""
         s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         p = gl.exp2(s - m_new[:, None])
         alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
+        if LATE_SUM:
+            l_i = l_i * alpha[:, None] + p
+        else:
+            l_i = l_i * alpha + gl.sum(p, axis=1)
         pm = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
         a = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))
         return m_new, l_i, warpgroup_mma(pm, k_lat_s, acc * a[:, None], is_async=True), pm
@@ -201,6 +210,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        LATE_SUM: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -231,7 +241,7 @@ if AVAILABLE:
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
-        m_i, l_i, acc = _softmax_state(HEADS)
+        m_i, l_i, acc = _softmax_state(HEADS, BN, LATE_SUM)
         pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
         acc = warpgroup_mma_init(acc)
         for i in range(n_tiles):
@@ -256,8 +266,11 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
+            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
+                                            LATE_SUM)
         acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
+        if LATE_SUM:
+            l_i = gl.sum(l_i, axis=1)
         for j in gl.static_range(2):
             mbarrier.invalidate(bars.index(j))
 
@@ -268,13 +281,21 @@ if AVAILABLE:
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
     @gluon.jit
-    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, c128, ROW_BYTES: gl.constexpr):
+    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, c128, ROW_BYTES: gl.constexpr,
+                ONE_GATHER: gl.constexpr):
         """cp.async of one tile's fp8_ds_mla rows (slots ``slot`` where ``ok``, zeros
-        elsewhere) into ring stage ``stage``: four 128-byte latent chunks and the 128-byte bf16
-        rope; one commit group."""
+        elsewhere) into ring stage ``stage``: four 128-byte latent chunks (ONE_GATHER: one
+        512-byte copy per row into a [BN, 512] stage) and the 128-byte bf16 rope; one commit
+        group."""
         row = u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES + c128[None, :]
-        for c in gl.static_range(4):
-            _cp_async(lat_buf.index(stage * 4 + c), row + c * 128, mask=ok[:, None])
+        if ONE_GATHER:
+            c512 = gl.arange(0, 512, layout=gl.SliceLayout(0, ROWS_LAYOUT))
+            _cp_async(lat_buf.index(stage),
+                      u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES + c512[None, :],
+                      mask=ok[:, None])
+        else:
+            for c in gl.static_range(4):
+                _cp_async(lat_buf.index(stage * 4 + c), row + c * 128, mask=ok[:, None])
         _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
         async_copy.commit_group()
 
@@ -289,10 +310,14 @@ if AVAILABLE:
                 gl.load(srow + 3, mask=ok, other=0.0).to(gl.float16))
 
     @gluon.jit
-    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc):
+    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc, ONE_GATHER: gl.constexpr):
         """Ring stage ``stage``'s latent chunk c (e4m3) × its rows' scales ``sc`` → fp16 in
-        k_lat_s."""
-        w = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
+        k_lat_s (ONE_GATHER: the stage is one [BN, 512] buffer)."""
+        if ONE_GATHER:
+            chunk = lat_buf.index(stage).slice(c * 128, 128, dim=1)
+        else:
+            chunk = lat_buf.index(stage * 4 + c)
+        w = chunk.load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
         k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
 
     @gluon.jit
@@ -302,6 +327,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        LATE_SUM: gl.constexpr = False, ONE_GATHER: gl.constexpr = False,
     ):
         """Sparse decode over compacted index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent,
         four float32 scales per 128 dims, bf16 rope): the layouts of
@@ -326,7 +352,10 @@ if AVAILABLE:
         qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
-        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
+        if ONE_GATHER:
+            lat_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 512], sh8)
+        else:
+            lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
 
         seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
@@ -335,12 +364,12 @@ if AVAILABLE:
         list_row = list_ptr + b.to(gl.int64) * stride_list
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         slot = gl.load(list_row + start + t, mask=start + t < end, other=0)
-        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, start + t < end, c128, 656)
+        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, start + t < end, c128, 656, ONE_GATHER)
         slot_next = gl.load(list_row + start + BN + t, mask=start + BN + t < end, other=0)
         sa, sb, sc, sd = _row_scales(f32_ptr, slot, start + t < end)
 
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
-        m_i, l_i, acc = _softmax_state(HEADS)
+        m_i, l_i, acc = _softmax_state(HEADS, BN, LATE_SUM)
         pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
         acc = warpgroup_mma_init(acc)
         for i in range(n_tiles):
@@ -348,17 +377,17 @@ if AVAILABLE:
             stage = i % 2
             _cta_barrier()  # both warpgroups are done with the last tile's buffers
             _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, n0 + BN + t < end, c128,
-                    656)
+                    656, ONE_GATHER)
             slot_far = gl.load(list_row + n0 + 2 * BN + t, mask=n0 + 2 * BN + t < end, other=0)
             na, nb, nc, nd = _row_scales(f32_ptr, slot_next, n0 + BN + t < end)
             # the last tile's P · V ran during the issues above
             acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
             _cta_barrier()
-            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
-            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
-            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
-            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
+            _store_scaled(lat_buf, k_lat_s, stage, 0, sa, ONE_GATHER)
+            _store_scaled(lat_buf, k_lat_s, stage, 1, sb, ONE_GATHER)
+            _store_scaled(lat_buf, k_lat_s, stage, 2, sc, ONE_GATHER)
+            _store_scaled(lat_buf, k_lat_s, stage, 3, sd, ONE_GATHER)
             sa, sb, sc, sd = na, nb, nc, nd
             fence_async_shared()
             _cta_barrier()
@@ -369,10 +398,13 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s)
+            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
+                                            LATE_SUM)
             slot_next = slot_far
         acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
         async_copy.wait_group(0)
+        if LATE_SUM:
+            l_i = gl.sum(l_i, axis=1)
 
         _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
