@@ -28,9 +28,11 @@ CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8
 SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
 # arms: the launcher's Gluon kernel, its prepared variants (`SM90_VARIANT` /
 # `SPARSE_SM90_VARIANT`), the Triton kernel
-DENSE_ARMS = {"gluon": {}, "late_sum": {"LATE_SUM": True}, "triton": None}
+DENSE_ARMS = {"gluon": {}, "late_sum": {"LATE_SUM": True}, "p_smem": {"P_SMEM": True},
+              "both": {"LATE_SUM": True, "P_SMEM": True}, "triton": None}
 SPARSE_ARMS = {"gluon": {}, "late_sum": {"LATE_SUM": True}, "one_gather": {"ONE_GATHER": True},
-               "both": {"LATE_SUM": True, "ONE_GATHER": True}, "triton": None}
+               "p_smem": {"P_SMEM": True},
+               "all": {"LATE_SUM": True, "ONE_GATHER": True, "P_SMEM": True}, "triton": None}
 
 
 def _ab(cases, arms, run, out_path, env, ceiling, sparse) -> None:

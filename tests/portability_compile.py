@@ -169,7 +169,7 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
-def decode_sm90_compile(direct=False, late_sum=False):
+def decode_sm90_compile(direct=False, late_sum=False, p_smem=False):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
@@ -189,7 +189,8 @@ def decode_sm90_compile(direct=False, late_sum=False):
                "stride_lh")}, "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
     fn = k90._mla_decode_sm90_kernel
-    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum}
+    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
+              "P_SMEM": p_smem}
     sig.update({k: "constexpr" for k in consts})
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
                                               for k, v in consts.items()})
@@ -197,7 +198,7 @@ def decode_sm90_compile(direct=False, late_sum=False):
                           options={"num_warps": k90.NUM_WARPS})
 
 
-def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False):
+def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False, p_smem=False):
     """The Gluon SM90 sparse kernel over compacted lists (`fp8mla.kernels.decode_sm90`) for
     sm_90; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
@@ -215,7 +216,7 @@ def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False):
            "num_splits": "i32", "max_len": "i32"}
     fn = k90._mla_sparse_sm90_kernel
     consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
-              "ONE_GATHER": one_gather}
+              "ONE_GATHER": one_gather, "P_SMEM": p_smem}
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
              for k in ("q_ptr", "u8_ptr", "f32_ptr", "list_ptr")}
@@ -265,12 +266,12 @@ def compile_target(cc):
             k = sparse_sm90_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_sm90/fp8_ds_mla/H128{'-direct' * direct}", cc, k))
-        k = decode_sm90_compile(False, late_sum=True)  # the prepared variants
+        k = decode_sm90_compile(False, late_sum=True, p_smem=True)  # the prepared variants
         if k is not None:
-            lines.append(row("decode_sm90/fp8/H128-late-sum", cc, k))
-        k = sparse_sm90_compile(False, late_sum=True, one_gather=True)
+            lines.append(row("decode_sm90/fp8/H128-variants", cc, k))
+        k = sparse_sm90_compile(False, late_sum=True, one_gather=True, p_smem=True)
         if k is not None:
-            lines.append(row("sparse_sm90/fp8_ds_mla/H128-late-sum-one-gather", cc, k))
+            lines.append(row("sparse_sm90/fp8_ds_mla/H128-variants", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

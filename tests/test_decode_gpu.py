@@ -72,7 +72,7 @@ def _sm90_only():
     (128, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
     (33, [65, 1, 200], 64, None),  # the fewest heads that take it: 31 empty rows per program
 ])
-@pytest.mark.parametrize("variant", [{}, {"LATE_SUM": True}])
+@pytest.mark.parametrize("variant", [{}, {"LATE_SUM": True, "P_SMEM": True}])
 def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits, variant,
                                              monkeypatch):
     """fp8 plans of 64-head programs take the Gluon kernel on SM90: odd head counts (a

@@ -51,7 +51,7 @@ def test_full_size_matches_reference(fmt, policy, heads):
     _check(cache, q, idx, lengths, out, lse)
 
 
-@pytest.mark.parametrize("variant", [{}, {"LATE_SUM": True, "ONE_GATHER": True}])
+@pytest.mark.parametrize("variant", [{}, {"LATE_SUM": True, "ONE_GATHER": True, "P_SMEM": True}])
 @pytest.mark.parametrize("heads", [100, 64])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, variant, monkeypatch):

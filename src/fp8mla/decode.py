@@ -66,12 +66,14 @@ SM90_GLUON = True
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
 # prepared variants of the two Gluon kernels, fewer CTA barriers per tile (sm_90, triton 3.6:
-# sparse 18 → 12 with both, dense 24 → 21), not yet measured — benchmarks/sm90_ab.py times
-# them: the row sums kept per score element and summed after the loop (LATE_SUM, both
-# kernels; 8–10 more registers, no spills), and each sparse tile's latent bytes gathered by
-# one cp.async op into a [64, 512] ring stage instead of four into [64, 128] ones (ONE_GATHER)
-SM90_VARIANT = {"LATE_SUM": False}
-SPARSE_SM90_VARIANT = {"LATE_SUM": False, "ONE_GATHER": False}
+# sparse 18 → 9 with all three, dense 24 → 18), not yet measured — benchmarks/sm90_ab.py
+# times them: the row sums kept per score element and summed after the loop (LATE_SUM, both
+# kernels; 8–10 more registers, no spills); each sparse tile's latent bytes gathered by one
+# cp.async op into a [64, 512] ring stage instead of four into [64, 128] ones (ONE_GATHER);
+# P stored by each warpgroup into an 8 KB shared-memory operand of P · V instead of exchanged
+# between the warpgroups' registers (P_SMEM, both kernels; 230 KB of shared memory)
+SM90_VARIANT = {"LATE_SUM": False, "P_SMEM": False}
+SPARSE_SM90_VARIANT = {"LATE_SUM": False, "ONE_GATHER": False, "P_SMEM": False}
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,

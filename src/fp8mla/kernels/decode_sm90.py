@@ -154,13 +154,16 @@ if AVAILABLE:
         return q_lat_s
 
     @gluon.jit
-    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
-                    LATE_SUM: gl.constexpr):
+    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, p_s,
+                    LATE_SUM: gl.constexpr, P_SMEM: gl.constexpr):
         """One tile of the online softmax (base 2; positions from ``end`` on are −inf) and
         P · V into ``acc``, left running: (running max, row sums, the product's token — to
         wait for before k_lat_s is written again or the accumulator read —, P: the product's
         register operand, kept alive until that wait). LATE_SUM: the row sums stay per score
-        element (summed after the loop: no cross-warpgroup reduction per tile)."""
+        element (summed after the loop: no cross-warpgroup reduction per tile). P_SMEM: P is
+        the product's shared-memory operand ``p_s`` — each warpgroup stores its own score
+        columns there — instead of registers exchanged between the warpgroups (returned in
+        place of the register operand)."""
         s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         p = gl.exp2(s - m_new[:, None])
@@ -169,8 +172,14 @@ if AVAILABLE:
             l_i = l_i * alpha[:, None] + p
         else:
             l_i = l_i * alpha + gl.sum(p, axis=1)
-        pm = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
         a = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))
+        if P_SMEM:
+            p_s.store(p.to(gl.float16))
+            fence_async_shared()
+            _cta_barrier()
+            pm = p_s
+        else:
+            pm = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
         return m_new, l_i, warpgroup_mma(pm, k_lat_s, acc * a[:, None], is_async=True), pm
 
     @gluon.jit
@@ -210,7 +219,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        LATE_SUM: gl.constexpr = False,
+        LATE_SUM: gl.constexpr = False, P_SMEM: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -242,7 +251,12 @@ if AVAILABLE:
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc = _softmax_state(HEADS, BN, LATE_SUM)
-        pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
+        if P_SMEM:  # P's shared-memory operand (its register operand otherwise)
+            p_s = gl.allocate_shared_memory(gl.float16, [HEADS, BN], SHARED16)
+            pm = p_s
+        else:
+            pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
+            p_s = k_lat_s  # unused
         acc = warpgroup_mma_init(acc)
         for i in range(n_tiles):
             n0 = start + i * BN
@@ -267,7 +281,7 @@ if AVAILABLE:
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
             m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
-                                            LATE_SUM)
+                                            p_s, LATE_SUM, P_SMEM)
         acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
         if LATE_SUM:
             l_i = gl.sum(l_i, axis=1)
@@ -328,6 +342,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
         LATE_SUM: gl.constexpr = False, ONE_GATHER: gl.constexpr = False,
+        P_SMEM: gl.constexpr = False,
     ):
         """Sparse decode over compacted index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent,
         four float32 scales per 128 dims, bf16 rope): the layouts of
@@ -370,7 +385,12 @@ if AVAILABLE:
 
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc = _softmax_state(HEADS, BN, LATE_SUM)
-        pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
+        if P_SMEM:  # P's shared-memory operand (its register operand otherwise)
+            p_s = gl.allocate_shared_memory(gl.float16, [HEADS, BN], SHARED16)
+            pm = p_s
+        else:
+            pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
+            p_s = k_lat_s  # unused
         acc = warpgroup_mma_init(acc)
         for i in range(n_tiles):
             n0 = start + i * BN
@@ -399,7 +419,7 @@ if AVAILABLE:
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
             m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
-                                            LATE_SUM)
+                                            p_s, LATE_SUM, P_SMEM)
             slot_next = slot_far
         acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
         async_copy.wait_group(0)
