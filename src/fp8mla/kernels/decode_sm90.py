@@ -116,15 +116,24 @@ if AVAILABLE:
         k_rope_s.store(x)
 
     @gluon.jit
-    def _softmax_state(HEADS: gl.constexpr, BN: gl.constexpr, LATE_SUM: gl.constexpr):
-        """(running max −inf, row sums 0 — LATE_SUM: per score element, [HEADS, BN] —,
-        accumulator 0) of the online softmax."""
+    def _softmax_state(HEADS: gl.constexpr, BN: gl.constexpr, k_lat_s, LATE_SUM: gl.constexpr,
+                       P_SMEM: gl.constexpr):
+        """The tile loop's carried state: running max −inf, row sums 0 (LATE_SUM: per score
+        element, [HEADS, BN]), the accumulator 0 as a P · V token, P's operand (registers, or
+        with P_SMEM its shared-memory buffer) and that buffer (k_lat_s, unused, without)."""
         if LATE_SUM:
             l_i = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
         else:
             l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
+        if P_SMEM:
+            p_s = gl.allocate_shared_memory(gl.float16, [HEADS, BN], SHARED16)
+            pm = p_s
+        else:
+            pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
+            p_s = k_lat_s
+        acc = warpgroup_mma_init(gl.zeros([HEADS, 512], gl.float32, layout=O_LAYOUT))
         return (gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)),
-                l_i, gl.zeros([HEADS, 512], gl.float32, layout=O_LAYOUT))
+                l_i, acc, pm, p_s)
 
     @gluon.jit
     def _split_range(seqlen, split, num_splits, BN: gl.constexpr):
@@ -250,14 +259,7 @@ if AVAILABLE:
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
-        m_i, l_i, acc = _softmax_state(HEADS, BN, LATE_SUM)
-        if P_SMEM:  # P's shared-memory operand (its register operand otherwise)
-            p_s = gl.allocate_shared_memory(gl.float16, [HEADS, BN], SHARED16)
-            pm = p_s
-        else:
-            pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
-            p_s = k_lat_s  # unused
-        acc = warpgroup_mma_init(acc)
+        m_i, l_i, acc, pm, p_s = _softmax_state(HEADS, BN, k_lat_s, LATE_SUM, P_SMEM)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
@@ -384,14 +386,7 @@ if AVAILABLE:
         sa, sb, sc, sd = _row_scales(f32_ptr, slot, start + t < end)
 
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
-        m_i, l_i, acc = _softmax_state(HEADS, BN, LATE_SUM)
-        if P_SMEM:  # P's shared-memory operand (its register operand otherwise)
-            p_s = gl.allocate_shared_memory(gl.float16, [HEADS, BN], SHARED16)
-            pm = p_s
-        else:
-            pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
-            p_s = k_lat_s  # unused
-        acc = warpgroup_mma_init(acc)
+        m_i, l_i, acc, pm, p_s = _softmax_state(HEADS, BN, k_lat_s, LATE_SUM, P_SMEM)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
