@@ -6,9 +6,9 @@
 (q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it);
 `SM90_VARIANT` selects the Gluon kernel's prepared variants (`--sparse`: the same for sparse
 decode over compacted lists). Each case (the first N) is checked against the reference, then
-replayed from a CUDA graph, the arms alternating twice in one process. The experiment that led to it (a standalone
-Gluon kernel, benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads 538.4 → 455.9 µs,
-B=128 × 2K 285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
+replayed from a CUDA graph, the arms alternating twice in one process. The experiment that led
+to it (a standalone Gluon kernel, benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads
+538.4 → 455.9 µs, B=128 × 2K 285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
 """
 
 from __future__ import annotations

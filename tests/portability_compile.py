@@ -169,6 +169,21 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
+def _gluon_sm90_compile(fn, sig, consts, pointers=()):
+    """A `fp8mla.kernels.decode_sm90` kernel for sm_90: ``sig`` its runtime arguments, ``consts``
+    its constexprs, ``pointers`` those marked 16-byte aligned."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from fp8mla.kernels import decode_sm90 as k90
+
+    sig = {**sig, **{k: "constexpr" for k in consts}}
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in pointers}
+    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
+                                              for k, v in consts.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": k90.NUM_WARPS})
+
+
 def decode_sm90_compile(direct=False, late_sum=False, p_smem=False):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
@@ -176,8 +191,6 @@ def decode_sm90_compile(direct=False, late_sum=False, p_smem=False):
 
     if not k90.AVAILABLE:
         return None
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     lat, rope = (k90.gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=8, rank=2)
                  for w in (128, 64))
     sig = {"q_ptr": "*bf16", "lat_desc": f"tensordesc<u8[{k90.BLOCK_N}, 128],{lat!r}>",
@@ -188,14 +201,9 @@ def decode_sm90_compile(direct=False, late_sum=False, p_smem=False):
                "stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb",
                "stride_lh")}, "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
-    fn = k90._mla_decode_sm90_kernel
-    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
-              "P_SMEM": p_smem}
-    sig.update({k: "constexpr" for k in consts})
-    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
-                                              for k, v in consts.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": k90.NUM_WARPS})
+    return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, sig, {
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
+        "P_SMEM": p_smem})
 
 
 def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False, p_smem=False):
@@ -205,8 +213,6 @@ def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False, p_smem=F
 
     if not k90.AVAILABLE:
         return None
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     sig = {"q_ptr": "*bf16", "u8_ptr": "*u8", "f32_ptr": "*fp32", "list_ptr": "*i32",
            "count_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32",
            "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
@@ -214,16 +220,10 @@ def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False, p_smem=F
                                  "stride_oh", "stride_lb", "stride_lh")},
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "max_len": "i32"}
-    fn = k90._mla_sparse_sm90_kernel
-    consts = {"DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
-              "ONE_GATHER": one_gather, "P_SMEM": p_smem}
-    sig.update({k: "constexpr" for k in consts})
-    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
-             for k in ("q_ptr", "u8_ptr", "f32_ptr", "list_ptr")}
-    src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
-                                              for k, v in consts.items()}, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": k90.NUM_WARPS})
+    return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, sig, {
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
+        "ONE_GATHER": one_gather, "P_SMEM": p_smem},
+        pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
 def compile_target(cc):

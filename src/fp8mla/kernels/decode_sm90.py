@@ -303,12 +303,11 @@ if AVAILABLE:
         elsewhere) into ring stage ``stage``: four 128-byte latent chunks (ONE_GATHER: one
         512-byte copy per row into a [BN, 512] stage) and the 128-byte bf16 rope; one commit
         group."""
-        row = u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES + c128[None, :]
+        base = u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES
+        row = base + c128[None, :]
         if ONE_GATHER:
             c512 = gl.arange(0, 512, layout=gl.SliceLayout(0, ROWS_LAYOUT))
-            _cp_async(lat_buf.index(stage),
-                      u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES + c512[None, :],
-                      mask=ok[:, None])
+            _cp_async(lat_buf.index(stage), base + c512[None, :], mask=ok[:, None])
         else:
             for c in gl.static_range(4):
                 _cp_async(lat_buf.index(stage * 4 + c), row + c * 128, mask=ok[:, None])
