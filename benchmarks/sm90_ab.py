@@ -1,14 +1,16 @@
-"""The Gluon SM90 decode kernel against the Triton kernel through the launcher, on a GPU (ABAB).
+"""The Gluon SM90 decode kernels against the Triton kernel through the launcher, on a GPU
+(ABAB).
 
     python benchmarks/sm90_ab.py OUT.json [--sparse] [--cases N]
 
 `fp8mla.decode.SM90_GLUON` switches fp8 64-head programs between `fp8mla.kernels.decode_sm90`
-(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it);
-`SM90_VARIANT` selects the Gluon kernel's prepared variants (`--sparse`: the same for sparse
-decode over compacted lists). Each case (the first N) is checked against the reference, then
-replayed from a CUDA graph, the arms alternating twice in one process. The experiment that led
-to it (a standalone Gluon kernel, benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads
-538.4 → 455.9 µs, B=128 × 2K 285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
+(q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it).
+`--sparse`: the same for sparse decode (`SPARSE_SM90_GLUON`), with the Gluon kernel also over
+lists compacted first (`SPARSE_SM90_COMPACT`) instead of checking each entry itself. Each case
+(the first N) is checked against the reference, then replayed from a CUDA graph, the arms
+alternating twice in one process. The experiment that led to it (a standalone Gluon kernel,
+benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads 538.4 → 455.9 µs, B=128 × 2K
+285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
 """
 
 from __future__ import annotations
@@ -26,26 +28,22 @@ CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8
 
 
 SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
-# arms: the launcher's Gluon kernel, its prepared variants (`SM90_VARIANT` /
-# `SPARSE_SM90_VARIANT`), the Triton kernel
-DENSE_ARMS = {"gluon": {}, "late_sum": {"LATE_SUM": True}, "p_smem": {"P_SMEM": True},
-              "both": {"LATE_SUM": True, "P_SMEM": True}, "triton": None}
-SPARSE_ARMS = {"gluon": {}, "late_sum": {"LATE_SUM": True}, "one_gather": {"ONE_GATHER": True},
-               "p_smem": {"P_SMEM": True},
-               "all": {"LATE_SUM": True, "ONE_GATHER": True, "P_SMEM": True}, "triton": None}
+# arms: the fp8mla.decode switches each sets
+DENSE_ARMS = {"gluon": {"SM90_GLUON": True}, "triton": {"SM90_GLUON": False}}
+SPARSE_ARMS = {"gluon": {"SPARSE_SM90_GLUON": True, "SPARSE_SM90_COMPACT": False},
+               "compacted": {"SPARSE_SM90_GLUON": True, "SPARSE_SM90_COMPACT": True},
+               "triton": {"SPARSE_SM90_GLUON": False, "SPARSE_SM90_COMPACT": False}}
 
 
-def _ab(cases, arms, run, out_path, env, ceiling, sparse) -> None:
+def _ab(cases, arms, run, out_path, env, ceiling) -> None:
     """Every case under every arm, the arms alternating twice; each run checked against the
-    reference by ``run`` first. JSON rewritten after every row."""
-    gluon, variant = ("SPARSE_SM90_GLUON", "SPARSE_SM90_VARIANT") if sparse else \
-        ("SM90_GLUON", "SM90_VARIANT")
-    base = dict(getattr(decode_mod, variant))
+    reference by ``run`` first. JSON rewritten after every row; the switches restored."""
+    base = {k: getattr(decode_mod, k) for arm in arms.values() for k in arm}
     rows = []
     for case in cases:
         for mode in [*arms, *arms]:
-            setattr(decode_mod, gluon, arms[mode] is not None)
-            setattr(decode_mod, variant, {**base, **(arms[mode] or {})})
+            for k, v in arms[mode].items():
+                setattr(decode_mod, k, v)
             try:
                 rec = run(case)
                 row = {"case": rec.case, "kernel": mode, "us": rec.us, "TBps": rec.TBps,
@@ -58,8 +56,8 @@ def _ab(cases, arms, run, out_path, env, ceiling, sparse) -> None:
             rows.append(row)
             with open(out_path, "w") as f:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
-    setattr(decode_mod, gluon, True)
-    setattr(decode_mod, variant, base)
+    for k, v in base.items():
+        setattr(decode_mod, k, v)
 
 
 def main() -> int:
@@ -72,11 +70,11 @@ def main() -> int:
         min_heads = decode_mod.SPARSE_SM90_MIN_HEADS
         decode_mod.SPARSE_SM90_MIN_HEADS = 64
         _ab(SPARSE_CASES[:n], SPARSE_ARMS, lambda c: run_sparse(*c, env, ceiling)[-1],
-            sys.argv[1], env, ceiling, sparse=True)
+            sys.argv[1], env, ceiling)
         decode_mod.SPARSE_SM90_MIN_HEADS = min_heads
     else:
         _ab(CASES[:n], DENSE_ARMS, lambda c: run_case(c, "fp8", env, ceiling)[-1], sys.argv[1],
-            env, ceiling, sparse=False)
+            env, ceiling)
     return 0
 
 

@@ -184,7 +184,7 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=()):
                           options={"num_warps": k90.NUM_WARPS})
 
 
-def decode_sm90_compile(direct=False, late_sum=False, p_smem=False):
+def decode_sm90_compile(direct=False):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
@@ -202,12 +202,11 @@ def decode_sm90_compile(direct=False, late_sum=False, p_smem=False):
                "stride_lh")}, "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
     return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, sig, {
-        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
-        "P_SMEM": p_smem})
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N})
 
 
-def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False, p_smem=False):
-    """The Gluon SM90 sparse kernel over compacted lists (`fp8mla.kernels.decode_sm90`) for
+def sparse_sm90_compile(direct=False):
+    """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
@@ -219,10 +218,9 @@ def sparse_sm90_compile(direct=False, late_sum=False, one_gather=False, p_smem=F
            **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
                                  "stride_oh", "stride_lb", "stride_lh")},
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
-           "num_splits": "i32", "max_len": "i32"}
+           "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
     return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, sig, {
-        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "LATE_SUM": late_sum,
-        "ONE_GATHER": one_gather, "P_SMEM": p_smem},
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
@@ -266,12 +264,6 @@ def compile_target(cc):
             k = sparse_sm90_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_sm90/fp8_ds_mla/H128{'-direct' * direct}", cc, k))
-        k = decode_sm90_compile(False, late_sum=True, p_smem=True)  # the prepared variants
-        if k is not None:
-            lines.append(row("decode_sm90/fp8/H128-variants", cc, k))
-        k = sparse_sm90_compile(False, late_sum=True, one_gather=True, p_smem=True)
-        if k is not None:
-            lines.append(row("sparse_sm90/fp8_ds_mla/H128-variants", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

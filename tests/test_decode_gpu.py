@@ -72,17 +72,13 @@ def _sm90_only():
     (128, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
     (33, [65, 1, 200], 64, None),  # the fewest heads that take it: 31 empty rows per program
 ])
-@pytest.mark.parametrize("variant", [{}, {"LATE_SUM": True, "P_SMEM": True}])
-def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits, variant,
-                                             monkeypatch):
+def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     """fp8 plans of 64-head programs take the Gluon kernel on SM90: odd head counts (a
     part-empty second block), lengths around a tile, an empty request, pages of 64–256, forced
     split counts; every row a page holds past its request's end is e4m3 NaN (0x7F), so a
     partial tile that read them would poison the output. out / lse written into NaN-filled
-    strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request. As launched
-    and with the prepared variant on (`SM90_VARIANT`)."""
+    strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request."""
     _sm90_only()
-    monkeypatch.setattr(decode_mod, "SM90_VARIANT", {**decode_mod.SM90_VARIANT, **variant})
     cache, table, seqlens = paged_cache("fp8", lens, page_size, device="cuda", seed=21)
     rows = cache.layer(0).view(-1, 576)
     for b, n in enumerate(lens):  # the page tail past each length: NaN bytes

@@ -56,8 +56,6 @@ def _expected():
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128"):
                 yield what, cc
                 yield f"{what}-direct", cc
-            yield "decode_sm90/fp8/H128-variants", cc
-            yield "sparse_sm90/fp8_ds_mla/H128-variants", cc
         if cc >= pc.PDL_CC:
             yield "combine/D512-pdl", cc
             if cc == pc.GATHER_CC:

@@ -1,6 +1,6 @@
 """Sparse decode at full size (topk 2048) and under CUDA-graph capture (GPU only): both ways
-the attention kernel reads index lists — checked per entry (≤ 32 heads per program) and
-compacted first (64-row programs)."""
+the attention kernels read index lists — checked per entry (≤ 32 heads per program; the Gluon
+SM90 kernel at 64 heads and more) and compacted first (the Triton kernel's 64-row programs)."""
 
 import pytest
 import torch
@@ -51,25 +51,28 @@ def test_full_size_matches_reference(fmt, policy, heads):
     _check(cache, q, idx, lengths, out, lse)
 
 
-@pytest.mark.parametrize("variant", [{}, {"LATE_SUM": True, "ONE_GATHER": True, "P_SMEM": True}])
+@pytest.mark.parametrize("compact", [False, True])
 @pytest.mark.parametrize("heads", [100, 64])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, variant, monkeypatch):
+def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, compact, monkeypatch):
     """The Gluon sparse kernel (SM90, fp8_ds_mla, 64-head programs) with one split — it writes
     out / lse / max_logits itself — and with three: 100 heads (a half-empty second block) or
     64 (taken whatever `SPARSE_SM90_MIN_HEADS` says), a query with no valid entry (lse +inf),
-    topk_length shorter than the list; as launched and with the prepared variants on
-    (`SPARSE_SM90_VARIANT`)."""
+    −1 and slots past the pool scattered through the lists (whole tiles of them too),
+    topk_length shorter than the list; the lists as given (the kernel checks each entry) and
+    compacted first (`SPARSE_SM90_COMPACT`)."""
     import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90
 
     if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
         pytest.skip("the Gluon sparse kernel serves SM90 (compute capability 9.0) only")
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_VARIANT",
-                        {**decode_mod.SPARSE_SM90_VARIANT, **variant})
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_COMPACT", compact)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=31)
     idx[2] = -1  # nothing to attend
+    idx[0, 64:200] = -1  # whole tiles of skipped entries, then a valid one
+    idx[0, 200:260:3] = cache.num_slots + 5  # past the pool: skipped, never read
+    idx[3, ::7] = -1
     lengths = torch.tensor([700, 300, 700, 65], dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format="fp8_ds_mla",
                       device="cuda", num_splits=splits)

@@ -59,21 +59,16 @@ PDL = False
 # it (H200, B=64 × 8K × 128 heads: 539 → 415 µs, h200-20261201-s14-5f55f95-dense-ab.json).
 # False: the Triton kernel everywhere (benchmarks A/B it)
 SM90_GLUON = True
-# the same for sparse plans over compacted lists of fp8_ds_mla rows (gathered by cp.async:
+# the same for sparse plans of fp8_ds_mla rows (gathered by cp.async:
 # `decode_sm90._mla_sparse_sm90_kernel`), taken from `SPARSE_SM90_MIN_HEADS` heads on (H200,
 # topk 2048, h200-20261201-s14-e9623e2-sparse-sm90-variants.json: B=128 × 128 heads 343 → 271
 # µs, B=64 × 64 heads 103 → 87; session 13's first version was slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
-# prepared variants of the two Gluon kernels, fewer CTA barriers per tile (sm_90, triton 3.6:
-# sparse 18 → 9 with all three, dense 24 → 18), not yet measured — benchmarks/sm90_ab.py
-# times them: the row sums kept per score element and summed after the loop (LATE_SUM, both
-# kernels; 8–10 more registers, no spills); each sparse tile's latent bytes gathered by one
-# cp.async op into a [64, 512] ring stage instead of four into [64, 128] ones (ONE_GATHER);
-# P stored by each warpgroup into an 8 KB shared-memory operand of P · V instead of exchanged
-# between the warpgroups' registers (P_SMEM, both kernels; 230 KB of shared memory)
-SM90_VARIANT = {"LATE_SUM": False, "P_SMEM": False}
-SPARSE_SM90_VARIANT = {"LATE_SUM": False, "ONE_GATHER": False, "P_SMEM": False}
+# the Gluon sparse kernel checks the index lists' entries itself; True: the lists are compacted
+# first, as for the Triton kernel's 64-row programs (`fp8mla.sparse.COMPACT_MIN_ROWS`) — the
+# A/B arm of benchmarks/sm90_ab.py
+SPARSE_SM90_COMPACT = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -431,12 +426,12 @@ class DecodePlan:
 
     def _sm90_serves(self) -> bool:
         """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
-        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over compacted lists with
+        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over index lists with
         `SPARSE_SM90_MIN_HEADS` heads or more (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs,
         a GPU of compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
             return False
-        if self.sparse:  # compacted lists (`checks_indices` False) of fp8_ds_mla rows
+        if self.sparse:  # fp8_ds_mla rows, 64-row programs (`checks_indices` False)
             if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
                     and self.num_heads >= SPARSE_SM90_MIN_HEADS and not self.checks_indices):
                 return False
@@ -454,15 +449,15 @@ class DecodePlan:
 
         flat = rows.view(-1, self.fmt.row_bytes)
         grid = (self.batch, self.num_splits, self.head_blocks)
-        if self.sparse:  # block_table: the compacted lists; cache_seqlens: their counts
+        if self.sparse:  # block_table: the index lists; cache_seqlens: their lengths
             decode_sm90._mla_sparse_sm90_kernel[grid](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
                 self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
                 q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
-                self.num_splits, min(block_table.shape[1], 2**31 - 1),
+                self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                **SPARSE_SM90_VARIANT, num_warps=decode_sm90.NUM_WARPS)
+                num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -476,7 +471,7 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            **SM90_VARIANT, num_warps=decode_sm90.NUM_WARPS)
+            num_warps=decode_sm90.NUM_WARPS)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

@@ -7,7 +7,9 @@ by the index list (`fp8mla.kernels.decode`), so every KV format and head count 1
 as it is — no padding of 8 heads to 64. Programs of fewer than `COMPACT_MIN_ROWS` rows check
 each entry in the attention loop (SPARSE=True); larger ones first compact the lists
 (`fp8mla.kernels.compact`: valid entries in order at the front, and their count — a plan-owned
-int32 [queries, topk] buffer) and read them as a block table of one-token pages.
+int32 [queries, topk] buffer) and read them as a block table of one-token pages — except on
+SM90, where fp8_ds_mla plans of ≥ 64 heads take the Gluon kernel
+(`fp8mla.kernels.decode_sm90`), which checks the entries itself.
 
 Out-of-range indices: the validating path (``check=True``, default) raises; the fast path
 (``check=False``) treats them as −1 and never reads outside the pool.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from fp8mla import decode as decode_mod
 from fp8mla import formats, numerics
 from fp8mla._checks import check_int, check_slot_range, check_tensor
 from fp8mla.decode import DecodePlan
@@ -62,8 +65,9 @@ class SparsePlan(DecodePlan):
         kv_format: ``bf16`` / ``fp8`` / ``fp8_ds_mla``. softmax_scale: default 576^-0.5.
 
     Device memory: out / lse (and the split workspace) as `DecodePlan`'s; plans whose programs
-    take ≥ `COMPACT_MIN_ROWS` heads also hold the compacted lists, int32 [num_queries, topk]
-    (4 · topk bytes per query, an eighth of out's at 64 heads and topk 2048).
+    take ≥ `COMPACT_MIN_ROWS` heads on the Triton kernel (`compacts`) also hold the compacted
+    lists, int32 [num_queries, topk] (4 · topk bytes per query, an eighth of out's at 64 heads
+    and topk 2048).
     """
 
     sparse = True
@@ -79,7 +83,10 @@ class SparsePlan(DecodePlan):
                          device=device, num_splits=num_splits, config=config)
         self._full_length = torch.full((num_queries,), topk, dtype=torch.int32,
                                        device=self.device)
-        if not self.checks_indices:  # the compacted lists and their lengths
+        # the Gluon SM90 kernel checks the entries itself (`SPARSE_SM90_COMPACT`: an A/B arm)
+        self.compacts = not self.checks_indices and (not self.sm90
+                                                      or decode_mod.SPARSE_SM90_COMPACT)
+        if self.compacts:  # the compacted lists and their lengths
             self._kept = torch.empty(num_queries, topk, dtype=torch.int32, device=self.device)
             self._kept_len = torch.empty(num_queries, dtype=torch.int32, device=self.device)
 
@@ -129,7 +136,7 @@ class SparsePlan(DecodePlan):
             numerics.check_attention_inputs("sparse_attention", q, rows.view(rows.shape[0], -1),
                                             self.fmt, slots, scale)
         outputs = self._outputs(out, lse, empty_lse, per_query=True)
-        if not self.checks_indices:
+        if self.compacts:
             _compact_indices_kernel[(self.batch,)](
                 indices, lengths, self._kept, self._kept_len, indices.stride(0),
                 self._kept.stride(0), self.topk, rows.shape[0],

@@ -71,14 +71,12 @@ def descriptors(flat):
 if AVAILABLE:
     LOG2E = gl.constexpr(1.4426950408889634)
     # S [64 rows, 64 tokens]: each warpgroup its 32 token columns; O [64, 512]: each its 256
-    # dims; P: O's A operand; rows of 128 bytes, 16 per thread (tile copies, q); fp16/bf16
+    # dims; rows of 128 bytes, 16 per thread (tile copies, q); fp16/bf16
     # shared-memory operands
     S_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                       instr_shape=[16, 32, 16]))
     O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                       instr_shape=[16, 256, 16]))
-    P_LAYOUT = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT.value,
-                                                k_width=2))
     ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0]))
     SHARED16 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                  rank=2))
@@ -116,24 +114,13 @@ if AVAILABLE:
         k_rope_s.store(x)
 
     @gluon.jit
-    def _softmax_state(HEADS: gl.constexpr, BN: gl.constexpr, k_lat_s, LATE_SUM: gl.constexpr,
-                       P_SMEM: gl.constexpr):
-        """The tile loop's carried state: running max −inf, row sums 0 (LATE_SUM: per score
-        element, [HEADS, BN]), the accumulator 0 as a P · V token, P's operand (registers, or
-        with P_SMEM its shared-memory buffer) and that buffer (k_lat_s, unused, without)."""
-        if LATE_SUM:
-            l_i = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
-        else:
-            l_i = gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, S_LAYOUT))
-        if P_SMEM:
-            p_s = gl.allocate_shared_memory(gl.float16, [HEADS, BN], SHARED16)
-            pm = p_s
-        else:
-            pm = gl.zeros([HEADS, BN], gl.float16, layout=P_LAYOUT)
-            p_s = k_lat_s
+    def _softmax_state(HEADS: gl.constexpr, BN: gl.constexpr):
+        """The tile loop's carried state: running max −inf, row sums 0, the accumulator 0 as
+        a P · V token, and P's shared-memory buffer (the product's A operand)."""
+        p_s = gl.allocate_shared_memory(gl.float16, [HEADS, BN], SHARED16)
         acc = warpgroup_mma_init(gl.zeros([HEADS, 512], gl.float32, layout=O_LAYOUT))
         return (gl.full([HEADS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)),
-                l_i, acc, pm, p_s)
+                gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)), acc, p_s)
 
     @gluon.jit
     def _split_range(seqlen, split, num_splits, BN: gl.constexpr):
@@ -163,33 +150,27 @@ if AVAILABLE:
         return q_lat_s
 
     @gluon.jit
-    def _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s, p_s,
-                    LATE_SUM: gl.constexpr, P_SMEM: gl.constexpr):
-        """One tile of the online softmax (base 2; positions from ``end`` on are −inf) and
+    def _softmax_pv(s, keep, qk_scale, m_i, l_i, acc, k_lat_s, p_s):
+        """One tile of the online softmax (base 2; score columns where ``keep`` is False are
+        −inf, and a tile of none while nothing was kept before leaves the state as it is) and
         P · V into ``acc``, left running: (running max, row sums, the product's token — to
-        wait for before k_lat_s is written again or the accumulator read —, P: the product's
-        register operand, kept alive until that wait). LATE_SUM: the row sums stay per score
-        element (summed after the loop: no cross-warpgroup reduction per tile). P_SMEM: P is
-        the product's shared-memory operand ``p_s`` — each warpgroup stores its own score
-        columns there — instead of registers exchanged between the warpgroups (returned in
-        place of the register operand)."""
-        s = gl.where((n0 + cols < end)[None, :], s * qk_scale, float("-inf"))
+        wait for before k_lat_s or p_s is written again or the accumulator read). Each
+        warpgroup stores its own score columns of P into ``p_s``, the product's shared-memory
+        A operand (exchanging them between the warpgroups' registers instead took two rounds
+        through scratch and 4 more CTA barriers per tile: 2–3% slower, H200 B=64 × 8K × 128
+        heads 414.6 → 403.3 µs, sparse B=128 × 128 heads 269.9 → 265.0,
+        h200-20261201-s15-e4d92ad-dense-ab.json / -sparse-sm90-ab.json)."""
+        s = gl.where(keep[None, :], s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        p = gl.exp2(s - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        if LATE_SUM:
-            l_i = l_i * alpha[:, None] + p
-        else:
-            l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+        p = gl.exp2(s - m_ref[:, None])
+        alpha = gl.exp2(m_i - m_ref)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
         a = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))
-        if P_SMEM:
-            p_s.store(p.to(gl.float16))
-            fence_async_shared()
-            _cta_barrier()
-            pm = p_s
-        else:
-            pm = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
-        return m_new, l_i, warpgroup_mma(pm, k_lat_s, acc * a[:, None], is_async=True), pm
+        p_s.store(p.to(gl.float16))
+        fence_async_shared()
+        _cta_barrier()
+        return m_new, l_i, warpgroup_mma(p_s, k_lat_s, acc * a[:, None], is_async=True)
 
     @gluon.jit
     def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
@@ -228,7 +209,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        LATE_SUM: gl.constexpr = False, P_SMEM: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -259,7 +239,7 @@ if AVAILABLE:
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
-        m_i, l_i, acc, pm, p_s = _softmax_state(HEADS, BN, k_lat_s, LATE_SUM, P_SMEM)
+        m_i, l_i, acc, p_s = _softmax_state(HEADS, BN)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
@@ -271,7 +251,7 @@ if AVAILABLE:
             mbarrier.wait(bars.index(stage), (i // 2) & 1)
             # the last tile's P · V ran during the issue and the wait (waited for after them:
             # H200, B=64 × 8K × 128 heads 456.4 → 414.7 µs, h200-20261201-s14-5f55f95-dense-ab)
-            acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
+            acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             _cta_barrier()  # both warpgroups are done with the last tile's buffers
             if n0 + BN <= end:
                 _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, False)
@@ -282,11 +262,9 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
-                                            p_s, LATE_SUM, P_SMEM)
-        acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
-        if LATE_SUM:
-            l_i = gl.sum(l_i, axis=1)
+            m_i, l_i, acc = _softmax_pv(s, n0 + cols < end, qk_scale, m_i, l_i, acc, k_lat_s,
+                                        p_s)
+        acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
         for j in gl.static_range(2):
             mbarrier.invalidate(bars.index(j))
 
@@ -297,20 +275,15 @@ if AVAILABLE:
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
     @gluon.jit
-    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, c128, ROW_BYTES: gl.constexpr,
-                ONE_GATHER: gl.constexpr):
+    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, c128, ROW_BYTES: gl.constexpr):
         """cp.async of one tile's fp8_ds_mla rows (slots ``slot`` where ``ok``, zeros
-        elsewhere) into ring stage ``stage``: four 128-byte latent chunks (ONE_GATHER: one
-        512-byte copy per row into a [BN, 512] stage) and the 128-byte bf16 rope; one commit
-        group."""
-        base = u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES
-        row = base + c128[None, :]
-        if ONE_GATHER:
-            c512 = gl.arange(0, 512, layout=gl.SliceLayout(0, ROWS_LAYOUT))
-            _cp_async(lat_buf.index(stage), base + c512[None, :], mask=ok[:, None])
-        else:
-            for c in gl.static_range(4):
-                _cp_async(lat_buf.index(stage * 4 + c), row + c * 128, mask=ok[:, None])
+        elsewhere) into ring stage ``stage``: four 128-byte latent chunks and the 128-byte
+        bf16 rope; one commit group. (One 512-byte copy per row into a [BN, 512] stage
+        removed three CTA barriers per tile and measured the same: 270.5 vs 269.9 µs,
+        h200-20261201-s15-e4d92ad-sparse-sm90-ab.json.)"""
+        row = u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES + c128[None, :]
+        for c in gl.static_range(4):
+            _cp_async(lat_buf.index(stage * 4 + c), row + c * 128, mask=ok[:, None])
         _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
         async_copy.commit_group()
 
@@ -325,83 +298,87 @@ if AVAILABLE:
                 gl.load(srow + 3, mask=ok, other=0.0).to(gl.float16))
 
     @gluon.jit
-    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc, ONE_GATHER: gl.constexpr):
+    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc):
         """Ring stage ``stage``'s latent chunk c (e4m3) × its rows' scales ``sc`` → fp16 in
-        k_lat_s (ONE_GATHER: the stage is one [BN, 512] buffer)."""
-        if ONE_GATHER:
-            chunk = lat_buf.index(stage).slice(c * 128, 128, dim=1)
-        else:
-            chunk = lat_buf.index(stage * 4 + c)
-        w = chunk.load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
+        k_lat_s."""
+        w = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
         k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
+
+    @gluon.jit
+    def _entries(list_row, pos, end, num_slots):
+        """Index-list entries at positions ``pos`` and whether each is attended: before
+        ``end`` and a slot inside the pool (−1 or any other slot outside it: skipped)."""
+        slot = gl.load(list_row + pos, mask=pos < end, other=-1)
+        return slot, (slot >= 0) & (slot < num_slots)
 
     @gluon.jit
     def _mla_sparse_sm90_kernel(
         q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
-        softmax_scale, lse_empty, num_heads, num_splits, max_len,
+        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        LATE_SUM: gl.constexpr = False, ONE_GATHER: gl.constexpr = False,
-        P_SMEM: gl.constexpr = False,
     ):
-        """Sparse decode over compacted index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent,
-        four float32 scales per 128 dims, bf16 rope): the layouts of
-        `_mla_decode_sm90_kernel`, with each tile's rows gathered by cp.async (one row per
-        list entry: TMA cannot gather on SM90) into a two-stage ring, the entries read two
-        tiles ahead. Each 128-dim chunk is converted once, times its row's scale (in fp16, as
-        the Triton kernel's 64-row path), and the bf16 rope enters a bf16 wgmma straight from
-        the ring. The rows' scales are loaded one tile ahead, beside the next tile's gather
-        (loaded after the ring's wait, at the conversion, they cost 11%: B=128 × 128 heads
-        329.7 → 294.7 µs, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json), and each tile's
-        P · V runs on while the next tile's gather and scale loads issue (waited for there:
-        297 → 271 µs, h200-20261201-s14-e9623e2-sparse-sm90-variants.json; starting q · Kᵀ's
-        first half before the second half's conversion measured 1% slower)."""
+        """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
+        float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
+        with each tile's rows gathered by cp.async (one row per list entry: TMA cannot gather
+        on SM90) into a two-stage ring, the entries read two tiles ahead. Entries are checked
+        here (−1 and slots outside the pool are skipped: not copied, their scale 0, their
+        score −inf; the check reads each tile's entries a second time, a tile ahead, in the
+        score layout). Each 128-dim chunk is converted once, times its row's scale (in fp16,
+        as the Triton kernel's 64-row path), and the bf16 rope enters a bf16 wgmma straight
+        from the ring. The rows' scales are loaded one tile ahead, beside the next tile's
+        gather (loaded after the ring's wait, at the conversion, they cost 11%: B=128 × 128
+        heads 329.7 → 294.7 µs, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json), and each
+        tile's P · V runs on while the next tile's gather and scale loads issue (waited for
+        there: 297 → 271 µs, h200-20261201-s14-e9623e2-sparse-sm90-variants.json; starting
+        q · Kᵀ's first half before the second half's conversion measured 1% slower). The
+        first tile's gather is issued before q is loaded, so the two latencies overlap."""
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
         sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
+
+        # the first tile's gather, then q (their latencies overlap)
+        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        list_row = list_ptr + b.to(gl.int64) * stride_list
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+        c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ROWS_LAYOUT))
+        slot, ok = _entries(list_row, start + t, end, num_slots)
+        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, c128, 656)
+        slot_next, ok_next = _entries(list_row, start + BN + t, end, num_slots)
+        sa, sb, sc, sd = _row_scales(f32_ptr, slot, ok)
+        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
+        keep = _entries(list_row, start + cols, end, num_slots)[1]
 
         q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
         q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
-        if ONE_GATHER:
-            lat_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 512], sh8)
-        else:
-            lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
-        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
-
-        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
-        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         qk_scale = softmax_scale * LOG2E
-        list_row = list_ptr + b.to(gl.int64) * stride_list
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
-        slot = gl.load(list_row + start + t, mask=start + t < end, other=0)
-        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, start + t < end, c128, 656, ONE_GATHER)
-        slot_next = gl.load(list_row + start + BN + t, mask=start + BN + t < end, other=0)
-        sa, sb, sc, sd = _row_scales(f32_ptr, slot, start + t < end)
 
-        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
-        m_i, l_i, acc, pm, p_s = _softmax_state(HEADS, BN, k_lat_s, LATE_SUM, P_SMEM)
+        m_i, l_i, acc, p_s = _softmax_state(HEADS, BN)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
             _cta_barrier()  # both warpgroups are done with the last tile's buffers
-            _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, n0 + BN + t < end, c128,
-                    656, ONE_GATHER)
-            slot_far = gl.load(list_row + n0 + 2 * BN + t, mask=n0 + 2 * BN + t < end, other=0)
-            na, nb, nc, nd = _row_scales(f32_ptr, slot_next, n0 + BN + t < end)
+            _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, c128, 656)
+            slot_far, ok_far = _entries(list_row, n0 + 2 * BN + t, end, num_slots)
+            na, nb, nc, nd = _row_scales(f32_ptr, slot_next, ok_next)
+            keep_next = _entries(list_row, n0 + BN + cols, end, num_slots)[1]
             # the last tile's P · V ran during the issues above
-            acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
+            acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
             _cta_barrier()
-            _store_scaled(lat_buf, k_lat_s, stage, 0, sa, ONE_GATHER)
-            _store_scaled(lat_buf, k_lat_s, stage, 1, sb, ONE_GATHER)
-            _store_scaled(lat_buf, k_lat_s, stage, 2, sc, ONE_GATHER)
-            _store_scaled(lat_buf, k_lat_s, stage, 3, sd, ONE_GATHER)
+            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
+            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
+            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
+            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
             sa, sb, sc, sd = na, nb, nc, nd
             fence_async_shared()
             _cta_barrier()
@@ -412,13 +389,10 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc, pm = _softmax_pv(s, n0, cols, end, qk_scale, m_i, l_i, acc, k_lat_s,
-                                            p_s, LATE_SUM, P_SMEM)
-            slot_next = slot_far
-        acc = warpgroup_mma_wait(0, deps=[acc, pm, k_lat_s])[0]
+            m_i, l_i, acc = _softmax_pv(s, keep, qk_scale, m_i, l_i, acc, k_lat_s, p_s)
+            slot_next, ok_next, keep = slot_far, ok_far, keep_next
+        acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
         async_copy.wait_group(0)
-        if LATE_SUM:
-            l_i = gl.sum(l_i, axis=1)
 
         _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
