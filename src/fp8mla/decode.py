@@ -69,6 +69,8 @@ SPARSE_SM90_MIN_HEADS = 64
 # first, as for the Triton kernel's 64-row programs (`fp8mla.sparse.COMPACT_MIN_ROWS`) — the
 # A/B arm of benchmarks/sm90_ab.py
 SPARSE_SM90_COMPACT = False
+# the Gluon sparse kernel issues its first gather before loading q; True: after (an A/B arm)
+SPARSE_SM90_LATE_GATHER = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -457,7 +459,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                num_warps=decode_sm90.NUM_WARPS)
+                LATE_GATHER=SPARSE_SM90_LATE_GATHER, num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's

@@ -318,14 +318,15 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        LATE_GATHER: gl.constexpr = False,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
         with each tile's rows gathered by cp.async (one row per list entry: TMA cannot gather
         on SM90) into a two-stage ring, the entries read two tiles ahead. Entries are checked
         here (−1 and slots outside the pool are skipped: not copied, their scale 0, their
-        score −inf; the check reads each tile's entries a second time, a tile ahead, in the
-        score layout). Each 128-dim chunk is converted once, times its row's scale (in fp16,
+        score −inf: each tile's flags pass through 64 bytes of shared memory into the score
+        layout). Each 128-dim chunk is converted once, times its row's scale (in fp16,
         as the Triton kernel's 64-row path), and the bf16 rope enters a bf16 wgmma straight
         from the ring. The rows' scales are loaded one tile ahead, beside the next tile's
         gather (loaded after the ring's wait, at the conversion, they cost 11%: B=128 × 128
@@ -341,7 +342,14 @@ if AVAILABLE:
                                                  rank=2)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
+        flags = gl.allocate_shared_memory(gl.int8, [BN], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
+        if LATE_GATHER:  # A/B arm: q first
+            q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads,
+                                             HEADS)
+            q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
+            qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
+            q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
         # the first tile's gather, then q (their latencies overlap)
         seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
@@ -352,13 +360,13 @@ if AVAILABLE:
         _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, c128, 656)
         slot_next, ok_next = _entries(list_row, start + BN + t, end, num_slots)
         sa, sb, sc, sd = _row_scales(f32_ptr, slot, ok)
-        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
-        keep = _entries(list_row, start + cols, end, num_slots)[1]
 
-        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
-        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
-        qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
-        q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
+        if not LATE_GATHER:
+            q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads,
+                                             HEADS)
+            q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
+            qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
+            q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         qk_scale = softmax_scale * LOG2E
 
@@ -370,7 +378,6 @@ if AVAILABLE:
             _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, c128, 656)
             slot_far, ok_far = _entries(list_row, n0 + 2 * BN + t, end, num_slots)
             na, nb, nc, nd = _row_scales(f32_ptr, slot_next, ok_next)
-            keep_next = _entries(list_row, n0 + BN + cols, end, num_slots)[1]
             # the last tile's P · V ran during the issues above
             acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
@@ -380,8 +387,10 @@ if AVAILABLE:
             _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
             _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
             sa, sb, sc, sd = na, nb, nc, nd
+            flags.store(ok.to(gl.int8))  # this tile's entries: attended or not
             fence_async_shared()
             _cta_barrier()
+            keep = flags.load(gl.SliceLayout(0, S_LAYOUT)) != 0
             if REINTERPRET_NEW:
                 k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64], SHARED16)
             else:
@@ -390,7 +399,7 @@ if AVAILABLE:
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
             m_i, l_i, acc = _softmax_pv(s, keep, qk_scale, m_i, l_i, acc, k_lat_s, p_s)
-            slot_next, ok_next, keep = slot_far, ok_far, keep_next
+            slot_next, ok, ok_next = slot_far, ok_next, ok_far
         acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
         async_copy.wait_group(0)
 
