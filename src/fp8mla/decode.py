@@ -69,8 +69,16 @@ SPARSE_SM90_MIN_HEADS = 64
 # first, as for the Triton kernel's 64-row programs (`fp8mla.sparse.COMPACT_MIN_ROWS`) — the
 # A/B arm of benchmarks/sm90_ab.py
 SPARSE_SM90_COMPACT = False
-# the Gluon sparse kernel issues its first gather before loading q; True: after (an A/B arm)
-SPARSE_SM90_LATE_GATHER = False
+# both Gluon kernels read their fp8 ring in `decode_sm90.RING_LAYOUT` (no shared-memory bank
+# conflicts); True: in ROWS_LAYOUT, as before (2-way conflicts) — the A/B arm of sm90_ab.py
+SM90_RING_ROWS = False
+
+
+def _ring_arm() -> dict:
+    """The Gluon kernels' ring-layout argument under `SM90_RING_ROWS` (none by default)."""
+    from fp8mla.kernels import decode_sm90
+
+    return {"RING": decode_sm90.ROWS_LAYOUT} if SM90_RING_ROWS else {}
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -459,7 +467,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                LATE_GATHER=SPARSE_SM90_LATE_GATHER, num_warps=decode_sm90.NUM_WARPS)
+                num_warps=decode_sm90.NUM_WARPS, **_ring_arm())
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -473,7 +481,7 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            num_warps=decode_sm90.NUM_WARPS)
+            num_warps=decode_sm90.NUM_WARPS, **_ring_arm())
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

@@ -78,6 +78,19 @@ if AVAILABLE:
     O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                       instr_shape=[16, 256, 16]))
     ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0]))
+    # [BN, 128]-byte chunks of the fp8 ring as the conversion reads them (and the fp16 it
+    # stores): 8 contiguous bytes per thread; a warp's lanes cover 64 bytes of rows r, r ^ 4,
+    # r ^ 1, r ^ 5, its registers the other 64 bytes and row r ^ 2. Under the 128-byte swizzle
+    # (16-byte chunk j of row r at j ^ (r % 8)) the 16 lanes of one 8-byte load then hit 16
+    # different bank pairs, and the 8 lanes of one 16-byte fp16 store 8 different chunks.
+    # ROWS_LAYOUT (16 bytes per thread, rows r and r + 1 in each group of 8 lanes) made every
+    # ring load a 2-way bank conflict (Nsight Compute, h200-20261201-s14-9f19755-ncu-*: 2.10 M
+    # sparse / 4.19 M dense extra wavefronts, exactly 4 per 16-byte load); no layout of 16
+    # bytes per thread avoids conflicts on both the loads and the fp16 stores
+    RING_LAYOUT = gl.constexpr(gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 64], [2, 0]],
+        lane_bases=[[0, 8], [0, 16], [0, 32], [4, 0], [1, 0]],
+        warp_bases=[[8, 0], [16, 0], [32, 0]], block_bases=[], shape=[64, 128]))
     SHARED16 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                  rank=2))
 
@@ -98,15 +111,18 @@ if AVAILABLE:
         _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
 
     @gluon.jit
-    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, rows, MASK: gl.constexpr):
+    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, rows, MASK: gl.constexpr,
+                 RING: gl.constexpr):
         """Ring stage ``stage``'s e4m3 tile → fp16 in k_lat_s / k_rope_s (MASK: rows from
         ``rows`` on as zeros — whatever bytes a page holds past a request's end)."""
+        t = gl.arange(0, lat_buf.shape[1], layout=gl.SliceLayout(1, RING))
         for c in gl.static_range(4):
-            x = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
+            x = lat_buf.index(stage * 4 + c).load(RING).to(gl.float8e4nv, bitcast=True)
             x = x.to(gl.float16)
             if MASK:
                 x = gl.where((t < rows)[:, None], x, 0.0)
             k_lat_s.slice(c * 128, 128, dim=1).store(x)
+        t = gl.arange(0, rope_buf.shape[1], layout=gl.SliceLayout(1, ROWS_LAYOUT))
         x = rope_buf.index(stage).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
         x = x.to(gl.float16)
         if MASK:
@@ -209,6 +225,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        RING: gl.constexpr = RING_LAYOUT,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -237,7 +254,6 @@ if AVAILABLE:
         _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
                _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
 
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc, p_s = _softmax_state(HEADS, BN)
         for i in range(n_tiles):
@@ -254,9 +270,9 @@ if AVAILABLE:
             acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             _cta_barrier()  # both warpgroups are done with the last tile's buffers
             if n0 + BN <= end:
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, BN, False)
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False, RING)
             else:  # the request's partial last tile: rows past its end are zeroed, not used
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, t, end - n0, True)
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, end - n0, True, RING)
             fence_async_shared()
             _cta_barrier()
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
@@ -298,10 +314,10 @@ if AVAILABLE:
                 gl.load(srow + 3, mask=ok, other=0.0).to(gl.float16))
 
     @gluon.jit
-    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc):
+    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc, RING: gl.constexpr):
         """Ring stage ``stage``'s latent chunk c (e4m3) × its rows' scales ``sc`` → fp16 in
         k_lat_s."""
-        w = lat_buf.index(stage * 4 + c).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
+        w = lat_buf.index(stage * 4 + c).load(RING).to(gl.float8e4nv, bitcast=True)
         k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
 
     @gluon.jit
@@ -318,7 +334,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        LATE_GATHER: gl.constexpr = False,
+        RING: gl.constexpr = RING_LAYOUT,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -333,8 +349,9 @@ if AVAILABLE:
         heads 329.7 → 294.7 µs, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json), and each
         tile's P · V runs on while the next tile's gather and scale loads issue (waited for
         there: 297 → 271 µs, h200-20261201-s14-e9623e2-sparse-sm90-variants.json; starting
-        q · Kᵀ's first half before the second half's conversion measured 1% slower). The
-        first tile's gather is issued before q is loaded, so the two latencies overlap."""
+        q · Kᵀ's first half before the second half's conversion measured 1% slower; issuing
+        the first gather before loading q, the same: B=64 × 64 heads 82.0 / 81.9 vs 81.7 /
+        81.5 µs, h200-20261201-s15-067970b-sparse-sm90-ab.json)."""
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
@@ -344,29 +361,21 @@ if AVAILABLE:
         rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
         flags = gl.allocate_shared_memory(gl.int8, [BN], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
-        if LATE_GATHER:  # A/B arm: q first
-            q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads,
-                                             HEADS)
-            q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
-            qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
-            q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
-        # the first tile's gather, then q (their latencies overlap)
+        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
+        q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
+        qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
+        q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
+
         seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         list_row = list_ptr + b.to(gl.int64) * stride_list
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))
-        c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ROWS_LAYOUT))
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))  # the gather's rows
         slot, ok = _entries(list_row, start + t, end, num_slots)
         _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, c128, 656)
         slot_next, ok_next = _entries(list_row, start + BN + t, end, num_slots)
-        sa, sb, sc, sd = _row_scales(f32_ptr, slot, ok)
-
-        if not LATE_GATHER:
-            q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads,
-                                             HEADS)
-            q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
-            qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
-            q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
+        tr = gl.arange(0, BN, layout=gl.SliceLayout(1, RING))  # the conversion's rows
+        slot_r, keep_r = _entries(list_row, start + tr, end, num_slots)
+        sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         qk_scale = softmax_scale * LOG2E
 
@@ -374,20 +383,20 @@ if AVAILABLE:
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
-            _cta_barrier()  # both warpgroups are done with the last tile's buffers
             _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, c128, 656)
             slot_far, ok_far = _entries(list_row, n0 + 2 * BN + t, end, num_slots)
-            na, nb, nc, nd = _row_scales(f32_ptr, slot_next, ok_next)
+            slot_r, keep_next = _entries(list_row, n0 + BN + tr, end, num_slots)
+            na, nb, nc, nd = _row_scales(f32_ptr, slot_r, keep_next)
             # the last tile's P · V ran during the issues above
             acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
             _cta_barrier()
-            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
-            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
-            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
-            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
+            _store_scaled(lat_buf, k_lat_s, stage, 0, sa, RING)
+            _store_scaled(lat_buf, k_lat_s, stage, 1, sb, RING)
+            _store_scaled(lat_buf, k_lat_s, stage, 2, sc, RING)
+            _store_scaled(lat_buf, k_lat_s, stage, 3, sd, RING)
             sa, sb, sc, sd = na, nb, nc, nd
-            flags.store(ok.to(gl.int8))  # this tile's entries: attended or not
+            flags.store(keep_r.to(gl.int8))  # this tile's entries: attended or not
             fence_async_shared()
             _cta_barrier()
             keep = flags.load(gl.SliceLayout(0, S_LAYOUT)) != 0
@@ -399,7 +408,7 @@ if AVAILABLE:
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
             m_i, l_i, acc = _softmax_pv(s, keep, qk_scale, m_i, l_i, acc, k_lat_s, p_s)
-            slot_next, ok, ok_next = slot_far, ok_next, ok_far
+            slot_next, ok_next, keep_r = slot_far, ok_far, keep_next
         acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
         async_copy.wait_group(0)
 
