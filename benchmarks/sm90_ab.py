@@ -5,11 +5,10 @@
 
 `fp8mla.decode.SM90_GLUON` switches fp8 64-head programs between `fp8mla.kernels.decode_sm90`
 (q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it).
-`--sparse`: the same for sparse decode (`SPARSE_SM90_GLUON`), with the Gluon kernel also over
-lists compacted first (`SPARSE_SM90_COMPACT`) instead of checking each entry itself. Both
-also read their fp8 ring in the old bank-conflicted layout (`SM90_RING_ROWS`). Each case
-(the first N) is checked against the reference, then replayed from a CUDA graph, the arms
-alternating twice in one process. The experiment that led to it (a standalone Gluon kernel,
+`--sparse`: the same for sparse decode (`SPARSE_SM90_GLUON`). New variants go in as arms (the
+module switches each arm sets; session 15's — the old ring layout, lists compacted first — are
+at bb2dfd3). Each case (the first N) is checked against the reference, then replayed from a
+CUDA graph, the arms alternating twice in one process. The experiment that led to it (a standalone Gluon kernel,
 benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads 538.4 → 455.9 µs, B=128 × 2K
 285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
 """
@@ -30,13 +29,8 @@ CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8
 
 SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
 # arms: the fp8mla.decode switches each sets
-DENSE_ARMS = {"gluon": {"SM90_GLUON": True, "SM90_RING_ROWS": False},
-              "ring_rows": {"SM90_GLUON": True, "SM90_RING_ROWS": True},
-              "triton": {"SM90_GLUON": False, "SM90_RING_ROWS": False}}
-_GLUON = {"SPARSE_SM90_GLUON": True, "SPARSE_SM90_COMPACT": False, "SM90_RING_ROWS": False}
-SPARSE_ARMS = {"gluon": _GLUON, "ring_rows": {**_GLUON, "SM90_RING_ROWS": True},
-               "compacted": {**_GLUON, "SPARSE_SM90_COMPACT": True},
-               "triton": {**_GLUON, "SPARSE_SM90_GLUON": False}}
+DENSE_ARMS = {"gluon": {"SM90_GLUON": True}, "triton": {"SM90_GLUON": False}}
+SPARSE_ARMS = {"gluon": {"SPARSE_SM90_GLUON": True}, "triton": {"SPARSE_SM90_GLUON": False}}
 
 
 def _ab(cases, arms, run, out_path, env, ceiling) -> None:

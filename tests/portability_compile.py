@@ -184,7 +184,7 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=()):
                           options={"num_warps": k90.NUM_WARPS})
 
 
-def decode_sm90_compile(direct=False, ring=None):
+def decode_sm90_compile(direct=False):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
@@ -202,10 +202,10 @@ def decode_sm90_compile(direct=False, ring=None):
                "stride_lh")}, "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
     return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, sig, {
-        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "RING": ring or k90.RING_LAYOUT})
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N})
 
 
-def sparse_sm90_compile(direct=False, ring=None):
+def sparse_sm90_compile(direct=False):
     """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
@@ -220,7 +220,7 @@ def sparse_sm90_compile(direct=False, ring=None):
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
     return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, sig, {
-        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N, "RING": ring or k90.RING_LAYOUT},
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 

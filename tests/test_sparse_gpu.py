@@ -51,23 +51,20 @@ def test_full_size_matches_reference(fmt, policy, heads):
     _check(cache, q, idx, lengths, out, lse)
 
 
-@pytest.mark.parametrize("compact", [False, True])
 @pytest.mark.parametrize("heads", [100, 64])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, compact, monkeypatch):
+def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
     """The Gluon sparse kernel (SM90, fp8_ds_mla, 64-head programs) with one split — it writes
     out / lse / max_logits itself — and with three: 100 heads (a half-empty second block) or
     64 (taken whatever `SPARSE_SM90_MIN_HEADS` says), a query with no valid entry (lse +inf),
     −1 and slots past the pool scattered through the lists (whole tiles of them too),
-    topk_length shorter than the list; the lists as given (the kernel checks each entry) and
-    compacted first (`SPARSE_SM90_COMPACT`)."""
+    topk_length shorter than the list; the kernel checks each entry itself (no compaction)."""
     import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90
 
     if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
         pytest.skip("the Gluon sparse kernel serves SM90 (compute capability 9.0) only")
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_COMPACT", compact)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=31)
     idx[2] = -1  # nothing to attend
     idx[0, 64:200] = -1  # whole tiles of skipped entries, then a valid one
@@ -76,7 +73,7 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, compact, monke
     lengths = torch.tensor([700, 300, 700, 65], dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format="fp8_ds_mla",
                       device="cuda", num_splits=splits)
-    assert plan.sm90 and plan.num_splits == splits
+    assert plan.sm90 and not plan.compacts and plan.num_splits == splits
     out = torch.full((4, heads, 512), float("nan"), device="cuda").bfloat16()
     lse = torch.full((4, heads), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,

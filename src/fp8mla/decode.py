@@ -56,29 +56,16 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 PDL = False
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
-# it (H200, B=64 × 8K × 128 heads: 539 → 415 µs, h200-20261201-s14-5f55f95-dense-ab.json).
+# it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
 # False: the Triton kernel everywhere (benchmarks A/B it)
 SM90_GLUON = True
 # the same for sparse plans of fp8_ds_mla rows (gathered by cp.async:
-# `decode_sm90._mla_sparse_sm90_kernel`), taken from `SPARSE_SM90_MIN_HEADS` heads on (H200,
-# topk 2048, h200-20261201-s14-e9623e2-sparse-sm90-variants.json: B=128 × 128 heads 343 → 271
-# µs, B=64 × 64 heads 103 → 87; session 13's first version was slower at 64 heads)
+# `decode_sm90._mla_sparse_sm90_kernel`, which checks each index-list entry itself), taken from
+# `SPARSE_SM90_MIN_HEADS` heads on (H200, topk 2048, h200-20261201-s15-bb2dfd3-sparse-sm90-ab:
+# B=128 × 128 heads 342 → 258 µs, B=64 × 64 heads 102 → 80.5; session 13's first version was
+# slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
-# the Gluon sparse kernel checks the index lists' entries itself; True: the lists are compacted
-# first, as for the Triton kernel's 64-row programs (`fp8mla.sparse.COMPACT_MIN_ROWS`) — the
-# A/B arm of benchmarks/sm90_ab.py
-SPARSE_SM90_COMPACT = False
-# both Gluon kernels read their fp8 ring in `decode_sm90.RING_LAYOUT` (no shared-memory bank
-# conflicts); True: in ROWS_LAYOUT, as before (2-way conflicts) — the A/B arm of sm90_ab.py
-SM90_RING_ROWS = False
-
-
-def _ring_arm() -> dict:
-    """The Gluon kernels' ring-layout argument under `SM90_RING_ROWS` (none by default)."""
-    from fp8mla.kernels import decode_sm90
-
-    return {"RING": decode_sm90.ROWS_LAYOUT} if SM90_RING_ROWS else {}
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -467,7 +454,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                num_warps=decode_sm90.NUM_WARPS, **_ring_arm())
+                num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -481,7 +468,7 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            num_warps=decode_sm90.NUM_WARPS, **_ring_arm())
+            num_warps=decode_sm90.NUM_WARPS)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

@@ -1,15 +1,15 @@
 """SM90 decode for 64-row programs, written in Gluon (explicit layouts): dense over fp8 rows
-(`_mla_decode_sm90_kernel`), sparse over compacted lists of fp8_ds_mla rows
+(`_mla_decode_sm90_kernel`), sparse over index lists of fp8_ds_mla rows
 (`_mla_sparse_sm90_kernel`).
 
 Why a second kernel: Triton places the warps of a dot whose result feeds another dot all along
 M, so `_mla_decode_kernel`'s 64-row program (8 warps, two warpgroups) computes the 64 × 64
 score tile q · Kᵀ in both warpgroups — 72 of its 88 wgmma per tile (BENCHMARKS.md, session 13).
 Here the layouts are the kernel's: S is split by token columns over the two warpgroups
-([4, 2] warps, 32 columns each), O by latent dims ([4, 2], 256 each), and q and the fp16 tile
-are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 415 µs (352 TFLOPS) against 539;
-sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 271 against 343 µs
-(h200-20261201-s14-5f55f95-dense-ab.json, -e9623e2-sparse-sm90-variants.json).
+([4, 2] warps, 32 columns each), O by latent dims ([4, 2], 256 each), and q, the fp16 tile and
+P are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 393 µs (372 TFLOPS) against
+539; sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 258 against 342 µs
+(h200-20261201-s15-bb2dfd3-dense-ab.json, -sparse-sm90-ab.json).
 
 Per program: one (request, split, 64-head block); whole 64-token tiles of pages of ≥ 64 tokens
 arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
@@ -111,13 +111,12 @@ if AVAILABLE:
         _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
 
     @gluon.jit
-    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, rows, MASK: gl.constexpr,
-                 RING: gl.constexpr):
+    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, rows, MASK: gl.constexpr):
         """Ring stage ``stage``'s e4m3 tile → fp16 in k_lat_s / k_rope_s (MASK: rows from
         ``rows`` on as zeros — whatever bytes a page holds past a request's end)."""
-        t = gl.arange(0, lat_buf.shape[1], layout=gl.SliceLayout(1, RING))
+        t = gl.arange(0, lat_buf.shape[1], layout=gl.SliceLayout(1, RING_LAYOUT))
         for c in gl.static_range(4):
-            x = lat_buf.index(stage * 4 + c).load(RING).to(gl.float8e4nv, bitcast=True)
+            x = lat_buf.index(stage * 4 + c).load(RING_LAYOUT).to(gl.float8e4nv, bitcast=True)
             x = x.to(gl.float16)
             if MASK:
                 x = gl.where((t < rows)[:, None], x, 0.0)
@@ -225,7 +224,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        RING: gl.constexpr = RING_LAYOUT,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -270,9 +268,9 @@ if AVAILABLE:
             acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             _cta_barrier()  # both warpgroups are done with the last tile's buffers
             if n0 + BN <= end:
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False, RING)
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False)
             else:  # the request's partial last tile: rows past its end are zeroed, not used
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, end - n0, True, RING)
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, end - n0, True)
             fence_async_shared()
             _cta_barrier()
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
@@ -314,10 +312,10 @@ if AVAILABLE:
                 gl.load(srow + 3, mask=ok, other=0.0).to(gl.float16))
 
     @gluon.jit
-    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc, RING: gl.constexpr):
+    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc):
         """Ring stage ``stage``'s latent chunk c (e4m3) × its rows' scales ``sc`` → fp16 in
         k_lat_s."""
-        w = lat_buf.index(stage * 4 + c).load(RING).to(gl.float8e4nv, bitcast=True)
+        w = lat_buf.index(stage * 4 + c).load(RING_LAYOUT).to(gl.float8e4nv, bitcast=True)
         k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
 
     @gluon.jit
@@ -334,7 +332,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        RING: gl.constexpr = RING_LAYOUT,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -373,7 +370,7 @@ if AVAILABLE:
         slot, ok = _entries(list_row, start + t, end, num_slots)
         _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, c128, 656)
         slot_next, ok_next = _entries(list_row, start + BN + t, end, num_slots)
-        tr = gl.arange(0, BN, layout=gl.SliceLayout(1, RING))  # the conversion's rows
+        tr = gl.arange(0, BN, layout=gl.SliceLayout(1, RING_LAYOUT))  # the conversion's rows
         slot_r, keep_r = _entries(list_row, start + tr, end, num_slots)
         sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
@@ -391,10 +388,10 @@ if AVAILABLE:
             acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
             _cta_barrier()
-            _store_scaled(lat_buf, k_lat_s, stage, 0, sa, RING)
-            _store_scaled(lat_buf, k_lat_s, stage, 1, sb, RING)
-            _store_scaled(lat_buf, k_lat_s, stage, 2, sc, RING)
-            _store_scaled(lat_buf, k_lat_s, stage, 3, sd, RING)
+            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
+            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
+            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
+            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
             sa, sb, sc, sd = na, nb, nc, nd
             flags.store(keep_r.to(gl.int8))  # this tile's entries: attended or not
             fence_async_shared()
