@@ -30,7 +30,9 @@ CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8
 SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
 # arms: the fp8mla.decode switches each sets
 DENSE_ARMS = {"gluon": {"SM90_GLUON": True}, "triton": {"SM90_GLUON": False}}
-SPARSE_ARMS = {"gluon": {"SPARSE_SM90_GLUON": True}, "triton": {"SPARSE_SM90_GLUON": False}}
+SPARSE_ARMS = {"gluon": {"SPARSE_SM90_GLUON": True, "SPARSE_SM90_GATHER_ROWS": False},
+               "gather_rows": {"SPARSE_SM90_GLUON": True, "SPARSE_SM90_GATHER_ROWS": True},
+               "triton": {"SPARSE_SM90_GLUON": False, "SPARSE_SM90_GATHER_ROWS": False}}
 
 
 def _ab(cases, arms, run, out_path, env, ceiling) -> None:

@@ -66,6 +66,8 @@ SM90_GLUON = True
 # slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
+# the sparse kernel's gather in ROWS_LAYOUT (2-way bank conflicts), as before: an A/B arm
+SPARSE_SM90_GATHER_ROWS = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -454,7 +456,8 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                num_warps=decode_sm90.NUM_WARPS)
+                num_warps=decode_sm90.NUM_WARPS,
+                **({"GATHER": decode_sm90.ROWS_LAYOUT} if SPARSE_SM90_GATHER_ROWS else {}))
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's

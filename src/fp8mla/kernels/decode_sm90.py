@@ -87,6 +87,10 @@ if AVAILABLE:
     # ring load a 2-way bank conflict (Nsight Compute, h200-20261201-s14-9f19755-ncu-*: 2.10 M
     # sparse / 4.19 M dense extra wavefronts, exactly 4 per 16-byte load); no layout of 16
     # bytes per thread avoids conflicts on both the loads and the fp16 stores
+    # the sparse gather's cp.async into that ring: 16 bytes per thread, 8 lanes across one
+    # 128-byte row (conflict-free under the swizzle; ROWS_LAYOUT's rows r, r + 1 per 8 lanes
+    # conflict 2-way, as its loads did)
+    GATHER_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
     RING_LAYOUT = gl.constexpr(gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [0, 4], [0, 64], [2, 0]],
         lane_bases=[[0, 8], [0, 16], [0, 32], [4, 0], [1, 0]],
@@ -332,6 +336,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        GATHER: gl.constexpr = GATHER_LAYOUT,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -366,9 +371,10 @@ if AVAILABLE:
         seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         list_row = list_ptr + b.to(gl.int64) * stride_list
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, ROWS_LAYOUT))  # the gather's rows
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER))  # the gather's rows
+        cg = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER))
         slot, ok = _entries(list_row, start + t, end, num_slots)
-        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, c128, 656)
+        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, cg, 656)
         slot_next, ok_next = _entries(list_row, start + BN + t, end, num_slots)
         tr = gl.arange(0, BN, layout=gl.SliceLayout(1, RING_LAYOUT))  # the conversion's rows
         slot_r, keep_r = _entries(list_row, start + tr, end, num_slots)
@@ -380,7 +386,7 @@ if AVAILABLE:
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
-            _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, c128, 656)
+            _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, cg, 656)
             slot_far, ok_far = _entries(list_row, n0 + 2 * BN + t, end, num_slots)
             slot_r, keep_next = _entries(list_row, n0 + BN + tr, end, num_slots)
             na, nb, nc, nd = _row_scales(f32_ptr, slot_r, keep_next)
