@@ -7,10 +7,11 @@
 (q · Kᵀ split across the two warpgroups) and `_mla_decode_kernel` (both warpgroups compute it).
 `--sparse`: the same for sparse decode (`SPARSE_SM90_GLUON`). New variants go in as arms (the
 module switches each arm sets; session 15's — the old ring layout, lists compacted first — are
-at bb2dfd3). Each case (the first N) is checked against the reference, then replayed from a
-CUDA graph, the arms alternating twice in one process. The experiment that led to it (a standalone Gluon kernel,
-benchmarks/gluon_decode.py at 3b54348): B=64 × 8K × 128 heads 538.4 → 455.9 µs, B=128 × 2K
-285.7 → 248.6 (h200-20261201-s13-gluon-decode.json).
+at bb2dfd3, the old gather layout at a6cb0db). Each case (the first N) is checked against the
+reference, then replayed from a CUDA graph, the arms alternating twice in one process. The
+experiment that led to it (a standalone Gluon kernel, benchmarks/gluon_decode.py at 3b54348):
+B=64 × 8K × 128 heads 538.4 → 455.9 µs, B=128 × 2K 285.7 → 248.6
+(h200-20261201-s13-gluon-decode.json).
 """
 
 from __future__ import annotations
@@ -30,9 +31,7 @@ CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8
 SPARSE_CASES = [(128, 128, 2048, 1), (64, 64, 2048, 1)]
 # arms: the fp8mla.decode switches each sets
 DENSE_ARMS = {"gluon": {"SM90_GLUON": True}, "triton": {"SM90_GLUON": False}}
-SPARSE_ARMS = {"gluon": {"SPARSE_SM90_GLUON": True, "SPARSE_SM90_GATHER_ROWS": False},
-               "gather_rows": {"SPARSE_SM90_GLUON": True, "SPARSE_SM90_GATHER_ROWS": True},
-               "triton": {"SPARSE_SM90_GLUON": False, "SPARSE_SM90_GATHER_ROWS": False}}
+SPARSE_ARMS = {"gluon": {"SPARSE_SM90_GLUON": True}, "triton": {"SPARSE_SM90_GLUON": False}}
 
 
 def _ab(cases, arms, run, out_path, env, ceiling) -> None:

@@ -205,7 +205,7 @@ def decode_sm90_compile(direct=False):
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N})
 
 
-def sparse_sm90_compile(direct=False, gather=None):
+def sparse_sm90_compile(direct=False):
     """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
@@ -220,8 +220,7 @@ def sparse_sm90_compile(direct=False, gather=None):
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
     return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, sig, {
-        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
-        "GATHER": gather or k90.GATHER_LAYOUT},
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 

@@ -61,13 +61,11 @@ PDL = False
 SM90_GLUON = True
 # the same for sparse plans of fp8_ds_mla rows (gathered by cp.async:
 # `decode_sm90._mla_sparse_sm90_kernel`, which checks each index-list entry itself), taken from
-# `SPARSE_SM90_MIN_HEADS` heads on (H200, topk 2048, h200-20261201-s15-bb2dfd3-sparse-sm90-ab:
-# B=128 × 128 heads 342 → 258 µs, B=64 × 64 heads 102 → 80.5; session 13's first version was
+# `SPARSE_SM90_MIN_HEADS` heads on (H200, topk 2048, h200-20261201-s15-a6cb0db-sparse-sm90-ab:
+# B=128 × 128 heads 340 → 242 µs, B=64 × 64 heads 102 → 76.0; session 13's first version was
 # slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
-# the sparse kernel's gather in ROWS_LAYOUT (2-way bank conflicts), as before: an A/B arm
-SPARSE_SM90_GATHER_ROWS = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -456,8 +454,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                num_warps=decode_sm90.NUM_WARPS,
-                **({"GATHER": decode_sm90.ROWS_LAYOUT} if SPARSE_SM90_GATHER_ROWS else {}))
+                num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's

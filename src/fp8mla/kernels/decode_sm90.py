@@ -8,8 +8,8 @@ score tile q · Kᵀ in both warpgroups — 72 of its 88 wgmma per tile (BENCHMA
 Here the layouts are the kernel's: S is split by token columns over the two warpgroups
 ([4, 2] warps, 32 columns each), O by latent dims ([4, 2], 256 each), and q, the fp16 tile and
 P are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 393 µs (372 TFLOPS) against
-539; sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 258 against 342 µs
-(h200-20261201-s15-bb2dfd3-dense-ab.json, -sparse-sm90-ab.json).
+539; sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 242 against 340 µs
+(h200-20261201-s15-bb2dfd3-dense-ab.json, -a6cb0db-sparse-sm90-ab.json).
 
 Per program: one (request, split, 64-head block); whole 64-token tiles of pages of ≥ 64 tokens
 arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
@@ -88,8 +88,11 @@ if AVAILABLE:
     # sparse / 4.19 M dense extra wavefronts, exactly 4 per 16-byte load); no layout of 16
     # bytes per thread avoids conflicts on both the loads and the fp16 stores
     # the sparse gather's cp.async into that ring: 16 bytes per thread, 8 lanes across one
-    # 128-byte row (conflict-free under the swizzle; ROWS_LAYOUT's rows r, r + 1 per 8 lanes
-    # conflict 2-way, as its loads did)
+    # 128-byte row, so its shared-memory writes are conflict-free under the swizzle (and each
+    # row's 128 bytes are one request). In ROWS_LAYOUT (rows r, r + 1 per 8 lanes: 2-way
+    # conflicts, as its loads had) the kernel took 5–6% longer: H200, topk 2048, B=128 × 128
+    # heads 257.9 vs 242.1 µs, B=64 × 64 heads 80.4 vs 76.0 (h200-20261201-s15-a6cb0db-sparse-
+    # sm90-ab.json)
     GATHER_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
     RING_LAYOUT = gl.constexpr(gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [0, 4], [0, 64], [2, 0]],
@@ -336,7 +339,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
-        GATHER: gl.constexpr = GATHER_LAYOUT,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -371,8 +373,8 @@ if AVAILABLE:
         seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         list_row = list_ptr + b.to(gl.int64) * stride_list
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER))  # the gather's rows
-        cg = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER))
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER_LAYOUT))  # the gather's rows
+        cg = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER_LAYOUT))
         slot, ok = _entries(list_row, start + t, end, num_slots)
         _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, cg, 656)
         slot_next, ok_next = _entries(list_row, start + BN + t, end, num_slots)
