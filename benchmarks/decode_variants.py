@@ -38,14 +38,20 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # (256 programs, all splits in one step) instead of 32 (128 programs, two steps), ABAB: −0.3 /
 # −0.6 µs (fp8 / fp8_ds_mla), the pool case +0.15 (s13-75a34e4-decode-variants.json), so
 # `combine_blocks` now narrows to 16 dims only where 32 would take more than one step. The plan
-# is back to session 11's split sweep
-SPLITS = [(f"splits {n}", None, n) for n in (2, 8, 16)]
+# is back to session 11's split sweep.
+# Session 15: fp8 TMA tiles with their rows relabelled (`fp8mla.decode.TMA_ROW_SWAP`, prepared:
+# the words tile's reads free of bank conflicts by the model, tests/bank_model.py) and with the
+# rope box read first (`TMA_ROPE_FIRST`: no spill offline), each twice, at the two 16-row fp8
+# targets
+SWAP, ROPE = {"TMA_ROW_SWAP": True}, {"TMA_ROPE_FIRST": True}
+AB = [("row swap", None, None, SWAP), ("rope first", None, None, ROPE),
+      ("both", None, None, {**SWAP, **ROPE}), ("default again", None, None, {}),
+      ("row swap again", None, None, SWAP), ("rope first again", None, None, ROPE),
+      ("both again", None, None, {**SWAP, **ROPE})]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", SPLITS),
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla", SPLITS[:2]),
-    (DecodeCase(64, 8192, 16), "bf16", SPLITS[:2]),
+    (DecodeCase(64, 8192, 16), "fp8", AB),
+    (DecodeCase(1, 131072, 8), "fp8", AB),
 ]
-
 
 def variants(case: DecodeCase, fmt: str, extra):
     """(label, config or None for the default, num_splits or None for the scheduler's,

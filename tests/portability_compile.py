@@ -147,11 +147,13 @@ def row(what, cc, kernel):
                        "trap": "trap;" in kernel.asm["ptx"]})
 
 
-def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
+def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False, row_swap=False,
+                   rope_first=False):
     """`_mla_decode_kernel` as a plan with config ``cfg`` launches it: whole tiles by TMA
     (``tma``: the descriptors' signature, cfg.tma_stages) or every tile gathered (cfg.num_stages,
     the next tile's slots carried from 3 stages on). aligned: as `compile_for` (SASS studies:
-    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`)."""
+    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`);
+    row_swap / rope_first: `fp8mla.decode.TMA_ROW_SWAP` / `TMA_ROPE_FIRST`."""
     hw = cc >= 89
     sig, stages = DECODE_SIG, cfg.num_stages
     if tma:
@@ -165,7 +167,8 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
-        "LATE_SUM": cfg.late_sum, "PDL": pdl,
+        "LATE_SUM": cfg.late_sum, "PDL": pdl, "ROW_SWAP": row_swap,
+        "ROPE_FIRST": rope_first,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 

@@ -137,6 +137,32 @@ def test_cuda_graph_replays_with_new_lengths_and_contents(fmt):
     _graph_replays(fmt)
 
 
+@pytest.mark.parametrize("heads,s_q,lens", [(8, 1, [8192, 1, 4097, 0, 130]), (5, 2, [3000, 63]),
+                                           (3, 3, [20000, 64])])
+@pytest.mark.parametrize("swap,rope_first", [(True, False), (False, True), (True, True)])
+def test_tma_row_swap_matches_reference(heads, s_q, lens, swap, rope_first, monkeypatch):
+    """fp8mla.decode.TMA_ROW_SWAP / TMA_ROPE_FIRST (prepared): fp8 TMA tiles with their rows
+    relabelled — the scores' positions follow (causal s_q > 1, partial last tiles gathered
+    unswapped, split boundaries) — and their rope box read first. Every page tail past a
+    length is e4m3 NaN: a position attached to the wrong row would attend to one."""
+    monkeypatch.setattr(decode_mod, "TMA_ROW_SWAP", swap)
+    monkeypatch.setattr(decode_mod, "TMA_ROPE_FIRST", rope_first)
+    cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=heads)
+    rows = cache.layer(0).view(-1, 576)
+    for b, n in enumerate(lens):
+        pos = torch.arange(n, -(-n // 64) * 64, device="cuda")
+        rows[table[b, pos // 64].long() * 64 + pos % 64] = 0x7F
+    q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format="fp8",
+                      page_size=64, cache_seqlens=seqlens, device="cuda")
+    assert plan.tma and not plan.sm90
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    full = [b for b, n in enumerate(lens) if n]
+    assert_close(lse[full], rl[full], atol=1e-3, rtol=1e-3, name="lse")
+
+
 def test_programmatic_dependent_combine_in_a_graph(monkeypatch):
     """fp8mla.decode.PDL (the split combine launched as a programmatic dependent of the decode
     kernel, SM90): captured in a CUDA graph and replayed with new lengths and contents, the

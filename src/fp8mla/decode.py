@@ -66,6 +66,15 @@ SM90_GLUON = True
 # slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
+# fp8 tiles by TMA in the Triton kernel (16- and 32-row programs): rows relabelled so the
+# conversion's reads of the words tile are free of shared-memory bank conflicts (`_swap_rows`
+# in kernels/decode.py; Nsight Compute at 28fafb8 counted those reads at 2× their ideal
+# wavefronts, 19% of the kernel's shared wavefronts). Prepared, not yet timed — the next A/B:
+# benchmarks/decode_variants.py, B=64 × 8K × 16 heads and B=1 × 128K. TMA_ROPE_FIRST: the same
+# tiles' rope box read before the words are converted (sm_90, triton 3.6: no 64-byte spill, 42
+# fewer instructions per tile); prepared, not yet timed
+TMA_ROW_SWAP = False
+TMA_ROPE_FIRST = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -359,6 +368,8 @@ class DecodePlan:
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
             LATE_SUM=cfg.late_sum, PDL=self._pdl and not direct,
+            ROW_SWAP=TMA_ROW_SWAP and tma and self.fmt.name == "fp8" and cfg.block_n == 64,
+            ROPE_FIRST=TMA_ROPE_FIRST and tma and self.fmt.name == "fp8",
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
