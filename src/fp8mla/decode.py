@@ -439,9 +439,9 @@ class DecodePlan:
         a GPU of compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
             return False
-        if self.sparse:  # fp8_ds_mla rows, 64-row programs (`checks_indices` False)
+        if self.sparse:
             if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
-                    and self.num_heads >= SPARSE_SM90_MIN_HEADS and not self.checks_indices):
+                    and self.num_heads >= SPARSE_SM90_MIN_HEADS):
                 return False
         elif not (SM90_GLUON and self.fmt.name == "fp8"):
             return False

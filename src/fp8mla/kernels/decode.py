@@ -319,7 +319,7 @@ def _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT: tl.constexpr, HW_FP
         return (lat_desc.load([row0, 0]), lat_desc.load([row0, 128]),
                 lat_desc.load([row0, 256]), lat_desc.load([row0, 384]),
                 rope_desc.load([row0, 512]))
-    elif FORMAT == FMT_FP8 and (ROW_SWAP or ROPE_FIRST):
+    elif FORMAT == FMT_FP8:
         words = lat_desc.load([row0, 0])
         if ROPE_FIRST:
             rope = rope_desc.load([row0, 128])
@@ -331,9 +331,6 @@ def _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT: tl.constexpr, HW_FP
         if ROW_SWAP:
             rope = _swap_rows(rope)
         return k0, k1, k2, k3, rope
-    elif FORMAT == FMT_FP8:
-        k0, k1, k2, k3 = e4m3x4_to_f16(lat_desc.load([row0, 0]), HW_FP8)
-        return k0, k1, k2, k3, rope_desc.load([row0, 128])
     else:
         k0, k1, k2, k3 = _fp8_lanes(lat_desc.load([row0, 0, 0]), scale_desc.load([row0, 128]),
                                     FORMAT, HW_FP8, SW_SCALE, False, BLOCK_N)
