@@ -78,6 +78,13 @@ if AVAILABLE:
     O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                       instr_shape=[16, 256, 16]))
     ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0]))
+    # the sparse gather's cp.async into the fp8 ring: 16 bytes per thread, 8 lanes across one
+    # 128-byte row, so its shared-memory writes are conflict-free under the swizzle (and each
+    # row's 128 bytes are one request). In ROWS_LAYOUT (rows r, r + 1 per 8 lanes: 2-way
+    # conflicts, as its loads had) the kernel took 5–6% longer: H200, topk 2048, B=128 × 128
+    # heads 257.9 vs 242.1 µs, B=64 × 64 heads 80.4 vs 76.0 (h200-20261201-s15-a6cb0db-sparse-
+    # sm90-ab.json)
+    GATHER_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
     # [BN, 128]-byte chunks of the fp8 ring as the conversion reads them (and the fp16 it
     # stores): 8 contiguous bytes per thread; a warp's lanes cover 64 bytes of rows r, r ^ 4,
     # r ^ 1, r ^ 5, its registers the other 64 bytes and row r ^ 2. Under the 128-byte swizzle
@@ -87,13 +94,6 @@ if AVAILABLE:
     # ring load a 2-way bank conflict (Nsight Compute, h200-20261201-s14-9f19755-ncu-*: 2.10 M
     # sparse / 4.19 M dense extra wavefronts, exactly 4 per 16-byte load); no layout of 16
     # bytes per thread avoids conflicts on both the loads and the fp16 stores
-    # the sparse gather's cp.async into that ring: 16 bytes per thread, 8 lanes across one
-    # 128-byte row, so its shared-memory writes are conflict-free under the swizzle (and each
-    # row's 128 bytes are one request). In ROWS_LAYOUT (rows r, r + 1 per 8 lanes: 2-way
-    # conflicts, as its loads had) the kernel took 5–6% longer: H200, topk 2048, B=128 × 128
-    # heads 257.9 vs 242.1 µs, B=64 × 64 heads 80.4 vs 76.0 (h200-20261201-s15-a6cb0db-sparse-
-    # sm90-ab.json)
-    GATHER_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
     RING_LAYOUT = gl.constexpr(gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [0, 4], [0, 64], [2, 0]],
         lane_bases=[[0, 8], [0, 16], [0, 32], [4, 0], [1, 0]],
@@ -343,12 +343,14 @@ if AVAILABLE:
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
         with each tile's rows gathered by cp.async (one row per list entry: TMA cannot gather
-        on SM90) into a two-stage ring, the entries read two tiles ahead. Entries are checked
-        here (−1 and slots outside the pool are skipped: not copied, their scale 0, their
-        score −inf: each tile's flags pass through 64 bytes of shared memory into the score
-        layout). Each 128-dim chunk is converted once, times its row's scale (in fp16,
-        as the Triton kernel's 64-row path), and the bf16 rope enters a bf16 wgmma straight
-        from the ring. The rows' scales are loaded one tile ahead, beside the next tile's
+        on SM90) into a two-stage ring, the entries read two tiles ahead in the gather's
+        layout and once more, a tile ahead, in the conversion's for the scales and the flags
+        (a second load of cached entries instead of a layout conversion through shared
+        memory). Entries are checked here (−1 and slots outside the pool are skipped: not
+        copied, their scale 0, their score −inf: each tile's flags pass through 64 bytes of
+        shared memory into the score layout). Each 128-dim chunk is converted once, times its
+        row's scale (in fp16, as the Triton kernel's 64-row path), and the bf16 rope enters a
+        bf16 wgmma straight from the ring. The rows' scales are loaded one tile ahead, beside the next tile's
         gather (loaded after the ring's wait, at the conversion, they cost 11%: B=128 × 128
         heads 329.7 → 294.7 µs, h200-20261201-s14-1a03a1b-sparse-sm90-ab.json), and each
         tile's P · V runs on while the next tile's gather and scale loads issue (waited for
