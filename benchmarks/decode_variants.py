@@ -39,19 +39,22 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # −0.6 µs (fp8 / fp8_ds_mla), the pool case +0.15 (s13-75a34e4-decode-variants.json), so
 # `combine_blocks` now narrows to 16 dims only where 32 would take more than one step. The plan
 # is back to session 11's split sweep.
-# Session 15: fp8 TMA tiles with their rows relabelled (`fp8mla.decode.TMA_ROW_SWAP`, prepared:
-# the words tile's reads free of bank conflicts by the model, tests/bank_model.py) and with the
-# rope box read first (`TMA_ROPE_FIRST`: no spill offline), each twice, at the two 16-row fp8
-# targets
-SWAP, ROPE = {"TMA_ROW_SWAP": True}, {"TMA_ROPE_FIRST": True}
-AB = [("row swap", None, None, SWAP), ("rope first", None, None, ROPE),
-      ("both", None, None, {**SWAP, **ROPE}), ("default again", None, None, {}),
-      ("row swap again", None, None, SWAP), ("rope first again", None, None, ROPE),
-      ("both again", None, None, {**SWAP, **ROPE})]
+# Session 15's two prepared arms, timed in session 16 (s16-2349672-decode-variants.json): the
+# rope box read first 120.6 → 114.0 µs (B=64 × 16 heads) and 44.9 → 40.7 (B=1 × 128K), now the
+# only path; the rows relabelled for conflict-free words reads 0 / −0.7 µs, dropped. The plan is
+# back to session 11's split sweep.
+# Session 16: the Gluon kernel of ≤ 16-row programs (`fp8mla.decode.SM90_NARROW`, the default
+# arm; 8 warps) against the Triton kernel and against itself in 4 warps, each twice
+TRITON, W4 = {"SM90_NARROW": False}, {"NARROW_WARPS": 4}
+NARROW = [("triton", None, None, TRITON), ("narrow 4 warps", None, None, W4),
+          ("default again", None, None, {}), ("triton again", None, None, TRITON),
+          ("narrow 4 warps again", None, None, W4)]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", AB),
-    (DecodeCase(1, 131072, 8), "fp8", AB),
+    (DecodeCase(64, 8192, 16), "fp8", NARROW),
+    (DecodeCase(1, 131072, 8), "fp8", NARROW),
+    (DecodeCase(64, 8192, 8, s_q=2), "fp8", NARROW[:3]),
 ]
+
 
 def variants(case: DecodeCase, fmt: str, extra):
     """(label, config or None for the default, num_splits or None for the scheduler's,

@@ -13,6 +13,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+import fp8mla.decode
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
@@ -147,13 +148,11 @@ def row(what, cc, kernel):
                        "trap": "trap;" in kernel.asm["ptx"]})
 
 
-def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False, row_swap=False,
-                   rope_first=False):
+def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     """`_mla_decode_kernel` as a plan with config ``cfg`` launches it: whole tiles by TMA
     (``tma``: the descriptors' signature, cfg.tma_stages) or every tile gathered (cfg.num_stages,
     the next tile's slots carried from 3 stages on). aligned: as `compile_for` (SASS studies:
-    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`);
-    row_swap / rope_first: `fp8mla.decode.TMA_ROW_SWAP` / `TMA_ROPE_FIRST`."""
+    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`)."""
     hw = cc >= 89
     sig, stages = DECODE_SIG, cfg.num_stages
     if tma:
@@ -167,12 +166,11 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False, row
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
-        "LATE_SUM": cfg.late_sum, "PDL": pdl, "ROW_SWAP": row_swap,
-        "ROPE_FIRST": rope_first,
+        "LATE_SUM": cfg.late_sum, "PDL": pdl,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
-def _gluon_sm90_compile(fn, sig, consts, pointers=()):
+def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
     """A `fp8mla.kernels.decode_sm90` kernel for sm_90: ``sig`` its runtime arguments, ``consts``
     its constexprs, ``pointers`` those marked 16-byte aligned."""
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -184,7 +182,7 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=()):
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
                                               for k, v in consts.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": k90.NUM_WARPS})
+                          options={"num_warps": num_warps or k90.NUM_WARPS})
 
 
 def decode_sm90_compile(direct=False):
@@ -206,6 +204,32 @@ def decode_sm90_compile(direct=False):
            "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
     return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, sig, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N})
+
+
+def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True, num_warps=None):
+    """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_narrow`)
+    for sm_90, as the launcher takes it for fp8 plans of s_q × heads-per-block ≤ 16; None where
+    this Triton has no (such) Gluon."""
+    from fp8mla.kernels import decode_sm90 as k90
+    from fp8mla.kernels import decode_sm90_narrow as kn
+
+    if not k90.AVAILABLE:
+        return None
+    lat, rope = (k90.gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=8, rank=2)
+                 for w in (128, 64))
+    sig = {"q_ptr": "*bf16", "lat_desc": f"tensordesc<u8[{k90.BLOCK_N}, 128],{lat!r}>",
+           "rope_desc": f"tensordesc<u8[{k90.BLOCK_N}, 64],{rope!r}>", "bt_ptr": "*i32",
+           "seqlens_ptr": "*i32", "scale_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+           "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
+           "part_max_ptr": "*fp32", **{k: "i32" for k in (
+               "stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob", "stride_os",
+               "stride_oh", "stride_lb", "stride_ls", "stride_lh")}, "softmax_scale": "fp32",
+           "lse_empty": "fp32", "num_heads": "i32", "num_splits": "i32", "page_shift": "i32",
+           "max_len": "i32"}
+    num_warps = num_warps or fp8mla.decode.NARROW_WARPS
+    return _gluon_sm90_compile(kn._mla_decode_narrow_kernel, sig, {
+        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "BN": k90.BLOCK_N,
+        **kn.layouts(num_warps)}, num_warps=num_warps)
 
 
 def sparse_sm90_compile(direct=False):
@@ -267,6 +291,9 @@ def compile_target(cc):
             k = sparse_sm90_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_sm90/fp8_ds_mla/H128{'-direct' * direct}", cc, k))
+            k = decode_narrow_compile(direct)
+            if k is not None:
+                lines.append(row(f"decode_narrow/fp8/H16{'-direct' * direct}", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

@@ -4,12 +4,8 @@ the Gluon SM90 kernels' ring accesses conflict-free under it (CPU only: layouts,
 import itertools
 
 import pytest
-import torch
-import triton
-import triton.language as tl
 
 import bank_model as bm
-from fp8mla.kernels.decode import _swap_rows, _swapped_rows
 
 
 def _covers(layout, shape):
@@ -57,43 +53,3 @@ def test_gluon_ring_accesses_are_conflict_free():
             (own["gather"], bm.nvmma128(1, 64), 1, 4)):
         total, ideal = bm.count(layout, address, elem_bytes, vec_bits)
         assert total == ideal, (layout, elem_bytes)
-
-
-@triton.jit
-def _swap_kernel(x_ptr, y_ptr, pos_ptr, C: tl.constexpr):
-    r = tl.arange(0, 64)
-    x = tl.load(x_ptr + r[:, None] * C + tl.arange(0, C)[None, :])
-    tl.store(y_ptr + r[:, None] * C + tl.arange(0, C)[None, :], _swap_rows(x))
-    tl.store(pos_ptr + r, _swapped_rows(64))
-
-
-def _sigma(r):
-    return (r & ~5) | ((r & 1) << 2) | ((r >> 2) & 1)
-
-
-def test_triton_words_tile_row_swap_is_conflict_free():
-    """`fp8mla.decode.TMA_ROW_SWAP` (prepared): the Triton 16-row kernel's reads of a TMA words
-    tile, 2× ideal as laid out today, are conflict-free once rows r are relabelled σ(r) —
-    the read layout's row bases map through σ (what the sm_90 TTGIR shows with it on)."""
-    i32 = bm.nvmma128(4, 64)
-    total, ideal = bm.count(bm.TRITON_H16_WORDS, i32, 4, 1)
-    assert total == 2 * ideal
-    reg, lane, warp = bm.TRITON_H16_WORDS
-    swapped = tuple([[_sigma(r), c] for r, c in bases] for bases in (reg, lane, warp))
-    assert swapped[1] == [[0, 2], [0, 4], [4, 0], [2, 0], [1, 0]]
-    assert _covers(swapped, [64, 128])
-    total, ideal = bm.count(swapped, i32, 4, 1)
-    assert total == ideal
-
-
-def test_swap_rows_relabels_tile_and_positions_alike():
-    """`_swap_rows` moves row r of a tile to row σ(r), and `_swapped_rows` names the token each
-    row then holds: the scores' positions (masks, causality) follow the rows they belong to."""
-    x = torch.randint(0, 2**31 - 1, (64, 16), dtype=torch.int32, generator=torch.Generator()
-                      .manual_seed(3))
-    y, pos = torch.empty_like(x), torch.empty(64, dtype=torch.int32)
-    _swap_kernel[(1,)](x, y, pos, C=16)
-    sigma = torch.tensor([_sigma(r) for r in range(64)])
-    assert sorted(sigma.tolist()) == list(range(64)) and torch.equal(sigma[sigma], torch.arange(64))
-    assert torch.equal(pos.long(), sigma)
-    assert torch.equal(y, x[sigma])

@@ -66,15 +66,11 @@ SM90_GLUON = True
 # slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
-# fp8 tiles by TMA in the Triton kernel (16- and 32-row programs): rows relabelled so the
-# conversion's reads of the words tile are free of shared-memory bank conflicts (`_swap_rows`
-# in kernels/decode.py; Nsight Compute at 28fafb8 counted those reads at 2× their ideal
-# wavefronts, 19% of the kernel's shared wavefronts). Prepared, not yet timed — the next A/B:
-# benchmarks/decode_variants.py, B=64 × 8K × 16 heads and B=1 × 128K. TMA_ROPE_FIRST: the same
-# tiles' rope box read before the words are converted (sm_90, triton 3.6: no 64-byte spill, 42
-# fewer instructions per tile); prepared, not yet timed
-TMA_ROW_SWAP = False
-TMA_ROPE_FIRST = False
+# SM90, fp8 rows, programs of ≤ 16 query rows (s_q × heads per block) over pages of ≥ 64
+# tokens: the Gluon kernel with swapped operands (`fp8mla.kernels.decode_sm90_narrow`: tokens
+# as the wgmma M, each value converted once) in NARROW_WARPS warps. Not yet timed
+SM90_NARROW = True
+NARROW_WARPS = 8
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -226,7 +222,8 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        self.sm90 = config is None and self._sm90_serves()
+        self.narrow = config is None and self._narrow_serves()
+        self.sm90 = self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
@@ -368,8 +365,6 @@ class DecodePlan:
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
             LATE_SUM=cfg.late_sum, PDL=self._pdl and not direct,
-            ROW_SWAP=TMA_ROW_SWAP and tma and self.fmt.name == "fp8" and cfg.block_n == 64,
-            ROPE_FIRST=TMA_ROPE_FIRST and tma and self.fmt.name == "fp8",
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
@@ -450,6 +445,18 @@ class DecodePlan:
         return (decode_sm90.AVAILABLE and self.config.heads_per_block == decode_sm90.HEADS
                 and (self.sparse or self.page_size >= decode_sm90.BLOCK_N))
 
+    def _narrow_serves(self) -> bool:
+        """Whether the Gluon SM90 kernel of ≤ 16-row programs serves this plan (`SM90_NARROW`):
+        dense fp8 rows in whole 64-token tiles inside pages, s_q × heads per block ≤ 16, a GPU
+        of compute capability 9.0 and a Triton with Gluon."""
+        if (self.target.interpreted or self.target.cc != 90 or self.sparse
+                or not (SM90_NARROW and self.fmt.name == "fp8")):
+            return False
+        from fp8mla.kernels import decode_sm90_narrow as kn  # imports Gluon
+
+        return (kn.AVAILABLE and self.s_q * self.config.heads_per_block <= kn.ROWS
+                and self.page_size >= kn.BLOCK_N)
+
     def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,
                      direct):
         """`fp8mla.kernels.decode_sm90` over the plan's grid; descriptors built once per pool."""
@@ -471,6 +478,20 @@ class DecodePlan:
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
             self._descs = (key, decode_sm90.descriptors(flat))
         lat, rope = self._descs[1]
+        if self.narrow:
+            from fp8mla.kernels import decode_sm90_narrow as kn
+
+            kn._mla_decode_narrow_kernel[grid](
+                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
+                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
+                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
+                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1),
+                DIRECT=direct, S_Q=self.s_q, HEADS=self.config.heads_per_block,
+                CAUSAL=self.causal, BN=kn.BLOCK_N, num_warps=NARROW_WARPS,
+                **kn.layouts(NARROW_WARPS))
+            return
         decode_sm90._mla_decode_sm90_kernel[grid](
             q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
             self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(2),

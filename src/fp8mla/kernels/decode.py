@@ -283,53 +283,26 @@ def _fp8_lanes(words, scales, FORMAT: tl.constexpr, HW_FP8: tl.constexpr,
 
 
 @triton.jit
-def _swap_rows(x):
-    """A [64, C] tile with row r moved to row σ(r), σ swapping bits 0 and 2 of the row index
-    (an involution on each group of 8 rows: 0 1 2 3 4 5 6 7 → 0 4 2 6 1 5 3 7) — a
-    relabelling of the tile's tokens, so the conversion's reads of a TMA words tile hit
-    different shared-memory banks (`ROW_SWAP`)."""
-    C: tl.constexpr = x.shape[1]
-    x = tl.reshape(x, (8, 2, 2, 2, C))
-    return tl.reshape(tl.permute(x, (0, 3, 2, 1, 4)), (64, C))
-
-
-@triton.jit
-def _swapped_rows(BLOCK_N: tl.constexpr):
-    """σ(0 … BLOCK_N − 1): the token each row of a `_swap_rows` tile holds."""
-    r = tl.arange(0, BLOCK_N)
-    return (r & ~5) | ((r & 1) << 2) | ((r >> 2) & 1)
-
-
-@triton.jit
 def _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT: tl.constexpr, HW_FP8: tl.constexpr,
-              SW_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, ROW_SWAP: tl.constexpr = False,
-              ROPE_FIRST: tl.constexpr = False):
+              SW_SCALE: tl.constexpr, BLOCK_N: tl.constexpr):
     """A whole tile from pool row ``row0`` by tensor-memory copies: lanes 0..3 ([BLOCK_N, 128]
     fp16, fp8_ds_mla tiles scaled; bf16 as stored) and rope (fp8: [BLOCK_N, 16] words;
     otherwise [BLOCK_N, 64] bf16). Descriptor boxes: fp8 [BLOCK_N, 128] + [BLOCK_N, 16] words;
     fp8_ds_mla [BLOCK_N, 4, 32] words + [BLOCK_N, 4] scales + [BLOCK_N, 64] bf16; bf16
-    [BLOCK_N, 128] + [BLOCK_N, 64]. ROW_SWAP (fp8, 64-token tiles): rows relabelled by
-    `_swap_rows`, so lanes 4 apart — the mma operand's consecutive rows — read rows r and σ(r)
-    whose 16-byte chunks the 128-byte swizzle puts in different banks (the bank model,
-    tests/bank_model.py: the words tile's reads 512 → 256 wavefronts, ideal 256; the rope
-    tile's stay 2×). ROPE_FIRST (fp8): the rope box read before the words are converted — in
-    the 16-row kernel's sm_90 SASS (triton 3.6) that removes a 64-byte spill and 42 of 1,022
-    instructions per tile. Both prepared, not yet timed."""
+    [BLOCK_N, 128] + [BLOCK_N, 64]. fp8: the rope box is read before the words are converted
+    (in the 16-row kernel's sm_90 SASS, triton 3.6, that removes a 64-byte spill and 42 of
+    1,022 instructions per tile; H200, B=64 × 8K × 16 heads 120.6 → 114.0 µs, B=1 × 128K
+    44.9 → 40.7, h200-20261201-s16-2349672-decode-variants.json; relabelling the tiles' rows so
+    the words tile's reads are free of bank conflicts measured −0.7 µs at B=1, nothing at
+    B=64, and 1 µs slower together with this: not kept)."""
     if FORMAT == FMT_BF16:
         return (lat_desc.load([row0, 0]), lat_desc.load([row0, 128]),
                 lat_desc.load([row0, 256]), lat_desc.load([row0, 384]),
                 rope_desc.load([row0, 512]))
     elif FORMAT == FMT_FP8:
         words = lat_desc.load([row0, 0])
-        if ROPE_FIRST:
-            rope = rope_desc.load([row0, 128])
-        if ROW_SWAP:
-            words = _swap_rows(words)
+        rope = rope_desc.load([row0, 128])
         k0, k1, k2, k3 = e4m3x4_to_f16(words, HW_FP8)
-        if not ROPE_FIRST:
-            rope = rope_desc.load([row0, 128])
-        if ROW_SWAP:
-            rope = _swap_rows(rope)
         return k0, k1, k2, k3, rope
     else:
         k0, k1, k2, k3 = _fp8_lanes(lat_desc.load([row0, 0, 0]), scale_desc.load([row0, 128]),
@@ -437,15 +410,14 @@ def _lanes_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, 
                 l_i, acc0, acc1, acc2, acc3, TILE_TMA: tl.constexpr, FORMAT: tl.constexpr,
                 HW_FP8: tl.constexpr, SW_SCALE: tl.constexpr, DOT_F32: tl.constexpr,
                 ROW_WORDS: tl.constexpr, WORDS_2D: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, LAZY: tl.constexpr, LATE_SUM: tl.constexpr,
-                ROW_SWAP: tl.constexpr = False, ROPE_FIRST: tl.constexpr = False):
+                BLOCK_N: tl.constexpr, LAZY: tl.constexpr, LATE_SUM: tl.constexpr):
     """One tile (positions n0 …) into the four lane accumulators — scores, online softmax and
     P · V: rows gathered from ``slot`` where ``mask_n`` (`_entry_slots`: entries past ``end``
     or skipped are never read), or (TILE_TMA) a whole tile from pool row ``row0`` by
     tensor-memory copies."""
     if TILE_TMA:
         k0, k1, k2, k3, rope = _tma_tile(lat_desc, rope_desc, scale_desc, row0, FORMAT, HW_FP8,
-                                         SW_SCALE, BLOCK_N, ROW_SWAP, ROPE_FIRST)
+                                         SW_SCALE, BLOCK_N)
     else:
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if FORMAT == FMT_BF16:
@@ -458,10 +430,7 @@ def _lanes_tile(q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, 
     qk = _scores(q0, q1, q2, q3, qr0, qr1, qr2, qr3, k0, k1, k2, k3, rope, FORMAT, HW_FP8,
                  DOT_F32, BLOCK_M, BLOCK_N)
     if TILE_TMA:  # positions after the scores: 989 vs 1,022 sm_90 instructions per tile
-        if ROW_SWAP and FORMAT == FMT_FP8:  # the tokens `_tma_tile`'s rows hold
-            offs_n = n0 + _swapped_rows(BLOCK_N)
-        else:
-            offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
     return _online_update(qk, offs_n, mask_n, visible, qk_scale, m_i, m_ref, l_i, acc0, acc1,
                           acc2, acc3, k0, k1, k2, k3, DOT_F32, LAZY, LATE_SUM)
@@ -579,8 +548,7 @@ def _mla_decode_kernel(
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
     TMA: tl.constexpr = False, CARRY: tl.constexpr = 0, LAZY: tl.constexpr = False,
-    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False, ROW_SWAP: tl.constexpr = False,
-    ROPE_FIRST: tl.constexpr = False,
+    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -693,7 +661,7 @@ def _mla_decode_kernel(
                     q0, q1, q2, q3, qr0, qr1, qr2, qr3, u32_ptr, bf16_ptr, f32_ptr, lat_desc,
                     rope_desc, scale_desc, n0, end, row0, 0, None, visible, qk_scale, m_i,
                     m_ref, l_i, acc0, acc1, acc2, acc3, True, FORMAT, HW_FP8, SW_SCALE, DOT_F32,
-                    ROW_WORDS, WORDS_2D, BLOCK_M, BLOCK_N, LAZY, LATE_SUM, ROW_SWAP, ROPE_FIRST)
+                    ROW_WORDS, WORDS_2D, BLOCK_M, BLOCK_N, LAZY, LATE_SUM)
         # every tile gathered, or (TMA) the partial last one: one iteration, not pipelined
         mask_c, slot_c, raw_c = _first_slots(bt_row, tail, end, page_shift, num_slots,
                                              BLOCK_N, SPARSE, CARRY)

@@ -118,18 +118,20 @@ if AVAILABLE:
         _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
 
     @gluon.jit
-    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, rows, MASK: gl.constexpr):
+    def _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, rows, MASK: gl.constexpr,
+                 RING: gl.constexpr = RING_LAYOUT, ROPE: gl.constexpr = ROWS_LAYOUT):
         """Ring stage ``stage``'s e4m3 tile → fp16 in k_lat_s / k_rope_s (MASK: rows from
-        ``rows`` on as zeros — whatever bytes a page holds past a request's end)."""
-        t = gl.arange(0, lat_buf.shape[1], layout=gl.SliceLayout(1, RING_LAYOUT))
+        ``rows`` on as zeros — whatever bytes a page holds past a request's end). RING / ROPE:
+        the layouts of the latent chunks' and the rope's loads (8 warps by default)."""
+        t = gl.arange(0, lat_buf.shape[1], layout=gl.SliceLayout(1, RING))
         for c in gl.static_range(4):
-            x = lat_buf.index(stage * 4 + c).load(RING_LAYOUT).to(gl.float8e4nv, bitcast=True)
+            x = lat_buf.index(stage * 4 + c).load(RING).to(gl.float8e4nv, bitcast=True)
             x = x.to(gl.float16)
             if MASK:
                 x = gl.where((t < rows)[:, None], x, 0.0)
             k_lat_s.slice(c * 128, 128, dim=1).store(x)
-        t = gl.arange(0, rope_buf.shape[1], layout=gl.SliceLayout(1, ROWS_LAYOUT))
-        x = rope_buf.index(stage).load(ROWS_LAYOUT).to(gl.float8e4nv, bitcast=True)
+        t = gl.arange(0, rope_buf.shape[1], layout=gl.SliceLayout(1, ROPE))
+        x = rope_buf.index(stage).load(ROPE).to(gl.float8e4nv, bitcast=True)
         x = x.to(gl.float16)
         if MASK:
             x = gl.where((t < rows)[:, None], x, 0.0)

@@ -1,0 +1,217 @@
+"""SM90 dense decode for programs of at most 16 query rows (s_q × heads: GLM-5 at TP8 is 8
+heads, B=1 × 128K), in Gluon, with the wgmma operands swapped.
+
+Why: wgmma's M is 64 rows. The Triton kernel's 16-row program pads q to 64 rows and reads its
+fp8 tile through the register file twice (once per product, in each product's operand layout:
+each value converted twice, 980 sm_90 instructions per 64-token tile), so at 16 heads it is
+bound by instructions, not by memory (H200, B=64 × 8K: 114 µs, 2.67 TB/s). Here the tile's 64
+tokens are M and the query rows are N:
+
+    Sᵀ [64 tokens, 16 rows] = K [64, 576] · qᵀ          (A: the fp16 tile, K-major)
+    Oᵀ [512 dims, 16 rows] += Vᵀ [512, 64] · Pᵀ          (A: the same tile, MN-major)
+
+so every value is converted once (e4m3 → fp16, exact) into one shared-memory tile that both
+products read, and no MMA row is padding. The two warpgroups split the rows (8 columns each):
+both read the whole tile, each keeps the softmax state of its own rows, so they never exchange
+scores. Tiles arrive by TMA into a two-stage mbarrier ring as in `decode_sm90`'s 64-row kernel
+(pages of ≥ 64 tokens), whose copy, conversion and block-table helpers this reuses; rows past a
+request's end in its last tile are zeroed after conversion and their scores are −inf.
+
+Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
+`_combine_splits_kernel`. Query row r of a program is (s_q index r // HEADS, head
+hb · HEADS + r % HEADS); causal among the s_q queries.
+"""
+
+from fp8mla.kernels.decode_sm90 import AVAILABLE, BLOCK_N  # noqa: F401 — the launcher reads both here
+
+if AVAILABLE:
+    from fp8mla.kernels.decode_sm90 import (
+        LOG2E,
+        SHARED16,
+        _convert,
+        _cta_barrier,
+        _issue,
+        _split_range,
+        _tile_row,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+        warpgroup_mma,
+        warpgroup_mma_init,
+        warpgroup_mma_wait,
+    )
+
+ROWS = 16  # query rows per program: the products' N
+
+
+def layouts(num_warps: int) -> dict:
+    """The kernel's layouts for ``num_warps`` (4: one warpgroup, N = 16; 8: two, each 8 of the
+    16 rows): T (Sᵀ [64, 16] and Oᵀ [512, 16]), RING / ROPE (the conversion's loads of a
+    [64, 128] latent chunk — 8 bytes per thread, conflict-free as `decode_sm90.RING_LAYOUT` —
+    and of the [64, 64] rope), Q / QR (q's [16, 128] latent blocks and [16, 64] rope), OUT
+    (the output [512, 16], 4 consecutive dims per thread)."""
+    wg = num_warps // 4
+    rows = [[8, 0], [16, 0], [32, 0]]  # the ring's row bases beyond a warp's
+    in_regs = 3 - (num_warps.bit_length() - 1)  # those the warps do not cover
+    return dict(
+        T=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, wg],
+                                    instr_shape=[16, ROWS // wg, 16]),
+        RING=gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [0, 4], [0, 64], [2, 0]] + rows[:in_regs],
+            lane_bases=[[0, 8], [0, 16], [0, 32], [4, 0], [1, 0]],
+            warp_bases=rows[in_regs:], block_bases=[], shape=[64, 128]),
+        ROPE=gl.BlockedLayout([1, 16], [8, 4], [num_warps, 1], [1, 0]),
+        Q=gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0]),
+        QR=gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0]),
+        OUT=gl.BlockedLayout([4, 1], [32, 1], [4, wg], [0, 1]),
+    )
+
+
+if AVAILABLE:
+    NR = gl.constexpr(ROWS)
+
+    @gluon.jit
+    def _rows(r, hb, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr):
+        """Row r's (s_q index, head) and whether it exists."""
+        qi = r // HEADS
+        head = hb * HEADS + r % HEADS
+        return qi, head, (r < S_Q * HEADS) & (head < num_heads)
+
+    @gluon.jit
+    def _q_operand(q_ptr, b, hb, stride_qb, stride_qs, stride_qh, num_heads, col0,
+                   WIDTH: gl.constexpr, LAYOUT: gl.constexpr, S_Q: gl.constexpr,
+                   HEADS: gl.constexpr):
+        """q's dims col0 … col0 + WIDTH − 1 of every row, fp16 [16, WIDTH] (zeros where a row
+        does not exist)."""
+        r = gl.arange(0, NR, layout=gl.SliceLayout(1, LAYOUT))
+        qi, head, ok = _rows(r, hb, num_heads, S_Q, HEADS)
+        row = q_ptr + b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh + col0
+        c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, LAYOUT))
+        return gl.load(row[:, None] + c[None, :], mask=ok[:, None], other=0.0).to(gl.float16)
+
+    @gluon.jit
+    def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
+                    stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits,
+                    DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr,
+                    T_LAYOUT: gl.constexpr, OUT_LAYOUT: gl.constexpr):
+        """Normalize Oᵀ; write the final rows (one split: out, lse — ``lse_empty`` where nothing
+        was attended — and max_logits) or this split's partials (workspace rows
+        [batch, num_splits, S_Q, num_heads])."""
+        has = l_i > 0.0
+        lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
+        inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
+        o = gl.convert_layout(acc * inv[None, :], OUT_LAYOUT)
+        d = gl.arange(0, 512, layout=gl.SliceLayout(1, OUT_LAYOUT))
+        qi, head, ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, OUT_LAYOUT)), hb,
+                             num_heads, S_Q, HEADS)
+        ri, rh, rok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, T_LAYOUT)), hb,
+                            num_heads, S_Q, HEADS)
+        if DIRECT:
+            o_row = out_ptr + b.to(gl.int64) * stride_ob + qi * stride_os + head * stride_oh
+            gl.store(o_row[None, :] + d[:, None], o.to(gl.bfloat16), mask=ok[None, :])
+            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + ri * stride_ls + rh * stride_lh,
+                     gl.where(has, lse, lse_empty), mask=rok)
+            gl.store(max_ptr + (b * S_Q + ri).to(gl.int64) * num_heads + rh, m_i / LOG2E,
+                     mask=rok)
+        else:
+            ws = ((b * num_splits + split) * S_Q + ri).to(gl.int64) * num_heads + rh
+            gl.store(part_lse_ptr + ws, lse, mask=rok)
+            gl.store(part_max_ptr + ws, m_i / LOG2E, mask=rok)
+            wo = ((b * num_splits + split) * S_Q + qi).to(gl.int64) * num_heads + head
+            gl.store(part_out_ptr + wo[None, :] * 512 + d[:, None], o, mask=ok[None, :])
+
+    @gluon.jit
+    def _mla_decode_narrow_kernel(
+        q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh,
+        stride_lb, stride_ls, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
+        DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+        BN: gl.constexpr, T: gl.constexpr, RING: gl.constexpr, ROPE: gl.constexpr,
+        Q: gl.constexpr, QR: gl.constexpr, OUT: gl.constexpr,
+    ):
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+        hb = gl.program_id(2)
+
+        q_lat_s = gl.allocate_shared_memory(gl.float16, [NR, 512], SHARED16)
+        for j in gl.static_range(4):
+            q_lat_s.slice(j * 128, 128, dim=1).store(
+                _q_operand(q_ptr, b, hb, stride_qb, stride_qs, stride_qh, num_heads, j * 128,
+                           128, Q, S_Q, HEADS))
+        q_rope_s = gl.allocate_shared_memory(
+            gl.float16, [NR, 64], SHARED16,
+            _q_operand(q_ptr, b, hb, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
+                       QR, S_Q, HEADS))
+        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
+        k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], SHARED16)
+        p_s = gl.allocate_shared_memory(gl.float16, [NR, BN], SHARED16)
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(2):
+            mbarrier.init(bars.index(j), count=1)
+        fence_async_shared()  # the initialised barriers and q, before the async proxy reads
+
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        kv_mult = gl.load(scale_ptr)
+        qk_scale = softmax_scale * kv_mult * LOG2E
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
+               _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
+
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, T))
+        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, T)), hb, num_heads,
+                         S_Q, HEADS)
+        if CAUSAL:  # query qi sees positions up to seqlen − S_Q + qi
+            last = gl.minimum(end - 1, seqlen - S_Q + qi)
+        else:
+            last = gl.zeros_like(qi) + (end - 1)
+        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, T))
+        l_i = gl.full([NR], 0.0, gl.float32, layout=gl.SliceLayout(0, T))
+        acc = warpgroup_mma_init(gl.zeros([512, NR], gl.float32, layout=T))
+        for i in range(n_tiles):
+            n0 = start + i * BN
+            stage = i % 2
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
+                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
+            mbarrier.wait(bars.index(stage), (i // 2) & 1)
+            # the last tile's P · V ran during the issue and the wait
+            acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
+            _cta_barrier()  # both warpgroups are done with the last tile's buffers
+            if n0 + BN <= end:
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False, RING, ROPE)
+            else:  # the request's partial last tile: rows past its end are zeroed, not used
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, end - n0, True, RING,
+                         ROPE)
+            fence_async_shared()
+            _cta_barrier()
+            s = gl.zeros([BN, NR], gl.float32, layout=T)
+            s = warpgroup_mma(k_lat_s, q_lat_s.permute((1, 0)), s)
+            s = warpgroup_mma(k_rope_s, q_rope_s.permute((1, 0)), s)
+            # online softmax down each column (base 2; a tile with nothing visible while
+            # nothing was before leaves the state as it is)
+            s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=0))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+            p = gl.exp2(s - m_ref[None, :])
+            alpha = gl.exp2(m_i - m_ref)
+            l_i = l_i * alpha + gl.sum(p, axis=0)
+            m_i = m_new
+            p_s.store(gl.permute(p.to(gl.float16), (1, 0)))
+            fence_async_shared()
+            _cta_barrier()
+            acc = warpgroup_mma(k_lat_s.permute((1, 0)), p_s.permute((1, 0)),
+                                acc * alpha[None, :], is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
+        for j in gl.static_range(2):
+            mbarrier.invalidate(bars.index(j))
+
+        _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
+                    stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
+                    S_Q, HEADS, T, OUT)
