@@ -4,7 +4,8 @@
         python benchmarks/profile_decode.py FMT BATCH CTX HEADS [key=value ...]
 
 key=value pairs override fields of the launcher's DecodeConfig (block_n, num_warps, swap, ...;
-none: the launcher's own choice, the Gluon kernel included) and, as splits=N, the split count.
+none: the launcher's own choice, the Gluon kernels included) and, as splits=N, the split count;
+upper-case keys set `fp8mla.decode`'s switches instead (SM90_NARROW=1 NARROW_WARPS=4).
 """
 
 import sys
@@ -30,13 +31,17 @@ def parse_overrides(args: list[str], opts: dict) -> dict:
 def main() -> None:
     from dataclasses import replace
 
+    import fp8mla.decode as decode_mod
     from fp8mla.bench.decode import DecodeCase, make_problem
     from fp8mla.decode import DecodePlan
     from fp8mla.runtime import decode_config
 
     fmt_name, batch, ctx, heads = sys.argv[1], *map(int, sys.argv[2:5])
     opts = {"splits": None}
-    over = parse_overrides(sys.argv[5:], opts)
+    switches = [kv.split("=") for kv in sys.argv[5:] if kv[0].isupper()]
+    for k, v in switches:
+        setattr(decode_mod, k, type(getattr(decode_mod, k))(int(v)))
+    over = parse_overrides([kv for kv in sys.argv[5:] if not kv[0].isupper()], opts)
     case = DecodeCase(batch, ctx, heads)
     fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name)
     cfg = replace(decode_config(90, fmt_name, heads, 1), **over)
@@ -46,7 +51,7 @@ def main() -> None:
     for _ in range(3):
         plan.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
     print("profiled", fmt_name, batch, ctx, heads, cfg, "splits", plan.num_splits, "sm90",
-          plan.sm90)
+          plan.sm90, "narrow", plan.narrow, dict(switches))
 
 
 if __name__ == "__main__":

@@ -68,9 +68,12 @@ SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
 # SM90, fp8 rows, programs of ≤ 16 query rows (s_q × heads per block) over pages of ≥ 64
 # tokens: the Gluon kernel with swapped operands (`fp8mla.kernels.decode_sm90_narrow`: tokens
-# as the wgmma M, each value converted once) in NARROW_WARPS warps. Not yet timed
-SM90_NARROW = True
-NARROW_WARPS = 8
+# as the wgmma M, each value converted once) in NARROW_WARPS warps. Off: correct on the H200
+# but slower than the Triton kernel — B=64 × 8K × 16 heads 160.7 µs (4 warps) / 203.5 (8)
+# against 113.6, B=1 × 128K 51.4 / 61.8 against 40.9 (h200-20261201-s16-542c9c4-narrow-
+# decode-variants.json; its module docstring says why). The GPU tests run it forced on
+SM90_NARROW = False
+NARROW_WARPS = 4
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,

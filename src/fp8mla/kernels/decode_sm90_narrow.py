@@ -19,7 +19,23 @@ request's end in its last tile are zeroed after conversion and their scores are 
 
 Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
 `_combine_splits_kernel`. Query row r of a program is (s_q index r // HEADS, head
-hb · HEADS + r % HEADS); causal among the s_q queries.
+hb · HEADS + r % HEADS); causal among the s_q queries. `layouts(4)`: one warpgroup with N = 16;
+`layouts(8)`: two warpgroups, 8 rows each.
+
+Measured (H200, triton 3.6, h200-20261201-s16-542c9c4-narrow-decode-variants.json): correct,
+but slower than the Triton kernel, so the launcher leaves it off (`fp8mla.decode.SM90_NARROW`):
+B=64 × 8K × 16 heads 160.7 µs in 4 warps, 203.5 in 8, against 113.6; B=1 × 128K 51.4 / 61.8
+against 40.9. Why, from the counts (not profiled): its 168 KB of shared memory (two fp8 ring
+stages 74 KB, the fp16 tile 72, q 18) leave one program per SM.
+- 4 warps: one warp per scheduler runs each tile's chain — conversion, q · Kᵀ, softmax, P · V
+  — with no other warp to hide its latency: 2.5 µs per tile per SM, against 1.84 for the
+  Triton kernel's two 4-warp programs.
+- 8 warps: the warpgroups split N, so each reads the whole tile as its A operand in both
+  products — 2 × 138 KB of shared-memory operand reads per tile beside the conversion's 111 KB.
+Leads: a producer warpgroup converting into two fp16 tiles for a consumer that runs the
+products (2 × 72 + 37 + 18 KB: one fp8 stage); or q · Kᵀ with A from registers (converted
+straight into wgmma's A fragment, q's columns permuted to match 16-byte loads of the ring),
+which removes the 74 KB read of K per tile.
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE, BLOCK_N  # noqa: F401 — the launcher reads both here
