@@ -185,6 +185,22 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
                           options={"num_warps": num_warps or k90.NUM_WARPS})
 
 
+def _dense_sm90_sig(strides):
+    """The runtime signature of the dense Gluon SM90 kernels (TMA descriptors over fp8 rows),
+    with ``strides`` the i32 strides they take."""
+    from fp8mla.kernels import decode_sm90 as k90
+
+    lat, rope = (k90.gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=8, rank=2)
+                 for w in (128, 64))
+    return {"q_ptr": "*bf16", "lat_desc": f"tensordesc<u8[{k90.BLOCK_N}, 128],{lat!r}>",
+            "rope_desc": f"tensordesc<u8[{k90.BLOCK_N}, 64],{rope!r}>", "bt_ptr": "*i32",
+            "seqlens_ptr": "*i32", "scale_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+            "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
+            "part_max_ptr": "*fp32", **{k: "i32" for k in strides}, "softmax_scale": "fp32",
+            "lse_empty": "fp32", "num_heads": "i32", "num_splits": "i32", "page_shift": "i32",
+            "max_len": "i32"}
+
+
 def decode_sm90_compile(direct=False):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
@@ -192,16 +208,8 @@ def decode_sm90_compile(direct=False):
 
     if not k90.AVAILABLE:
         return None
-    lat, rope = (k90.gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=8, rank=2)
-                 for w in (128, 64))
-    sig = {"q_ptr": "*bf16", "lat_desc": f"tensordesc<u8[{k90.BLOCK_N}, 128],{lat!r}>",
-           "rope_desc": f"tensordesc<u8[{k90.BLOCK_N}, 64],{rope!r}>", "bt_ptr": "*i32",
-           "seqlens_ptr": "*i32", "scale_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
-           "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
-           "part_max_ptr": "*fp32", **{k: "i32" for k in (
-               "stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb",
-               "stride_lh")}, "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
-           "num_splits": "i32", "page_shift": "i32", "max_len": "i32"}
+    sig = _dense_sm90_sig(("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh",
+                           "stride_lb", "stride_lh"))
     return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, sig, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N})
 
@@ -215,17 +223,8 @@ def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True, num_warps=
 
     if not k90.AVAILABLE:
         return None
-    lat, rope = (k90.gl.NVMMASharedLayout(swizzle_byte_width=w, element_bitwidth=8, rank=2)
-                 for w in (128, 64))
-    sig = {"q_ptr": "*bf16", "lat_desc": f"tensordesc<u8[{k90.BLOCK_N}, 128],{lat!r}>",
-           "rope_desc": f"tensordesc<u8[{k90.BLOCK_N}, 64],{rope!r}>", "bt_ptr": "*i32",
-           "seqlens_ptr": "*i32", "scale_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
-           "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
-           "part_max_ptr": "*fp32", **{k: "i32" for k in (
-               "stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob", "stride_os",
-               "stride_oh", "stride_lb", "stride_ls", "stride_lh")}, "softmax_scale": "fp32",
-           "lse_empty": "fp32", "num_heads": "i32", "num_splits": "i32", "page_shift": "i32",
-           "max_len": "i32"}
+    sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
+                           "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     num_warps = num_warps or fp8mla.decode.NARROW_WARPS
     return _gluon_sm90_compile(kn._mla_decode_narrow_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "BN": k90.BLOCK_N,

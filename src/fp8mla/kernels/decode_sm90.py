@@ -138,6 +138,50 @@ if AVAILABLE:
         k_rope_s.store(x)
 
     @gluon.jit
+    def _dense_ring(lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, split, num_splits,
+                    stride_bt, page_shift, max_len, BN: gl.constexpr):
+        """A dense TMA loop's two-stage ring (latent and rope buffers, initialised mbarriers),
+        this program's token chunk from the device-side length (bounded by the table's row),
+        and its first tile's copy issued: (lat_buf, rope_buf, bars, seqlen, start, end,
+        n_tiles, the request's block-table row, the pool's scale from ``scale_ptr``)."""
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(2):
+            mbarrier.init(bars.index(j), count=1)
+        fence_async_shared()  # the initialised barriers (and q), before the async proxy
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        kv_mult = gl.load(scale_ptr)
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
+               _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
+        return lat_buf, rope_buf, bars, seqlen, start, end, n_tiles, bt_row, kv_mult
+
+    @gluon.jit
+    def _next_tile(lat_desc, rope_desc, lat_buf, rope_buf, bars, k_lat_s, k_rope_s, acc, p_s,
+                   bt_row, i, n0, end, n_tiles, page_shift, BN: gl.constexpr,
+                   RING: gl.constexpr = RING_LAYOUT, ROPE: gl.constexpr = ROWS_LAYOUT):
+        """Tile i (positions n0 …) of a dense TMA loop into k_lat_s / k_rope_s, ready for the
+        products: the next tile's copy issued into the other ring stage, this one's waited
+        for, the last tile's P · V waited for (it ran during both: H200, B=64 × 8K × 128 heads
+        456.4 → 414.7 µs, h200-20261201-s14-5f55f95-dense-ab), then converted (rows past
+        ``end`` zeroed) and fenced behind a CTA barrier. Returns the accumulator."""
+        stage = i % 2
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
+               _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
+        mbarrier.wait(bars.index(stage), (i // 2) & 1)
+        acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
+        _cta_barrier()  # every warpgroup is done with the last tile's buffers
+        if n0 + BN <= end:
+            _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False, RING, ROPE)
+        else:  # the request's partial last tile: rows past its end are zeroed, not used
+            _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, end - n0, True, RING, ROPE)
+        fence_async_shared()
+        _cta_barrier()
+        return acc
+
+    @gluon.jit
     def _softmax_state(HEADS: gl.constexpr, BN: gl.constexpr):
         """The tile loop's carried state: running max −inf, row sums 0, the accumulator 0 as
         a P · V token, and P's shared-memory buffer (the product's A operand)."""
@@ -245,43 +289,20 @@ if AVAILABLE:
         q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], SHARED16, x.to(gl.float16))
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], SHARED16)
-        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
-        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for j in gl.static_range(2):
-            mbarrier.init(bars.index(j), count=1)
-        fence_async_shared()  # the initialised barriers, before the copy engine signals them
-
-        # this program's token chunk, from the device-side length (bounded by the table's row)
-        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
-        kv_mult = gl.load(scale_ptr)
+        lat_buf, rope_buf, bars, seqlen, start, end, n_tiles, bt_row, kv_mult = _dense_ring(
+            lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, split, num_splits,
+            stride_bt, page_shift, max_len, BN)
         qk_scale = softmax_scale * kv_mult * LOG2E
-        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
-               _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
 
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
         m_i, l_i, acc, p_s = _softmax_state(HEADS, BN)
         for i in range(n_tiles):
             n0 = start + i * BN
-            stage = i % 2
             # the next tile's copy: its ring stage was last converted before the last tile's
             # barrier (looking its pool row up a tile earlier measured the same: 414.9 / 414.9
             # vs 414.7 / 414.3 µs, h200-20261201-s14-4a1dbdc-dense-ab.json)
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
-                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
-            mbarrier.wait(bars.index(stage), (i // 2) & 1)
-            # the last tile's P · V ran during the issue and the wait (waited for after them:
-            # H200, B=64 × 8K × 128 heads 456.4 → 414.7 µs, h200-20261201-s14-5f55f95-dense-ab)
-            acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
-            _cta_barrier()  # both warpgroups are done with the last tile's buffers
-            if n0 + BN <= end:
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False)
-            else:  # the request's partial last tile: rows past its end are zeroed, not used
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, end - n0, True)
-            fence_async_shared()
-            _cta_barrier()
+            acc = _next_tile(lat_desc, rope_desc, lat_buf, rope_buf, bars, k_lat_s, k_rope_s,
+                             acc, p_s, bt_row, i, n0, end, n_tiles, page_shift, BN)
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)

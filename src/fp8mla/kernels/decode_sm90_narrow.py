@@ -4,38 +4,44 @@ heads, B=1 × 128K), in Gluon, with the wgmma operands swapped.
 Why: wgmma's M is 64 rows. The Triton kernel's 16-row program pads q to 64 rows and reads its
 fp8 tile through the register file twice (once per product, in each product's operand layout:
 each value converted twice, 980 sm_90 instructions per 64-token tile), so at 16 heads it is
-bound by instructions, not by memory (H200, B=64 × 8K: 114 µs, 2.67 TB/s). Here the tile's 64
-tokens are M and the query rows are N:
+bound by each warp's chain through them, not by memory (H200, B=64 × 8K: 114 µs, 2.67 TB/s).
+Here the tile's 64 tokens are M and the query rows are N:
 
     Sᵀ [64 tokens, 16 rows] = K [64, 576] · qᵀ          (A: the fp16 tile, K-major)
     Oᵀ [512 dims, 16 rows] += Vᵀ [512, 64] · Pᵀ          (A: the same tile, MN-major)
 
 so every value is converted once (e4m3 → fp16, exact) into one shared-memory tile that both
-products read, and no MMA row is padding. The two warpgroups split the rows (8 columns each):
-both read the whole tile, each keeps the softmax state of its own rows, so they never exchange
-scores. Tiles arrive by TMA into a two-stage mbarrier ring as in `decode_sm90`'s 64-row kernel
-(pages of ≥ 64 tokens), whose copy, conversion and block-table helpers this reuses; rows past a
-request's end in its last tile are zeroed after conversion and their scores are −inf.
+products read, and no MMA row is padding. In 4 warps (`layouts(4)`) one warpgroup holds all 16
+rows; in 8 (`layouts(8)`) the two warpgroups split them, 8 each: both read the whole tile and
+each keeps its own rows' softmax state, so they never exchange scores. Tiles arrive by TMA into
+a two-stage mbarrier ring as in `decode_sm90`'s 64-row kernel (pages of ≥ 64 tokens), whose
+copy, conversion and block-table helpers this reuses; rows past a request's end in its last
+tile are zeroed after conversion and their scores are −inf.
 
 Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
 `_combine_splits_kernel`. Query row r of a program is (s_q index r // HEADS, head
-hb · HEADS + r % HEADS); causal among the s_q queries. `layouts(4)`: one warpgroup with N = 16;
-`layouts(8)`: two warpgroups, 8 rows each.
+hb · HEADS + r % HEADS); causal among the s_q queries.
 
 Measured (H200, triton 3.6, h200-20261201-s16-542c9c4-narrow-decode-variants.json): correct,
 but slower than the Triton kernel, so the launcher leaves it off (`fp8mla.decode.SM90_NARROW`):
 B=64 × 8K × 16 heads 160.7 µs in 4 warps, 203.5 in 8, against 113.6; B=1 × 128K 51.4 / 61.8
-against 40.9. Why, from the counts (not profiled): its 168 KB of shared memory (two fp8 ring
-stages 74 KB, the fp16 tile 72, q 18) leave one program per SM.
+against 40.9. Why: its 168 KB of shared memory (two fp8 ring stages 74 KB, the fp16 tile 72,
+q 18) leave one program per SM.
 - 4 warps: one warp per scheduler runs each tile's chain — conversion, q · Kᵀ, softmax, P · V
-  — with no other warp to hide its latency: 2.5 µs per tile per SM, against 1.84 for the
-  Triton kernel's two 4-warp programs.
+  — with no other warp to hide its latency. Nsight Compute (B=64 × 16 heads,
+  h200-20261201-s16-f65e851-ncu-narrow-fp8-B64-H16.txt): 6.2% of warp slots active, ~4,400
+  cycles per tile per SM (the Triton kernel's two programs: ~3,600), ~5 cycles per issued
+  instruction (barrier 1.1, fixed latency 1.0, shared-memory scoreboard 0.9, MIO throttle
+  0.4), no pipe above 15% busy, DRAM 40%. Not shared-memory bandwidth: loads conflict-free,
+  stores 2.5 M excess of 7.7 M wavefronts (not attributed; P's transposed store and the rope's
+  fp16 rows are the candidates).
 - 8 warps: the warpgroups split N, so each reads the whole tile as its A operand in both
   products — 2 × 138 KB of shared-memory operand reads per tile beside the conversion's 111 KB.
-Leads: a producer warpgroup converting into two fp16 tiles for a consumer that runs the
-products (2 × 72 + 37 + 18 KB: one fp8 stage); or q · Kᵀ with A from registers (converted
-straight into wgmma's A fragment, q's columns permuted to match 16-byte loads of the ring),
-which removes the 74 KB read of K per tile.
+Leads — more warps per SM without duplicated operand reads: a producer warpgroup converting
+into two fp16 tiles for a consumer warpgroup that runs the products (2 × 72 + 37 + 18 KB, one
+fp8 stage); or smaller programs, two per SM, with q · Kᵀ's A from registers (converted straight
+into wgmma's A fragment, q's columns permuted to match 16-byte loads of the ring) so that only
+V's 64 KB fp16 tile stays in shared memory.
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE, BLOCK_N  # noqa: F401 — the launcher reads both here
@@ -44,11 +50,9 @@ if AVAILABLE:
     from fp8mla.kernels.decode_sm90 import (
         LOG2E,
         SHARED16,
-        _convert,
         _cta_barrier,
-        _issue,
-        _split_range,
-        _tile_row,
+        _dense_ring,
+        _next_tile,
         fence_async_shared,
         gl,
         gluon,
@@ -165,20 +169,10 @@ if AVAILABLE:
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], SHARED16)
         p_s = gl.allocate_shared_memory(gl.float16, [NR, BN], SHARED16)
-        lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
-        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for j in gl.static_range(2):
-            mbarrier.init(bars.index(j), count=1)
-        fence_async_shared()  # the initialised barriers and q, before the async proxy reads
-
-        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
-        kv_mult = gl.load(scale_ptr)
+        lat_buf, rope_buf, bars, seqlen, start, end, n_tiles, bt_row, kv_mult = _dense_ring(
+            lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, split, num_splits,
+            stride_bt, page_shift, max_len, BN)
         qk_scale = softmax_scale * kv_mult * LOG2E
-        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0,
-               _tile_row(bt_row, start, end, page_shift), n_tiles > 0, BN)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, T))
         qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, T)), hb, num_heads,
@@ -192,20 +186,8 @@ if AVAILABLE:
         acc = warpgroup_mma_init(gl.zeros([512, NR], gl.float32, layout=T))
         for i in range(n_tiles):
             n0 = start + i * BN
-            stage = i % 2
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 1 - stage,
-                   _tile_row(bt_row, n0 + BN, end, page_shift), i + 1 < n_tiles, BN)
-            mbarrier.wait(bars.index(stage), (i // 2) & 1)
-            # the last tile's P · V ran during the issue and the wait
-            acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
-            _cta_barrier()  # both warpgroups are done with the last tile's buffers
-            if n0 + BN <= end:
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False, RING, ROPE)
-            else:  # the request's partial last tile: rows past its end are zeroed, not used
-                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, end - n0, True, RING,
-                         ROPE)
-            fence_async_shared()
-            _cta_barrier()
+            acc = _next_tile(lat_desc, rope_desc, lat_buf, rope_buf, bars, k_lat_s, k_rope_s,
+                             acc, p_s, bt_row, i, n0, end, n_tiles, page_shift, BN, RING, ROPE)
             s = gl.zeros([BN, NR], gl.float32, layout=T)
             s = warpgroup_mma(k_lat_s, q_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(k_rope_s, q_rope_s.permute((1, 0)), s)
