@@ -43,16 +43,18 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # rope box read first 120.6 → 114.0 µs (B=64 × 16 heads) and 44.9 → 40.7 (B=1 × 128K), now the
 # only path; the rows relabelled for conflict-free words reads 0 / −0.7 µs, dropped. The plan is
 # back to session 11's split sweep.
-# Session 16: the Gluon kernel of ≤ 16-row programs (`fp8mla.decode.SM90_NARROW`, the default
-# arm; 8 warps) against the Triton kernel and against itself in 4 warps, each twice
-TRITON, W4 = {"SM90_NARROW": False}, {"NARROW_WARPS": 4}
-NARROW = [("triton", None, None, TRITON), ("narrow 4 warps", None, None, W4),
-          ("default again", None, None, {}), ("triton again", None, None, TRITON),
-          ("narrow 4 warps again", None, None, W4)]
+# Session 16: the Gluon kernel of ≤ 16-row programs (`fp8mla.decode.SM90_NARROW`). Its first
+# form (64-token tiles, 4 or 8 warps, one program per SM) lost to the Triton kernel
+# (s16-542c9c4-narrow-decode-variants.json); the plan times its 128-token form (the default
+# arm) against the Triton kernel, ABAB
+TRITON = {"SM90_NARROW": False}
+NARROW = [("triton", None, None, TRITON), ("default again", None, None, {}),
+          ("triton again", None, None, TRITON)]
 PLAN = [
     (DecodeCase(64, 8192, 16), "fp8", NARROW),
     (DecodeCase(1, 131072, 8), "fp8", NARROW),
-    (DecodeCase(64, 8192, 8, s_q=2), "fp8", NARROW[:3]),
+    (DecodeCase(64, 8192, 8, s_q=2), "fp8", NARROW[:1]),
+    (DecodeCase(1, 4096, 8, pool_tokens=495000), "fp8", NARROW[:1]),
 ]
 
 

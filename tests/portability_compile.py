@@ -13,7 +13,6 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-import fp8mla.decode
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
@@ -214,21 +213,19 @@ def decode_sm90_compile(direct=False):
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N})
 
 
-def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True, num_warps=None):
+def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
     """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_narrow`)
     for sm_90, as the launcher takes it for fp8 plans of s_q × heads-per-block ≤ 16; None where
     this Triton has no (such) Gluon."""
-    from fp8mla.kernels import decode_sm90 as k90
     from fp8mla.kernels import decode_sm90_narrow as kn
 
-    if not k90.AVAILABLE:
+    if not kn.AVAILABLE:
         return None
     sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
                            "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
-    num_warps = num_warps or fp8mla.decode.NARROW_WARPS
     return _gluon_sm90_compile(kn._mla_decode_narrow_kernel, sig, {
-        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "BN": k90.BLOCK_N,
-        **kn.layouts(num_warps)}, num_warps=num_warps)
+        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal},
+        num_warps=kn.NUM_WARPS)
 
 
 def sparse_sm90_compile(direct=False):

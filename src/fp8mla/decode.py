@@ -68,12 +68,10 @@ SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
 # SM90, fp8 rows, programs of ≤ 16 query rows (s_q × heads per block) over pages of ≥ 64
 # tokens: the Gluon kernel with swapped operands (`fp8mla.kernels.decode_sm90_narrow`: tokens
-# as the wgmma M, each value converted once) in NARROW_WARPS warps. Off: correct on the H200
-# but slower than the Triton kernel — B=64 × 8K × 16 heads 160.7 µs (4 warps) / 203.5 (8)
-# against 113.6, B=1 × 128K 51.4 / 61.8 against 40.9 (h200-20261201-s16-542c9c4-narrow-
-# decode-variants.json; its module docstring says why). The GPU tests run it forced on
-SM90_NARROW = False
-NARROW_WARPS = 4
+# as the wgmma M, each value converted once, 128-token tiles over two warpgroups). Not yet
+# timed; its first form (64-token tiles, one program per SM) measured slower than the Triton
+# kernel (h200-20261201-s16-542c9c4-narrow-decode-variants.json)
+SM90_NARROW = True
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -241,7 +239,7 @@ class DecodePlan:
         self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
-                                                  self.config.block_n))
+                                                  self._tile_tokens()))
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
@@ -448,6 +446,14 @@ class DecodePlan:
         return (decode_sm90.AVAILABLE and self.config.heads_per_block == decode_sm90.HEADS
                 and (self.sparse or self.page_size >= decode_sm90.BLOCK_N))
 
+    def _tile_tokens(self) -> int:
+        """Tokens per tile of the kernel that serves this plan (whole tiles per split)."""
+        if self.narrow:
+            from fp8mla.kernels import decode_sm90_narrow as kn
+
+            return kn.BLOCK_N
+        return self.config.block_n
+
     def _narrow_serves(self) -> bool:
         """Whether the Gluon SM90 kernel of ≤ 16-row programs serves this plan (`SM90_NARROW`):
         dense fp8 rows in whole 64-token tiles inside pages, s_q × heads per block ≤ 16, a GPU
@@ -458,7 +464,7 @@ class DecodePlan:
         from fp8mla.kernels import decode_sm90_narrow as kn  # imports Gluon
 
         return (kn.AVAILABLE and self.s_q * self.config.heads_per_block <= kn.ROWS
-                and self.page_size >= kn.BLOCK_N)
+                and self.page_size >= kn.HALF)
 
     def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,
                      direct):
@@ -492,8 +498,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.config.heads_per_block,
-                CAUSAL=self.causal, BN=kn.BLOCK_N, num_warps=NARROW_WARPS,
-                **kn.layouts(NARROW_WARPS))
+                CAUSAL=self.causal, num_warps=kn.NUM_WARPS)
             return
         decode_sm90._mla_decode_sm90_kernel[grid](
             q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,

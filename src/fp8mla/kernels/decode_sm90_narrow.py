@@ -44,15 +44,16 @@ into wgmma's A fragment, q's columns permuted to match 16-byte loads of the ring
 V's 64 KB fp16 tile stays in shared memory.
 """
 
-from fp8mla.kernels.decode_sm90 import AVAILABLE, BLOCK_N  # noqa: F401 — the launcher reads both here
+from fp8mla.kernels.decode_sm90 import AVAILABLE
 
 if AVAILABLE:
     from fp8mla.kernels.decode_sm90 import (
         LOG2E,
         SHARED16,
         _cta_barrier,
-        _dense_ring,
-        _next_tile,
+        _split_range,
+        _tile_row,
+        _tma_load,
         fence_async_shared,
         gl,
         gluon,
@@ -63,33 +64,57 @@ if AVAILABLE:
     )
 
 ROWS = 16  # query rows per program: the products' N
-
-
-def layouts(num_warps: int) -> dict:
-    """The kernel's layouts for ``num_warps`` (4: one warpgroup, N = 16; 8: two, each 8 of the
-    16 rows): T (Sᵀ [64, 16] and Oᵀ [512, 16]), RING / ROPE (the conversion's loads of a
-    [64, 128] latent chunk — 8 bytes per thread, conflict-free as `decode_sm90.RING_LAYOUT` —
-    and of the [64, 64] rope), Q / QR (q's [16, 128] latent blocks and [16, 64] rope), OUT
-    (the output [512, 16], 4 consecutive dims per thread)."""
-    wg = num_warps // 4
-    rows = [[8, 0], [16, 0], [32, 0]]  # the ring's row bases beyond a warp's
-    in_regs = 3 - (num_warps.bit_length() - 1)  # those the warps do not cover
-    return dict(
-        T=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, wg],
-                                    instr_shape=[16, ROWS // wg, 16]),
-        RING=gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [0, 4], [0, 64], [2, 0]] + rows[:in_regs],
-            lane_bases=[[0, 8], [0, 16], [0, 32], [4, 0], [1, 0]],
-            warp_bases=rows[in_regs:], block_bases=[], shape=[64, 128]),
-        ROPE=gl.BlockedLayout([1, 16], [8, 4], [num_warps, 1], [1, 0]),
-        Q=gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0]),
-        QR=gl.BlockedLayout([1, 4], [2, 16], [num_warps, 1], [1, 0]),
-        OUT=gl.BlockedLayout([4, 1], [32, 1], [4, wg], [0, 1]),
-    )
-
+BLOCK_N = 128  # tokens per tile: two 64-row TMA boxes, q · Kᵀ's M over both warpgroups
+HALF = 64  # tokens per TMA box (pages of ≥ 64 tokens)
+NUM_WARPS = 8
 
 if AVAILABLE:
     NR = gl.constexpr(ROWS)
+    BN = gl.constexpr(BLOCK_N)
+    H64 = gl.constexpr(HALF)
+    # Sᵀ [128, 16] and Oᵀ [512, 16]: warpgroup w holds rows 64w … 64w + 63 of every 128
+    T_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                      instr_shape=[16, ROWS, 16]))
+    # the rope [128, 64] as q · Kᵀ's register A operand, straight from the fp8 ring
+    ROPE_A = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=T_LAYOUT, k_width=2))
+    # a [128, 128]-byte latent chunk of the ring as the conversion reads it (8 contiguous
+    # bytes per thread: `decode_sm90.RING_LAYOUT`'s lanes, conflict-free under the 128-byte
+    # swizzle, with the second 64 rows in registers)
+    RING = gl.constexpr(gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 64], [2, 0], [64, 0]],
+        lane_bases=[[0, 8], [0, 16], [0, 32], [4, 0], [1, 0]],
+        warp_bases=[[8, 0], [16, 0], [32, 0]], block_bases=[], shape=[128, 128]))
+    # q's [16, 128] latent blocks and [16, 64] rope (8 / 4 bf16 per thread); the output's
+    # [512, 16] (4 consecutive dims per thread)
+    Q_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))
+    QR_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [8, 1], [1, 0]))
+    OUT_LAYOUT = gl.constexpr(gl.BlockedLayout([4, 1], [32, 1], [4, 2], [0, 1]))
+
+    @gluon.jit
+    def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bar, bt_row, n0, end, page_shift,
+               pred):
+        """Copy the 128-token tile at positions n0 … into the ring (when ``pred``): each
+        64-token half from its own page, four [64, 128]-byte latent boxes and one [64, 64]
+        rope box; one barrier for both."""
+        mbarrier.expect(bar, BN * 576, pred=pred)
+        for h in gl.static_range(2):
+            row0 = _tile_row(bt_row, n0 + h * H64, end, page_shift)
+            for c in gl.static_range(4):
+                _tma_load(lat_desc, [row0, c * 128], bar,
+                          lat_buf.index(c).slice(h * H64, H64, dim=0), pred=pred)
+            _tma_load(rope_desc, [row0, 512], bar, rope_buf.slice(h * H64, H64, dim=0),
+                      pred=pred)
+
+    @gluon.jit
+    def _convert(lat_buf, k_lat_s, rows, MASK: gl.constexpr):
+        """The ring's e4m3 latent → fp16 in k_lat_s (MASK: rows from ``rows`` on as zeros —
+        whatever a page holds past a request's end, or a half copied from past it)."""
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, RING))
+        for c in gl.static_range(4):
+            x = lat_buf.index(c).load(RING).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+            if MASK:
+                x = gl.where((t < rows)[:, None], x, 0.0)
+            k_lat_s.slice(c * 128, 128, dim=1).store(x)
 
     @gluon.jit
     def _rows(r, hb, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr):
@@ -114,8 +139,7 @@ if AVAILABLE:
     def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                     stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits,
-                    DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr,
-                    T_LAYOUT: gl.constexpr, OUT_LAYOUT: gl.constexpr):
+                    DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
         """Normalize Oᵀ; write the final rows (one split: out, lse — ``lse_empty`` where nothing
         was attended — and max_logits) or this split's partials (workspace rows
         [batch, num_splits, S_Q, num_heads])."""
@@ -150,8 +174,6 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        BN: gl.constexpr, T: gl.constexpr, RING: gl.constexpr, ROPE: gl.constexpr,
-        Q: gl.constexpr, QR: gl.constexpr, OUT: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -161,36 +183,59 @@ if AVAILABLE:
         for j in gl.static_range(4):
             q_lat_s.slice(j * 128, 128, dim=1).store(
                 _q_operand(q_ptr, b, hb, stride_qb, stride_qs, stride_qh, num_heads, j * 128,
-                           128, Q, S_Q, HEADS))
+                           128, Q_LAYOUT, S_Q, HEADS))
         q_rope_s = gl.allocate_shared_memory(
             gl.float16, [NR, 64], SHARED16,
             _q_operand(q_ptr, b, hb, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
-                       QR, S_Q, HEADS))
+                       QR_LAYOUT, S_Q, HEADS))
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
-        k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], SHARED16)
         p_s = gl.allocate_shared_memory(gl.float16, [NR, BN], SHARED16)
-        lat_buf, rope_buf, bars, seqlen, start, end, n_tiles, bt_row, kv_mult = _dense_ring(
-            lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, split, num_splits,
-            stride_bt, page_shift, max_len, BN)
-        qk_scale = softmax_scale * kv_mult * LOG2E
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [BN, 64], rope_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        bar = bars.index(0)
+        mbarrier.init(bar, count=1)
+        fence_async_shared()  # q and the initialised barrier, before the async proxy
 
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, T))
-        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, T)), hb, num_heads,
+        # this program's token chunk, from the device-side length (bounded by the table's row)
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        kv_mult = gl.load(scale_ptr)
+        qk_scale = softmax_scale * kv_mult * LOG2E
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bar, bt_row, start, end, page_shift,
+               n_tiles > 0)
+
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, T_LAYOUT))
+        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, T_LAYOUT)), hb, num_heads,
                          S_Q, HEADS)
         if CAUSAL:  # query qi sees positions up to seqlen − S_Q + qi
             last = gl.minimum(end - 1, seqlen - S_Q + qi)
         else:
             last = gl.zeros_like(qi) + (end - 1)
-        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, T))
-        l_i = gl.full([NR], 0.0, gl.float32, layout=gl.SliceLayout(0, T))
-        acc = warpgroup_mma_init(gl.zeros([512, NR], gl.float32, layout=T))
+        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, T_LAYOUT))
+        l_i = gl.full([NR], 0.0, gl.float32, layout=gl.SliceLayout(0, T_LAYOUT))
+        acc = warpgroup_mma_init(gl.zeros([512, NR], gl.float32, layout=T_LAYOUT))
         for i in range(n_tiles):
             n0 = start + i * BN
-            acc = _next_tile(lat_desc, rope_desc, lat_buf, rope_buf, bars, k_lat_s, k_rope_s,
-                             acc, p_s, bt_row, i, n0, end, n_tiles, page_shift, BN, RING, ROPE)
-            s = gl.zeros([BN, NR], gl.float32, layout=T)
+            mbarrier.wait(bar, i & 1)
+            # the last tile's P · V ran during the wait
+            acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
+            _cta_barrier()  # both warpgroups are done with the last tile's buffers
+            # the rope straight into registers (rows past the end: whatever the page holds,
+            # their scores are −inf below); the latent into the fp16 tile
+            rope = rope_buf.load(ROPE_A).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+            if n0 + BN <= end:
+                _convert(lat_buf, k_lat_s, BN, False)
+            else:  # the request's partial last tile: rows past its end are zeroed, not used
+                _convert(lat_buf, k_lat_s, end - n0, True)
+            fence_async_shared()
+            _cta_barrier()  # the ring is free: the next tile's copy lands during this one
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bar, bt_row, n0 + BN, end,
+                   page_shift, i + 1 < n_tiles)
+            s = gl.zeros([BN, NR], gl.float32, layout=T_LAYOUT)
             s = warpgroup_mma(k_lat_s, q_lat_s.permute((1, 0)), s)
-            s = warpgroup_mma(k_rope_s, q_rope_s.permute((1, 0)), s)
+            s = warpgroup_mma(rope, q_rope_s.permute((1, 0)), s)
             # online softmax down each column (base 2; a tile with nothing visible while
             # nothing was before leaves the state as it is)
             s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
@@ -206,10 +251,9 @@ if AVAILABLE:
             acc = warpgroup_mma(k_lat_s.permute((1, 0)), p_s.permute((1, 0)),
                                 acc * alpha[None, :], is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
-        for j in gl.static_range(2):
-            mbarrier.invalidate(bars.index(j))
+        mbarrier.invalidate(bar)
 
         _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                     stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
-                    S_Q, HEADS, T, OUT)
+                    S_Q, HEADS)
