@@ -68,10 +68,13 @@ SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
 # SM90, fp8 rows, programs of ≤ 16 query rows (s_q × heads per block) over pages of ≥ 64
 # tokens: the Gluon kernel with swapped operands (`fp8mla.kernels.decode_sm90_narrow`: tokens
-# as the wgmma M, each value converted once, 128-token tiles over two warpgroups). Not yet
-# timed; its first form (64-token tiles, one program per SM) measured slower than the Triton
-# kernel (h200-20261201-s16-542c9c4-narrow-decode-variants.json)
-SM90_NARROW = True
+# as the wgmma M, each value converted once, 128-token tiles over two warpgroups). Off: correct
+# on the H200 but slower than the Triton kernel, ABAB — B=64 × 8K × 16 heads 139.3 / 139.4 µs
+# against 114.6 / 114.4, B=1 × 128K 47.2 / 47.2 against 40.8 / 40.8, s_q 2 × 8 heads 138.7
+# against 115.0 (h200-20261201-s16-1c82df8-narrow-decode-variants.json; its first form, 64-token
+# tiles in 4 or 8 warps: 160.7 / 203.5 µs, -542c9c4-narrow-decode-variants.json). The GPU
+# tests run it forced on
+SM90_NARROW = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,

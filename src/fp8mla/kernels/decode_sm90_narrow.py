@@ -3,45 +3,37 @@ heads, B=1 × 128K), in Gluon, with the wgmma operands swapped.
 
 Why: wgmma's M is 64 rows. The Triton kernel's 16-row program pads q to 64 rows and reads its
 fp8 tile through the register file twice (once per product, in each product's operand layout:
-each value converted twice, 980 sm_90 instructions per 64-token tile), so at 16 heads it is
-bound by each warp's chain through them, not by memory (H200, B=64 × 8K: 114 µs, 2.67 TB/s).
-Here the tile's 64 tokens are M and the query rows are N:
+each value converted twice, 980 sm_90 instructions per 64-token tile). Here a tile's tokens are
+M and the query rows are N:
 
-    Sᵀ [64 tokens, 16 rows] = K [64, 576] · qᵀ          (A: the fp16 tile, K-major)
-    Oᵀ [512 dims, 16 rows] += Vᵀ [512, 64] · Pᵀ          (A: the same tile, MN-major)
+    Sᵀ [128 tokens, 16 rows] = K [128, 576] · qᵀ          (A: the fp16 tile, K-major)
+    Oᵀ [512 dims, 16 rows]  += Vᵀ [512, 128] · Pᵀ         (A: the same tile, MN-major)
 
-so every value is converted once (e4m3 → fp16, exact) into one shared-memory tile that both
-products read, and no MMA row is padding. In 4 warps (`layouts(4)`) one warpgroup holds all 16
-rows; in 8 (`layouts(8)`) the two warpgroups split them, 8 each: both read the whole tile and
-each keeps its own rows' softmax state, so they never exchange scores. Tiles arrive by TMA into
-a two-stage mbarrier ring as in `decode_sm90`'s 64-row kernel (pages of ≥ 64 tokens), whose
-copy, conversion and block-table helpers this reuses; rows past a request's end in its last
-tile are zeroed after conversion and their scores are −inf.
+so every latent value is converted once (e4m3 → fp16, exact) into one shared-memory tile that
+both products read, and no MMA row is padding. Two warpgroups split q · Kᵀ by tokens (64 each)
+and P · V by latent dims (256 each), so neither reads an operand the other reads; the column
+softmax reduces across both. The rope enters q · Kᵀ as a register A operand converted straight
+from the fp8 ring. Tiles arrive by TMA, two 64-token halves (pages of ≥ 64 tokens) into one ring
+stage (222.5 KB of shared memory in all: one program per SM), whose next copy is issued as soon
+as the conversion has read it. Rows past a request's end are zeroed after conversion and their
+scores are −inf.
 
 Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
 `_combine_splits_kernel`. Query row r of a program is (s_q index r // HEADS, head
 hb · HEADS + r % HEADS); causal among the s_q queries.
 
-Measured (H200, triton 3.6, h200-20261201-s16-542c9c4-narrow-decode-variants.json): correct,
-but slower than the Triton kernel, so the launcher leaves it off (`fp8mla.decode.SM90_NARROW`):
-B=64 × 8K × 16 heads 160.7 µs in 4 warps, 203.5 in 8, against 113.6; B=1 × 128K 51.4 / 61.8
-against 40.9. Why: its 168 KB of shared memory (two fp8 ring stages 74 KB, the fp16 tile 72,
-q 18) leave one program per SM.
-- 4 warps: one warp per scheduler runs each tile's chain — conversion, q · Kᵀ, softmax, P · V
-  — with no other warp to hide its latency. Nsight Compute (B=64 × 16 heads,
-  h200-20261201-s16-f65e851-ncu-narrow-fp8-B64-H16.txt): 6.2% of warp slots active, ~4,400
-  cycles per tile per SM (the Triton kernel's two programs: ~3,600), ~5 cycles per issued
-  instruction (barrier 1.1, fixed latency 1.0, shared-memory scoreboard 0.9, MIO throttle
-  0.4), no pipe above 15% busy, DRAM 40%. Not shared-memory bandwidth: loads conflict-free,
-  stores 2.5 M excess of 7.7 M wavefronts (not attributed; P's transposed store and the rope's
-  fp16 rows are the candidates).
-- 8 warps: the warpgroups split N, so each reads the whole tile as its A operand in both
-  products — 2 × 138 KB of shared-memory operand reads per tile beside the conversion's 111 KB.
-Leads — more warps per SM without duplicated operand reads: a producer warpgroup converting
-into two fp16 tiles for a consumer warpgroup that runs the products (2 × 72 + 37 + 18 KB, one
-fp8 stage); or smaller programs, two per SM, with q · Kᵀ's A from registers (converted straight
-into wgmma's A fragment, q's columns permuted to match 16-byte loads of the ring) so that only
-V's 64 KB fp16 tile stays in shared memory.
+Measured (H200, triton 3.6): correct, but slower than the Triton kernel, so the launcher leaves
+it off (`fp8mla.decode.SM90_NARROW`): B=64 × 8K × 16 heads 139.3 µs against 114.5, B=1 × 128K
+47.2 against 40.8 (h200-20261201-s16-1c82df8-narrow-decode-variants.json) — ~4.3 µs per tile
+per SM, 2.2 per 64 tokens against the Triton kernel's 1.84. Its first form (64-token tiles, 4
+warps: 160.7 µs; 8 warps splitting the rows, each warpgroup reading the whole tile: 203.5;
+-542c9c4-narrow-decode-variants.json) ran one warp per scheduler with nothing to hide each
+tile's chain (Nsight Compute, -f65e851-ncu-narrow-fp8-B64-H16.txt: 6% of warp slots active,
+~5 cycles per issued instruction, no pipe above 15% busy, DRAM 40%). What bounds this form, by
+count (not profiled): per 64 tokens ~229 KB of shared-memory traffic (fp8 read 37, fp16 written
+64, read 64 by each product) against one program's chain — conversion, q · Kᵀ, a softmax
+reduced across 8 warps, P · V — with P · V waited for before the next conversion (the fp16
+tile has no second buffer: no room).
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE
