@@ -21,17 +21,24 @@ import json
 import sys
 from dataclasses import asdict, replace
 
+import fp8mla.decode as decode_mod
 from fp8mla.bench.harness import announced_ceiling, env_info
 from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
-# (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None), ...]
-PLAN = [  # session 11: converted once (h200-20261201-s11-once-sparse-variants.json: 60.5 →
-    # 74–93 µs) and 8 warps (s11-2a8cd0b-w8-sparse-variants.json: 60.9 → 89.0), both dropped.
-    # Then split counts after session 10's online combine, and 3 stages: defaults stay
-    # (s11-2a8cd0b-splits-sparse-variants.json; 3 stages −2.6%, inside the calls' spread)
-    ((64, 8, 2048, 1), [("splits 2", None, 2), ("splits 8", None, 8), ("splits 16", None, 16),
-                        ("stages 3", dict(num_stages=3), None)]),
+# (batch, heads, topk, s_q), [(label, DecodeConfig overrides, num_splits or None[,
+# fp8mla.decode attributes set for the variant]), ...]
+# Session 11: converted once (h200-20261201-s11-once-sparse-variants.json: 60.5 → 74–93 µs) and
+# 8 warps (s11-2a8cd0b-w8-sparse-variants.json: 60.9 → 89.0), both dropped; split counts and 3
+# stages: defaults stay (s11-2a8cd0b-splits-sparse-variants.json). Session 16: the Gluon kernel
+# of ≤ 16-head programs (`SPARSE_SM90_NARROW`, the default arm) against the Triton kernel, ABAB,
+# and its split counts
+TRITON = {"SPARSE_SM90_NARROW": False}
+NARROW = [("triton", None, None, TRITON), ("default again", None, None, {}),
+          ("triton again", None, None, TRITON), ("splits 1", None, 1), ("splits 4", None, 4)]
+PLAN = [
+    ((64, 8, 2048, 1), NARROW),
+    ((64, 16, 2048, 1), NARROW[:2]),
 ]
 
 
@@ -42,11 +49,15 @@ def main() -> int:
     rows = []
     for (batch, heads, topk, s_q), extra in PLAN:
         base = decode_config(90, "fp8_ds_mla", heads, 1, sparse=True)
-        for label, over, splits in [("default", None, None)] + extra:
+        for label, over, splits, *patch in [("default", None, None)] + extra:
             cfg = None if over is None else replace(base, **over)
+            patch = (patch or [{}])[0]
             row = {"batch": batch, "heads": heads, "topk": topk, "s_q": s_q, "variant": label,
-                   "config": asdict(cfg) if cfg else None, "splits": splits}
+                   "config": asdict(cfg) if cfg else None, "splits": splits, "patch": patch}
+            saved = {k: getattr(decode_mod, k) for k in patch}
             try:
+                for k, v in patch.items():
+                    setattr(decode_mod, k, v)
                 rec = run_sparse(batch, heads, topk, s_q, env, ceiling, config=cfg,
                                  num_splits=splits)[-1]
                 row.update(case=rec.case, us=rec.us, TBps=rec.TBps, TFLOPS=rec.TFLOPS,
@@ -56,6 +67,9 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 — record and go on
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 print(f"B{batch} H{heads} {label:<18} ERROR {row['error'][:120]}", flush=True)
+            finally:
+                for k, v in saved.items():
+                    setattr(decode_mod, k, v)
             rows.append(row)
             with open(out_path, "w") as f:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)

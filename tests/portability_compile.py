@@ -247,6 +247,27 @@ def sparse_sm90_compile(direct=False):
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
+def sparse_narrow_compile(direct=False, heads=16):
+    """The Gluon SM90 sparse kernel of ≤ 16-head programs over index lists
+    (`fp8mla.kernels.decode_sm90_narrow`) for sm_90; None where this Triton has no (such)
+    Gluon."""
+    from fp8mla.kernels import decode_sm90_narrow as kn
+
+    if not kn.AVAILABLE:
+        return None
+    sig = {"q_ptr": "*bf16", "u8_ptr": "*u8", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
+           "list_ptr": "*i32", "count_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+           "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
+           "part_max_ptr": "*fp32",
+           **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
+                                 "stride_oh", "stride_lb", "stride_lh")},
+           "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
+           "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
+    return _gluon_sm90_compile(kn._mla_sparse_narrow_kernel, sig, {
+        "DIRECT": direct, "HEADS": heads}, num_warps=kn.NUM_WARPS,
+        pointers=("q_ptr", "u8_ptr", "bf16_ptr", "f32_ptr", "list_ptr"))
+
+
 def compile_target(cc):
     """All kernels for one target; returns JSON lines."""
     lines = []
@@ -290,6 +311,9 @@ def compile_target(cc):
             k = decode_narrow_compile(direct)
             if k is not None:
                 lines.append(row(f"decode_narrow/fp8/H16{'-direct' * direct}", cc, k))
+            k = sparse_narrow_compile(direct)
+            if k is not None:
+                lines.append(row(f"sparse_narrow/fp8_ds_mla/H16{'-direct' * direct}", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

@@ -1,6 +1,7 @@
 """Sparse decode at full size (topk 2048) and under CUDA-graph capture (GPU only): both ways
 the attention kernels read index lists — checked per entry (≤ 32 heads per program; the Gluon
-SM90 kernel at 64 heads and more) and compacted first (the Triton kernel's 64-row programs)."""
+SM90 kernels at ≤ 16 heads and at 64 heads and more) and compacted first (the Triton kernel's
+64-row programs)."""
 
 import pytest
 import torch
@@ -74,6 +75,41 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
     plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format="fp8_ds_mla",
                       device="cuda", num_splits=splits)
     assert plan.sm90 and not plan.compacts and plan.num_splits == splits
+    out = torch.full((4, heads, 512), float("nan"), device="cuda").bfloat16()
+    lse = torch.full((4, heads), float("nan"), device="cuda")
+    plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,
+             empty_lse=float("inf"))
+    ok = (idx >= 0) & (idx < cache.num_slots)
+    kv = cache.dequantize(0).reshape(-1, 576)
+    ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    assert_close(out, ro, name="out")
+    live = [0, 1, 3]
+    assert_close(lse[live], rl[live], atol=1e-3, rtol=1e-3, name="lse")
+    assert torch.all(lse[2] == float("inf")) and torch.all(out[2] == 0)
+
+
+@pytest.mark.parametrize("heads", [16, 8, 3])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("narrow", [True, False])
+def test_narrow_sparse_kernels_direct_and_split(narrow, splits, heads, monkeypatch):
+    """≤ 16-head programs over fp8_ds_mla lists: the Gluon SM90 kernel (128-entry tiles,
+    `SPARSE_SM90_NARROW`, on an SM90 GPU) and the Triton kernel, with one split and three, a
+    query with no valid entry (lse +inf), whole tiles of −1, slots past the pool, −1 every 7th
+    entry, topk_length shorter than the list and not a multiple of a tile."""
+    import fp8mla.decode as decode_mod
+
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", narrow)
+    cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=37 + heads)
+    idx[2] = -1
+    idx[0, 64:330] = -1
+    idx[0, 330:400:3] = cache.num_slots + 5
+    idx[3, ::7] = -1
+    lengths = torch.tensor([700, 300, 700, 129], dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format="fp8_ds_mla",
+                      device="cuda", num_splits=splits)
+    if narrow and not plan.narrow:
+        pytest.skip("the narrow Gluon kernel serves SM90 GPUs with a Triton that has Gluon")
+    assert plan.narrow == narrow and not plan.compacts
     out = torch.full((4, heads, 512), float("nan"), device="cuda").bfloat16()
     lse = torch.full((4, heads), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,

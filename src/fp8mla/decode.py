@@ -75,6 +75,10 @@ SPARSE_SM90_MIN_HEADS = 64
 # tiles in 4 or 8 warps: 160.7 / 203.5 µs, -542c9c4-narrow-decode-variants.json). The GPU
 # tests run it forced on
 SM90_NARROW = False
+# the same kernel form for sparse plans of fp8_ds_mla rows over index lists
+# (`decode_sm90_narrow._mla_sparse_narrow_kernel`: 128 gathered entries per tile, checked in
+# the kernel). Not yet timed
+SPARSE_SM90_NARROW = True
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -458,16 +462,21 @@ class DecodePlan:
         return self.config.block_n
 
     def _narrow_serves(self) -> bool:
-        """Whether the Gluon SM90 kernel of ≤ 16-row programs serves this plan (`SM90_NARROW`):
-        dense fp8 rows in whole 64-token tiles inside pages, s_q × heads per block ≤ 16, a GPU
-        of compute capability 9.0 and a Triton with Gluon."""
-        if (self.target.interpreted or self.target.cc != 90 or self.sparse
-                or not (SM90_NARROW and self.fmt.name == "fp8")):
+        """Whether a Gluon SM90 kernel of ≤ 16-row programs serves this plan: dense fp8 rows in
+        pages of ≥ 64 tokens (`SM90_NARROW`) or sparse fp8_ds_mla rows over index lists
+        (`SPARSE_SM90_NARROW`); s_q × heads per block ≤ 16, a GPU of compute capability 9.0
+        and a Triton with Gluon."""
+        if self.target.interpreted or self.target.cc != 90:
+            return False
+        if self.sparse:
+            if not (SPARSE_SM90_NARROW and self.fmt.name == "fp8_ds_mla"):
+                return False
+        elif not (SM90_NARROW and self.fmt.name == "fp8"):
             return False
         from fp8mla.kernels import decode_sm90_narrow as kn  # imports Gluon
 
         return (kn.AVAILABLE and self.s_q * self.config.heads_per_block <= kn.ROWS
-                and self.page_size >= kn.HALF)
+                and (self.sparse or self.page_size >= kn.HALF))
 
     def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,
                      direct):
@@ -476,7 +485,19 @@ class DecodePlan:
 
         flat = rows.view(-1, self.fmt.row_bytes)
         grid = (self.batch, self.num_splits, self.head_blocks)
-        if self.sparse:  # block_table: the index lists; cache_seqlens: their lengths
+        if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
+            from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
+
+            kn._mla_sparse_narrow_kernel[grid](
+                q, flat, flat.view(torch.bfloat16), flat.view(torch.float32), block_table,
+                cache_seqlens, out, lse, self.max_logits, self.part_out, self.part_lse,
+                self.part_max, q.stride(0), q.stride(2), block_table.stride(0), out.stride(0),
+                out.stride(2), lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse,
+                self.num_heads, self.num_splits, min(block_table.shape[1], 2**31 - 1),
+                flat.shape[0], DIRECT=direct, HEADS=self.config.heads_per_block,
+                num_warps=kn.NUM_WARPS)
+            return
+        if self.sparse:
             decode_sm90._mla_sparse_sm90_kernel[grid](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
                 self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),

@@ -342,10 +342,11 @@ if AVAILABLE:
                 gl.load(srow + 3, mask=ok, other=0.0).to(gl.float16))
 
     @gluon.jit
-    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc):
+    def _store_scaled(lat_buf, k_lat_s, stage, c: gl.constexpr, sc,
+                      RING: gl.constexpr = RING_LAYOUT):
         """Ring stage ``stage``'s latent chunk c (e4m3) × its rows' scales ``sc`` → fp16 in
-        k_lat_s."""
-        w = lat_buf.index(stage * 4 + c).load(RING_LAYOUT).to(gl.float8e4nv, bitcast=True)
+        k_lat_s (RING: the chunk's load layout)."""
+        w = lat_buf.index(stage * 4 + c).load(RING).to(gl.float8e4nv, bitcast=True)
         k_lat_s.slice(c * 128, 128, dim=1).store(w.to(gl.float16) * sc[:, None])
 
     @gluon.jit

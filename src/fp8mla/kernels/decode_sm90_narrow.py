@@ -40,12 +40,18 @@ from fp8mla.kernels.decode_sm90 import AVAILABLE
 
 if AVAILABLE:
     from fp8mla.kernels.decode_sm90 import (
+        GATHER_LAYOUT,
         LOG2E,
         SHARED16,
+        _cp_async,
         _cta_barrier,
+        _entries,
+        _row_scales,
         _split_range,
+        _store_scaled,
         _tile_row,
         _tma_load,
+        async_copy,
         fence_async_shared,
         gl,
         gluon,
@@ -249,3 +255,116 @@ if AVAILABLE:
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                     stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
                     S_Q, HEADS)
+
+    @gluon.jit
+    def _gather(u8_ptr, lat_buf, slot, ok, c128):
+        """cp.async of a tile's fp8_ds_mla latent bytes (slots ``slot`` where ``ok``, zeros
+        elsewhere) into the ring's four [128, 128]-byte chunks; one commit group."""
+        row = u8_ptr + slot.to(gl.int64)[:, None] * 656 + c128[None, :]
+        for c in gl.static_range(4):
+            _cp_async(lat_buf.index(c), row + c * 128, mask=ok[:, None])
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _rope_operand(bf16_ptr, list_row, pos, end, num_slots):
+        """The bf16 rope of the entries at positions ``pos`` as q · Kᵀ's register A operand
+        [128, 64] (zeros where an entry is skipped), loaded from global memory."""
+        slot, ok = _entries(list_row, pos, end, num_slots)
+        d = gl.arange(0, 64, layout=gl.SliceLayout(0, ROPE_A))
+        return gl.load(bf16_ptr + slot.to(gl.int64)[:, None] * 328 + 264 + d[None, :],
+                       mask=ok[:, None], other=0.0)
+
+    @gluon.jit
+    def _mla_sparse_narrow_kernel(
+        q_ptr, u8_ptr, bf16_ptr, f32_ptr, list_ptr, count_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr,
+    ):
+        """Sparse decode over index lists of fp8_ds_mla rows (656 bytes: e4m3 latent, four
+        float32 scales per 128 dims, bf16 rope) for ≤ 16 heads: the swapped products of
+        `_mla_decode_narrow_kernel` over 128-entry tiles, each tile's latent gathered by
+        cp.async (one row per list entry) into one ring stage, refilled as soon as the
+        conversion (× each row's scale, in fp16) has read it. The rope and the scales of the
+        next tile are loaded into registers during this one, the rope straight into q · Kᵀ's
+        bf16 A operand. Entries are checked here: −1 and slots outside the pool are skipped —
+        not copied (zeros), scale 0, rope 0, score −inf."""
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+        hb = gl.program_id(2)
+
+        q_lat_s = gl.allocate_shared_memory(gl.float16, [NR, 512], SHARED16)
+        for j in gl.static_range(4):
+            q_lat_s.slice(j * 128, 128, dim=1).store(
+                _q_operand(q_ptr, b, hb, stride_qb, 0, stride_qh, num_heads, j * 128, 128,
+                           Q_LAYOUT, 1, HEADS))
+        qr = _q_operand(q_ptr, b, hb, stride_qb, 0, stride_qh, num_heads, 512, 64, QR_LAYOUT,
+                        1, HEADS)
+        q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [NR, 64], SHARED16,
+                                             qr.to(gl.bfloat16))
+        k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
+        p_s = gl.allocate_shared_memory(gl.float16, [NR, BN], SHARED16)
+        sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
+                                                 rank=2)
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [4, BN, 128], sh8)
+
+        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        list_row = list_ptr + b.to(gl.int64) * stride_list
+        tg = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER_LAYOUT))  # the gather's rows
+        cg = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER_LAYOUT))
+        slot, ok = _entries(list_row, start + tg, end, num_slots)
+        _gather(u8_ptr, lat_buf, slot, ok, cg)
+        tr = gl.arange(0, BN, layout=gl.SliceLayout(1, RING))  # the conversion's rows
+        slot_r, keep_r = _entries(list_row, start + tr, end, num_slots)
+        sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
+        ta = gl.arange(0, BN, layout=gl.SliceLayout(1, ROPE_A))  # the rope operand's rows
+        rope = _rope_operand(bf16_ptr, list_row, start + ta, end, num_slots)
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, T_LAYOUT))  # the scores' rows
+        qk_scale = softmax_scale * LOG2E
+
+        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, T_LAYOUT))
+        l_i = gl.full([NR], 0.0, gl.float32, layout=gl.SliceLayout(0, T_LAYOUT))
+        acc = warpgroup_mma_init(gl.zeros([512, NR], gl.float32, layout=T_LAYOUT))
+        for i in range(n_tiles):
+            n0 = start + i * BN
+            _, keep = _entries(list_row, n0 + t, end, num_slots)
+            # the last tile's P · V ran during the loads above
+            acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
+            async_copy.wait_group(0)
+            _cta_barrier()
+            _store_scaled(lat_buf, k_lat_s, 0, 0, sa, RING)
+            _store_scaled(lat_buf, k_lat_s, 0, 1, sb, RING)
+            _store_scaled(lat_buf, k_lat_s, 0, 2, sc, RING)
+            _store_scaled(lat_buf, k_lat_s, 0, 3, sd, RING)
+            fence_async_shared()
+            _cta_barrier()  # the ring is free: the next tile's gather lands during this one
+            slot, ok = _entries(list_row, n0 + BN + tg, end, num_slots)
+            _gather(u8_ptr, lat_buf, slot, ok, cg)
+            s = gl.zeros([BN, NR], gl.float32, layout=T_LAYOUT)
+            s = warpgroup_mma(k_lat_s, q_lat_s.permute((1, 0)), s)
+            s = warpgroup_mma(rope, q_rope_s.permute((1, 0)), s)
+            # the next tile's scales and rope, in flight during the rest of this one
+            slot_r, keep_r = _entries(list_row, n0 + BN + tr, end, num_slots)
+            sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
+            rope = _rope_operand(bf16_ptr, list_row, n0 + BN + ta, end, num_slots)
+            s = gl.where(keep[:, None], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=0))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+            p = gl.exp2(s - m_ref[None, :])
+            alpha = gl.exp2(m_i - m_ref)
+            l_i = l_i * alpha + gl.sum(p, axis=0)
+            m_i = m_new
+            p_s.store(gl.permute(p.to(gl.float16), (1, 0)))
+            fence_async_shared()
+            _cta_barrier()
+            acc = warpgroup_mma(k_lat_s.permute((1, 0)), p_s.permute((1, 0)),
+                                acc * alpha[None, :], is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
+        async_copy.wait_group(0)
+
+        _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, 0, stride_oh,
+                    stride_lb, 0, stride_lh, lse_empty, num_heads, num_splits, DIRECT, 1,
+                    HEADS)
