@@ -77,8 +77,10 @@ SPARSE_SM90_MIN_HEADS = 64
 SM90_NARROW = False
 # the same kernel form for sparse plans of fp8_ds_mla rows over index lists
 # (`decode_sm90_narrow._mla_sparse_narrow_kernel`: 128 gathered entries per tile, checked in
-# the kernel). Not yet timed
-SPARSE_SM90_NARROW = True
+# the kernel). Off: correct on the H200 but slower than the Triton kernel, ABAB — B=64 × 8
+# heads × topk 2048 67.1 / 67.5 µs against 61.5 / 61.4, 16 heads 68.5 / 68.4 against 67.8
+# (h200-20261201-s16-65e243b-narrow-sparse-variants.json). The GPU tests run it forced on
+SPARSE_SM90_NARROW = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,

@@ -289,7 +289,11 @@ if AVAILABLE:
         conversion (× each row's scale, in fp16) has read it. The rope and the scales of the
         next tile are loaded into registers during this one, the rope straight into q · Kᵀ's
         bf16 A operand. Entries are checked here: −1 and slots outside the pool are skipped —
-        not copied (zeros), scale 0, rope 0, score −inf."""
+        not copied (zeros), scale 0, rope 0, score −inf. Measured slower than the Triton
+        kernel, so the launcher leaves it off (`fp8mla.decode.SPARSE_SM90_NARROW`): H200,
+        B=64 × 8 heads × topk 2048 67.1 µs against 61.5, 16 heads 68.5 against 67.8
+        (h200-20261201-s16-65e243b-narrow-sparse-variants.json) — ~7 µs per tile per SM, the
+        dense form's 4.3 plus the random rows' latency the single ring stage leaves exposed."""
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
