@@ -156,6 +156,43 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     assert not serves()
 
 
+def test_narrow_sm90_kernels_serve_where_documented(monkeypatch):
+    """The Gluon SM90 kernels of ≤ 16-row programs (off by default: slower than the Triton
+    kernel on the H200) serve, when switched on, fp8 dense plans of s_q × heads per block ≤ 16
+    over pages of ≥ 64 tokens and fp8_ds_mla sparse plans of ≤ 16 heads (no compaction), split
+    in their 128-token tiles, one program per SM."""
+    from fp8mla.kernels import decode_sm90_narrow as kn
+    from fp8mla.runtime import Target
+    from fp8mla.sparse import SparsePlan
+
+    if not kn.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+
+    def dense(heads=16, s_q=1, page_size=64, fmt="fp8"):
+        return DecodePlan(batch=64, num_heads=heads, s_q=s_q, kv_format=fmt,
+                          page_size=page_size, max_seqlen=8192, device="cpu")
+
+    def sparse(heads=8, fmt="fp8_ds_mla"):
+        return SparsePlan(num_queries=64, num_heads=heads, topk=2048, kv_format=fmt,
+                          device="cpu")
+
+    assert not dense().narrow and not sparse().narrow  # the defaults
+    monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
+    plan = dense()
+    assert plan.narrow and plan.sm90 and plan.programs_per_sm == 1
+    assert plan.num_splits == decode_mod.choose_num_splits(64, 1, 8192, 132, kn.BLOCK_N)
+    assert dense(heads=8, s_q=2).narrow and dense(heads=3, s_q=4).narrow
+    assert not dense(heads=16, s_q=2).narrow  # 32 rows
+    assert not dense(page_size=32).narrow  # a 64-token box would span pages
+    assert not dense(fmt="fp8_ds_mla").narrow and not dense(fmt="bf16").narrow
+    plan = sparse()
+    assert plan.narrow and plan.sm90 and not plan.compacts
+    assert sparse(heads=16).narrow and not sparse(heads=32).narrow
+    assert not sparse(fmt="fp8").narrow
+
+
 def test_resident_programs_from_kernel_resources():
     from fp8mla.runtime import resident_programs
 

@@ -29,11 +29,19 @@ per SM, 2.2 per 64 tokens against the Triton kernel's 1.84. Its first form (64-t
 warps: 160.7 µs; 8 warps splitting the rows, each warpgroup reading the whole tile: 203.5;
 -542c9c4-narrow-decode-variants.json) ran one warp per scheduler with nothing to hide each
 tile's chain (Nsight Compute, -f65e851-ncu-narrow-fp8-B64-H16.txt: 6% of warp slots active,
-~5 cycles per issued instruction, no pipe above 15% busy, DRAM 40%). What bounds this form, by
-count (not profiled): per 64 tokens ~229 KB of shared-memory traffic (fp8 read 37, fp16 written
-64, read 64 by each product) against one program's chain — conversion, q · Kᵀ, a softmax
-reduced across 8 warps, P · V — with P · V waited for before the next conversion (the fp16
-tile has no second buffer: no room).
+~5 cycles per issued instruction, no pipe above 15% busy, DRAM 40%).
+
+What bounds this form (Nsight Compute, -a286446-ncu-narrow128-fp8-B64-H16.txt): 12% of warp
+slots active (its 8 warps), no pipe above 19% busy, DRAM 47%; per issued instruction 2.3
+cycles stalled at CTA barriers, 1.4 fixed latency, 1.1 shared-memory scoreboard, 0.9 MIO
+throttle. One program's chain — conversion,
+q · Kᵀ, a softmax reduced across 8 warps, P · V — runs with barriers between its steps and
+P · V waited for before the next conversion (the fp16 tile has no second buffer: no room), and
+nothing else on the SM fills the gaps. Per 64 tokens it moves ~229 KB through shared memory
+(fp8 read 37, fp16 written 64, read 64 by each product). Fewer barriers (row sums reduced
+once at the end, not per tile) might take ~10%; beating the Triton kernel needs a second
+program or warpgroup per SM with work of its own, which 227 KB of shared memory does not hold
+in this form.
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE
