@@ -46,17 +46,19 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # Session 16: the Gluon kernel of ≤ 16-row programs (`fp8mla.decode.SM90_NARROW`). Its first
 # form (64-token tiles, 4 or 8 warps, one program per SM) lost to the Triton kernel
 # (s16-542c9c4-narrow-decode-variants.json); the plan times its 128-token form (the default
-# arm) against the Triton kernel, ABAB
-TRITON = {"SM90_NARROW": False}
-NARROW = [("triton", None, None, TRITON), ("default again", None, None, {}),
-          ("triton again", None, None, TRITON)]
+# arm) against the Triton kernel, ABAB (s16-1c82df8-narrow-decode-variants.json: slower, off).
+# Session 18: the Gluon mma.sync kernel of ≤ 8-row programs (`fp8mla.decode.SM90_MMA8`, q in
+# registers, no padding rows) against the default, ABAB; at B=1 × 128K also with half the splits
+MMA8 = {"SM90_MMA8": True}
+MMA8_AB = [("mma8", None, None, MMA8), ("default again", None, None, {}),
+           ("mma8 again", None, None, MMA8)]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", NARROW),
-    (DecodeCase(1, 131072, 8), "fp8", NARROW),
-    (DecodeCase(64, 8192, 8, s_q=2), "fp8", NARROW[:1]),
-    (DecodeCase(1, 4096, 8, pool_tokens=495000), "fp8", NARROW[:1]),
+    (DecodeCase(1, 131072, 8), "fp8", MMA8_AB + [("mma8 splits 128", None, 128, MMA8)]),
+    (DecodeCase(64, 8192, 8), "fp8", MMA8_AB),
+    (DecodeCase(64, 8192, 4, s_q=2), "fp8", MMA8_AB[:1]),
+    (DecodeCase(1, 4096, 8, pool_tokens=495000), "fp8", MMA8_AB[:1]),
+    (DecodeCase(128, 4096, 8), "fp8", MMA8_AB[:1]),
 ]
-
 
 def variants(case: DecodeCase, fmt: str, extra):
     """(label, config or None for the default, num_splits or None for the scheduler's,

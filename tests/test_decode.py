@@ -193,6 +193,37 @@ def test_narrow_sm90_kernels_serve_where_documented(monkeypatch):
     assert not sparse(fmt="fp8").narrow
 
 
+def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
+    """The Gluon SM90 kernel of ≤ 8-row programs (`SM90_MMA8`) serves fp8 dense plans of
+    s_q × heads ≤ 8 over pages of ≥ 64 tokens, one program for all heads, split in its 64-token
+    tiles with its programs per SM; it takes precedence over the ≤ 16-row kernel."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+    from fp8mla.runtime import Target
+
+    if not k8.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+
+    def dense(heads=8, s_q=1, page_size=64, fmt="fp8", batch=1):
+        return DecodePlan(batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt,
+                          page_size=page_size, max_seqlen=131072, device="cpu")
+
+    monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
+    monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
+    plan = dense()
+    assert plan.mma8 and plan.sm90 and not plan.narrow and plan.head_blocks == 1
+    assert plan.programs_per_sm == k8.PROGRAMS_PER_SM
+    assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072,
+                                                           132 * k8.PROGRAMS_PER_SM, k8.BLOCK_N)
+    assert dense(heads=4, s_q=2).mma8 and dense(heads=2, s_q=4).mma8 and dense(heads=1).mma8
+    assert not dense(heads=16).mma8 and dense(heads=16).narrow  # 16 rows: the other kernel
+    assert not dense(heads=3, s_q=3).mma8  # 9 rows
+    assert not dense(page_size=32).mma8  # a 64-token box would span pages
+    assert not dense(fmt="fp8_ds_mla").mma8 and not dense(fmt="bf16").mma8
+    monkeypatch.setattr(decode_mod, "SM90_MMA8", False)
+    assert not dense().mma8
+
+
 def test_resident_programs_from_kernel_resources():
     from fp8mla.runtime import resident_programs
 

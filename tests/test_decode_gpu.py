@@ -79,18 +79,27 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     partial tile that read them would poison the output. out / lse written into NaN-filled
     strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request."""
     _sm90_only()
-    cache, table, seqlens = paged_cache("fp8", lens, page_size, device="cuda", seed=21)
+    plan = _check_poisoned_tails(heads, 1, lens, page_size, splits)
+    assert plan.sm90 and not plan.mma8
+
+
+def _check_poisoned_tails(heads, s_q, lens, page_size, splits):
+    """An fp8 plan's run against the reference with every row a page holds past its request's
+    end e4m3 NaN (0x7F), so a partial tile that read them would poison the output; out / lse
+    written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with +inf for empty
+    requests; max_logits checked where one split writes them. Returns the plan."""
+    cache, table, seqlens = paged_cache("fp8", lens, page_size, device="cuda", seed=21 + s_q)
     rows = cache.layer(0).view(-1, 576)
     for b, n in enumerate(lens):  # the page tail past each length: NaN bytes
         end = -(-n // page_size) * page_size
         pos = torch.arange(n, end, device="cuda")
         rows[table[b, pos // page_size].long() * page_size + pos % page_size] = 0x7F
-    q = torch.randn(len(lens), 1, heads, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=len(lens), num_heads=heads, kv_format="fp8", page_size=page_size,
-                      cache_seqlens=seqlens, device="cuda", num_splits=splits)
-    assert plan.sm90
-    out = torch.full((len(lens), 1, heads, 512), float("nan"), device="cuda").bfloat16()
-    lse = torch.full((len(lens), heads, 1), float("nan"), device="cuda")
+    q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format="fp8",
+                      page_size=page_size, cache_seqlens=seqlens, device="cuda",
+                      num_splits=splits)
+    out = torch.full((len(lens), s_q, heads, 512), float("nan"), device="cuda").bfloat16()
+    lse = torch.full((len(lens), heads, s_q), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), out=out,
              lse=lse.transpose(1, 2), empty_lse=float("inf"))
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
@@ -99,13 +108,47 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     assert_close(lse.transpose(1, 2)[full], rl[full], atol=1e-3, rtol=1e-3, name="lse")
     assert torch.all(lse.transpose(1, 2)[[b for b, n in enumerate(lens) if not n]]
                      == float("inf"))
-    if plan.num_splits == 1:  # max_logits: the max scaled score per row
+    if plan.num_splits == 1 and s_q == 1:  # max_logits: the max scaled score per row
         kv = cache.dequantize(0)
         pos = [torch.arange(n, device="cuda") for n in lens]
         ref_max = torch.stack([
             (q[b, 0].float() @ kv[table[b, pos[b] // page_size].long(), pos[b] % page_size].T)
             .max(-1)[0] * 576 ** -0.5 for b in full])
         assert_close(plan.max_logits[full, 0], ref_max, atol=1e-3, rtol=1e-3, name="max")
+    return plan
+
+
+def _mma8_only(monkeypatch):
+    """Switch the ≤ 8-row Gluon kernel on (`SM90_MMA8`); skip where it cannot serve."""
+    _sm90_only()
+    monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
+
+
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
+    (8, 1, [8192, 1, 4097, 0, 130], 64, None),
+    (8, 1, [131072], 64, None),  # GLM-5 at TP8, one long request: 256 splits
+    (8, 1, [70000, 5], 128, 1),  # one split, many tiles through the ring
+    (4, 2, [3000, 63, 64], 64, None),  # causal among s_q queries
+    (2, 4, [1000, 65, 0], 256, 3),
+    (7, 1, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
+    (1, 1, [65, 1, 200], 64, None),
+    (3, 2, [129, 20000], 64, 2),
+])
+def test_sm90_mma8_kernel_matches_reference(heads, s_q, lens, page_size, splits, monkeypatch):
+    """fp8 plans of s_q × heads ≤ 8 on the Gluon mma.sync kernel (switched on): odd head
+    counts, causal s_q > 1, lengths around a tile, empty requests, pages of 64–256, forced
+    split counts, NaN page tails."""
+    _mma8_only(monkeypatch)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
+    assert plan.mma8 and plan.sm90
+
+
+def test_sm90_mma8_kernel_in_a_graph_and_second_pool(monkeypatch):
+    """The ≤ 8-row kernel captured once and replayed with new lengths and contents; one plan
+    over two pools in turn (descriptors are built per pool)."""
+    _mma8_only(monkeypatch)
+    assert _graph_replays("fp8", heads=8).mma8
+    assert _second_pool(heads=8).mma8
 
 
 def test_sm90_gluon_kernel_in_a_graph():
@@ -119,17 +162,22 @@ def test_sm90_gluon_kernel_second_pool():
     """One plan run over two pools in turn (the Gluon kernel's TMA descriptors are built per
     pool): each result matches its own pool's reference, also on returning to the first."""
     _sm90_only()
+    assert _second_pool(heads=128).sm90
+
+
+def _second_pool(heads):
+    """One fp8 plan run over two pools in turn, each against its own reference; the plan."""
     lens = [1000, 129]
     pools = [paged_cache("fp8", lens, 64, device="cuda", seed=s) for s in (41, 42)]
-    q = torch.randn(2, 1, 128, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8", page_size=64, max_seqlen=1024,
+    q = torch.randn(2, 1, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=2, num_heads=heads, kv_format="fp8", page_size=64, max_seqlen=1024,
                       device="cuda")
-    assert plan.sm90
     for cache, table, seqlens in (*pools, pools[0]):
         out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
         ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
         assert_close(out, ro, name="out")
         assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+    return plan
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
@@ -147,6 +195,7 @@ def test_tma_tiles_match_reference_past_page_tails(heads, s_q, lens, narrow, mon
     boundaries. Every page tail past a length is e4m3 NaN: a position attached to the wrong row
     would attend to one."""
     monkeypatch.setattr(decode_mod, "SM90_NARROW", narrow)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8", False)
     cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=heads)
     rows = cache.layer(0).view(-1, 576)
     for b, n in enumerate(lens):

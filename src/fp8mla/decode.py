@@ -81,6 +81,10 @@ SM90_NARROW = False
 # heads × topk 2048 67.1 / 67.5 µs against 61.5 / 61.4, 16 heads 68.5 / 68.4 against 67.8
 # (h200-20261201-s16-65e243b-narrow-sparse-variants.json). The GPU tests run it forced on
 SPARSE_SM90_NARROW = False
+# SM90, fp8 rows, programs of ≤ 8 query rows (s_q × heads: GLM-5 at TP8) over pages of ≥ 64
+# tokens: the Gluon kernel on mma.sync with swapped operands and q in registers
+# (`fp8mla.kernels.decode_sm90_mma8`: no padding rows, no q reloads). False: not yet measured
+SM90_MMA8 = False
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -232,8 +236,9 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        self.narrow = config is None and self._narrow_serves()
-        self.sm90 = self.narrow or (config is None and self._sm90_serves())
+        self.mma8 = config is None and self._mma8_serves()
+        self.narrow = not self.mma8 and config is None and self._narrow_serves()
+        self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
@@ -243,8 +248,13 @@ class DecodePlan:
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
         # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
-        # of shared memory)
-        self.programs_per_sm = 1 if self.sm90 else self._programs_per_sm()
+        # of shared memory, but the ≤ 8-row one: `decode_sm90_mma8.PROGRAMS_PER_SM`)
+        if self.mma8:
+            from fp8mla.kernels import decode_sm90_mma8 as k8
+
+            self.programs_per_sm = k8.PROGRAMS_PER_SM
+        else:
+            self.programs_per_sm = 1 if self.sm90 else self._programs_per_sm()
         self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
@@ -461,7 +471,24 @@ class DecodePlan:
             from fp8mla.kernels import decode_sm90_narrow as kn
 
             return kn.BLOCK_N
+        if self.mma8:
+            from fp8mla.kernels import decode_sm90_mma8 as k8
+
+            return k8.BLOCK_N
         return self.config.block_n
+
+    def _mma8_serves(self) -> bool:
+        """Whether the Gluon SM90 kernel of ≤ 8-row programs serves this plan (`SM90_MMA8`):
+        dense fp8 rows in pages of ≥ 64 tokens, s_q × heads ≤ 8 (one program for all heads),
+        a GPU of compute capability 9.0 and a Triton with Gluon."""
+        if (self.target.interpreted or self.target.cc != 90 or self.sparse or not SM90_MMA8
+                or self.fmt.name != "fp8"):
+            return False
+        from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
+
+        return (k8.AVAILABLE and self.s_q * self.num_heads <= k8.ROWS
+                and self.config.heads_per_block >= self.num_heads
+                and self.page_size >= k8.BLOCK_N)
 
     def _narrow_serves(self) -> bool:
         """Whether a Gluon SM90 kernel of ≤ 16-row programs serves this plan: dense fp8 rows in
@@ -511,8 +538,26 @@ class DecodePlan:
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
-            self._descs = (key, decode_sm90.descriptors(flat))
+            if self.mma8:
+                from fp8mla.kernels import decode_sm90_mma8 as k8
+
+                self._descs = (key, k8.descriptors(flat))
+            else:
+                self._descs = (key, decode_sm90.descriptors(flat))
         lat, rope = self._descs[1]
+        if self.mma8:
+            from fp8mla.kernels import decode_sm90_mma8 as k8
+
+            k8._mla_decode_mma8_kernel[grid](
+                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
+                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
+                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
+                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1),
+                DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
+                num_warps=k8.NUM_WARPS)
+            return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn
 

@@ -17,13 +17,10 @@ import triton.language as tl
 SW_DEQUANT_SCALE = 256.0
 
 
-@triton.jit
-def e4m3x4_to_f16_hw(words):
-    # two words per instance: byte j of words e and e+1 gathered into one 16-bit pair (prmt),
-    # converted to an f16x2 that already holds lane j's elements e, e+1 — the register pairs an
-    # fp16 MMA operand takes, so no repacking follows
-    return tl.inline_asm_elementwise(
-        """
+# two words per instance: byte j of words e and e+1 gathered into one 16-bit pair (prmt),
+# converted to an f16x2 that already holds lane j's elements e, e+1 — the register pairs an fp16
+# MMA operand takes, so no repacking follows (the Gluon kernels issue the same instructions)
+E4M3X4_TO_F16_ASM = tl.constexpr("""
         {
         .reg .b32 x, y;
         .reg .b16 x0, x1, y0, y1;
@@ -36,8 +33,15 @@ def e4m3x4_to_f16_hw(words):
         cvt.rn.f16x2.e4m3x2 $2, y0;
         cvt.rn.f16x2.e4m3x2 $3, y1;
         }
-        """,
-        "=r,=r,=r,=r,r,r",
+        """)
+E4M3X4_TO_F16_CONSTRAINTS = tl.constexpr("=r,=r,=r,=r,r,r")
+
+
+@triton.jit
+def e4m3x4_to_f16_hw(words):
+    return tl.inline_asm_elementwise(
+        E4M3X4_TO_F16_ASM,
+        E4M3X4_TO_F16_CONSTRAINTS,
         [words],
         dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
         is_pure=True,

@@ -1,0 +1,296 @@
+"""SM90 dense decode for programs of at most 8 query rows (s_q × heads: GLM-5 at TP8 is 8
+heads), in Gluon, on mma.sync with the operands swapped and q held in registers.
+
+Why: the Triton kernel's 16-row program pads 8 heads to 16 MMA rows and reloads q, its A
+operand, from shared memory every tile. Here a tile's tokens are the MMA's M and the ≤ 8 query
+rows its N (m16n8k16, fp16 operands, fp32 accumulators; 4 warps, 16 tokens each):
+
+    Sᵀ [64 tokens, 8 rows]  = K [64, 576] · qᵀ        (A: the tile's e4m3 words, converted)
+    Oᵀ [512 dims, 8 rows]  += Vᵀ [512, 64] · Pᵀ       (A: the same words, transposed)
+
+No MMA row is padding and qᵀ, the first product's B operand, stays in registers for the whole
+program (72 registers a thread). Both A operands are loaded as 32-bit words of four e4m3 bytes
+straight from the TMA ring and converted in registers (`fp8.E4M3X4_TO_F16_ASM`: a pair of words
+along the MMA's K — two dims' words of one token, or one word of two tokens — becomes four f16x2
+registers, one per byte "lane" j): lane j of word w is dim 4w + j, so the first product runs
+per lane against qᵀ's dims 4w + j, and the second accumulates four Oᵀ lanes of 128 words.
+Each value is converted twice (once per product's operand layout), as in the Triton kernel.
+
+The ring holds STAGES tiles of 64 tokens (four [64, 128]-byte latent boxes and a [64, 64] rope
+box each, by TMA: pages of ≥ 64 tokens), read as int32 through shared linear layouts that undo
+the boxes' swizzle; the copy of tile i + STAGES − 1 is issued once every warp is past tile i − 1.
+The column softmax (over tokens, across the warps) keeps an exact running max and its sums per
+thread, reduced once at the end. P crosses the warps through shared memory (double-buffered:
+one CTA barrier a tile). Rows past a request's end: −inf scores and, in the partial last tile,
+zeroed words in the second product (a page's tail may hold NaN).
+
+Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
+`_combine_splits_kernel`. Query row r is (s_q index r // HEADS, head r % HEADS); causal among
+the s_q queries.
+"""
+
+from fp8mla.kernels import decode_sm90
+from fp8mla.kernels.decode_sm90 import AVAILABLE
+from fp8mla.kernels.fp8 import E4M3X4_TO_F16_ASM, E4M3X4_TO_F16_CONSTRAINTS
+
+if AVAILABLE:
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from fp8mla.kernels.decode_sm90 import (
+        LOG2E,
+        REINTERPRET_NEW,
+        _cta_barrier,
+        _split_range,
+        _tile_row,
+        _tma_load,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+    )
+
+ROWS = 8  # query rows per program: the MMA's N
+BLOCK_N = 64  # tokens per tile (one TMA box per 128 latent bytes; pages of ≥ 64 tokens)
+STAGES = 3  # ring depth: 3 × 36 KB, two programs per SM
+PROGRAMS_PER_SM = 2  # what STAGES and the registers leave room for (checked offline)
+NUM_WARPS = 4
+
+
+def descriptors(flat):
+    """TMA descriptors over fp8-format rows, uint8 [num_slots, 576]: the latent as one
+    [4, 64, 128]-byte box a tile (the pool seen as [4 chunks, rows, 128 bytes]: chunk-major in
+    shared memory, so the 128-byte swizzle's phase is the token's; four 2-D boxes into one
+    buffer cost a CTA barrier between copies), and the rope's [64, 64]-byte box."""
+    lay = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
+    lat = TensorDescriptor(flat, [4, flat.shape[0], 128], [128, flat.stride(0), 1],
+                           [4, BLOCK_N, 128], lay)
+    return lat, decode_sm90.descriptors(flat)[1]
+
+
+if AVAILABLE:
+    NR = gl.constexpr(ROWS)
+    BN = gl.constexpr(BLOCK_N)
+    NS = gl.constexpr(STAGES)
+    MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1],
+                                                 instr_shape=[16, 8]))
+    KA = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2))
+    QB = gl.constexpr(gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2))
+    # a ring stage's latent, [4 chunks, 64 tokens, 128 bytes] under the TMA boxes' 128-byte swizzle
+    # (16-byte unit u of token t's 128 bytes at u ^ (t % 8)), as int32 words: offset bits 0–1
+    # pick the word in a unit, 2–4 the stored unit, 5–10 the token, 11–12 the 128-byte chunk.
+    # K_WORDS is [token, word] (word = 32 · chunk + 4 · unit + byte word), V_WORDS [word, token]
+    K_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+        [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [1, 4], [2, 8], [4, 16], [8, 0], [16, 0],
+        [32, 0], [0, 32], [0, 64]]))
+    V_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+        [1, 0], [2, 0], [4, 0], [8, 0], [16, 0], [4, 1], [8, 2], [16, 4], [0, 8], [0, 16],
+        [0, 32], [32, 0], [64, 0]]))
+    # the rope box, [64 tokens, 64 bytes] under the 64-byte swizzle (unit u of token t at
+    # u ^ ((t >> 1) % 4)), as int32 [token, word]
+    R_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+        [0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [2, 4], [4, 8], [8, 0], [16, 0], [32, 0]]))
+    P_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+
+    @gluon.jit
+    def _f16_lanes(words):
+        """Four fp16 tensors (lane j: byte j of each word) of e4m3 words in an MMA operand
+        layout whose register pairs run along K."""
+        return gl.inline_asm_elementwise(E4M3X4_TO_F16_ASM, E4M3X4_TO_F16_CONSTRAINTS, [words],
+                                         dtype=(gl.float16, gl.float16, gl.float16, gl.float16),
+                                         is_pure=True, pack=2)
+
+    @gluon.jit
+    def _as_words(buf, shape: gl.constexpr, layout: gl.constexpr):
+        """A uint8 ring buffer viewed as int32 ``shape`` in ``layout``."""
+        if REINTERPRET_NEW:
+            return buf.reinterpret(gl.int32, shape, layout)
+        else:
+            return buf._reinterpret(gl.int32, shape, layout)
+
+    @gluon.jit
+    def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, stage, row0, pred):
+        """Copy the tile at pool row ``row0`` into ring stage ``stage`` (when ``pred``): one
+        [4, 64, 128]-byte latent box (`descriptors`) and one [64, 64]-byte rope box."""
+        bar = bars.index(stage)
+        mbarrier.expect(bar, BN * 576, pred=pred)
+        _tma_load(lat_desc, [0, row0, 0], bar, lat_buf.index(stage), pred=pred)
+        _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
+
+    @gluon.jit
+    def _rows(r, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr):
+        """Row r's (s_q index, head) and whether it exists."""
+        qi = r // HEADS
+        head = r % HEADS
+        return qi, head, (r < S_Q * HEADS) & (head < num_heads)
+
+    @gluon.jit
+    def _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, j: gl.constexpr,
+                WORDS: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
+        """qᵀ's lane j over words w0 … w0 + WORDS − 1 — fp16 [WORDS, 8], element (w, r) =
+        q[row r, dim 4w + j] (0 where row r does not exist) — as a B operand."""
+        r = gl.arange(0, NR, layout=gl.SliceLayout(0, QB))
+        qi, head, ok = _rows(r, num_heads, S_Q, HEADS)
+        row = q_ptr + b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh
+        w = w0 + gl.arange(0, WORDS, layout=gl.SliceLayout(1, QB))
+        x = gl.load(row[None, :] + (4 * w + j)[:, None], mask=ok[None, :], other=0.0)
+        return x.to(gl.float16)
+
+    @gluon.jit
+    def _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0,
+                 WORDS: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
+        """qᵀ's four lanes over words w0 … w0 + WORDS − 1 (`_q_lane`)."""
+        return (_q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 0, WORDS,
+                        S_Q, HEADS),
+                _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 1, WORDS,
+                        S_Q, HEADS),
+                _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 2, WORDS,
+                        S_Q, HEADS),
+                _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 3, WORDS,
+                        S_Q, HEADS))
+
+    @gluon.jit
+    def _scores_chunk(words, qt, s0, s1, s2, s3):
+        """Lane j's scores s_j += one block of K's words (int32 [64, W], loaded as A), lane j ·
+        qᵀ's lane j: four independent MMA chains."""
+        k0, k1, k2, k3 = _f16_lanes(words)
+        return (mma_v2(k0, qt[0], s0), mma_v2(k1, qt[1], s1), mma_v2(k2, qt[2], s2),
+                mma_v2(k3, qt[3], s3))
+
+    @gluon.jit
+    def _write_rows(acc0, acc1, acc2, acc3, m_i, l_i, kv_mult, b, split, out_ptr, lse_ptr,
+                    max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os,
+                    stride_oh, stride_lb, stride_ls, stride_lh, lse_empty, num_heads,
+                    num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
+        """Normalize Oᵀ's lanes (acc_j [128 words, 8 rows]: dims 4w + j); write the final rows
+        (one split: out, lse — ``lse_empty`` where nothing was attended — and max_logits) or
+        this split's partials (workspace rows [batch, num_splits, S_Q, num_heads])."""
+        has = l_i > 0.0
+        lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
+        inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
+        qi, head, ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
+                             HEADS)
+        d = 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
+        if DIRECT:
+            o_row = out_ptr + b.to(gl.int64) * stride_ob + qi * stride_os + head * stride_oh
+            o_ptr = o_row[None, :] + d[:, None]
+            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qi * stride_ls + head * stride_lh,
+                     gl.where(has, lse, lse_empty), mask=ok)
+            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + head, m_i / LOG2E,
+                     mask=ok)
+        else:
+            ws = ((b * num_splits + split) * S_Q + qi).to(gl.int64) * num_heads + head
+            o_ptr = part_out_ptr + ws[None, :] * 512 + d[:, None]
+            gl.store(part_lse_ptr + ws, lse, mask=ok)
+            gl.store(part_max_ptr + ws, m_i / LOG2E, mask=ok)
+        m = ok[None, :]
+        gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
+        gl.store(o_ptr + 1, acc1 * inv[None, :], mask=m)
+        gl.store(o_ptr + 2, acc2 * inv[None, :], mask=m)
+        gl.store(o_ptr + 3, acc3 * inv[None, :], mask=m)
+
+    @gluon.jit
+    def _mla_decode_mma8_kernel(
+        q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh,
+        stride_lb, stride_ls, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
+        DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+    ):
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
+        p_s = gl.allocate_shared_memory(gl.float16, [2, BN, NR], P_SHARED)
+        bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        for st in gl.static_range(NS):
+            mbarrier.init(bars.index(st), count=1)
+        fence_async_shared()  # the initialised barriers, before the async proxy
+
+        # this program's token chunk, from the device-side length (bounded by the table's row),
+        # and the ring's first STAGES − 1 tiles in flight before q is loaded
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        for st in gl.static_range(NS - 1):
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
+                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles)
+        kv_mult = gl.load(scale_ptr)
+        qk_scale = softmax_scale * kv_mult * LOG2E
+
+        # qᵀ in registers: per 32-word latent chunk c and the rope's 16 words, four lanes
+        qs = (_q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 32, S_Q, HEADS),
+              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 32, 32, S_Q, HEADS),
+              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 64, 32, S_Q, HEADS),
+              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 96, 32, S_Q, HEADS),
+              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 128, 16, S_Q,
+                       HEADS))
+
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
+                         HEADS)
+        if CAUSAL:  # query qi sees positions up to seqlen − S_Q + qi
+            last = gl.minimum(end - 1, seqlen - S_Q + qi)
+        else:
+            last = gl.zeros_like(qi) + (end - 1)
+        tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
+        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
+        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)  # P's sums, per thread
+        acc0 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc1 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc2 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc3 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        for i in range(n_tiles):
+            n0 = start + i * BN
+            stage = i % NS
+            mbarrier.wait(bars.index(stage), (i // NS) & 1)
+            kw = _as_words(lat_buf.index(stage), [BN, 128], K_WORDS)
+            s0 = gl.zeros([BN, NR], gl.float32, layout=MMA)
+            s1, s2, s3 = s0, s0, s0
+            for c in gl.static_range(4):
+                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qs[c], s0,
+                                               s1, s2, s3)
+            s0, s1, s2, s3 = _scores_chunk(
+                _as_words(rope_buf.index(stage), [BN, 16], R_WORDS).load(KA), qs[4], s0, s1, s2,
+                s3)
+            s = (s0 + s1) + (s2 + s3)
+            # online softmax down each column (base 2; a tile with nothing visible while
+            # nothing was before leaves the state as it is)
+            s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=0))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+            p = gl.exp2(s - m_ref[None, :])
+            alpha = gl.exp2(m_i - m_ref)[None, :]
+            l_acc = l_acc * alpha + p
+            m_i = m_new
+            p_buf = p_s.index(i % 2)
+            p_buf.store(p.to(gl.float16))
+            fence_async_shared()
+            _cta_barrier()  # P is whole; every warp is past tile i − 1: its stage is free
+            nxt = i + NS - 1
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS,
+                   _tile_row(bt_row, start + nxt * BN, end, page_shift), nxt < n_tiles)
+            acc0 = acc0 * alpha
+            acc1 = acc1 * alpha
+            acc2 = acc2 * alpha
+            acc3 = acc3 * alpha
+            vw = _as_words(lat_buf.index(stage), [128, BN], V_WORDS)
+            for kc in gl.static_range(4):
+                v = vw.slice(kc * 16, 16, dim=1).load(KA)
+                if n0 + BN > end:  # the partial last tile: a page's tail may hold NaN
+                    v = gl.where((n0 + kc * 16 + tv)[None, :] < end, v, 0)
+                v0, v1, v2, v3 = _f16_lanes(v)
+                pk = p_buf.slice(kc * 16, 16, dim=0).load(QB)
+                acc0 = mma_v2(v0, pk, acc0)
+                acc1 = mma_v2(v1, pk, acc1)
+                acc2 = mma_v2(v2, pk, acc2)
+                acc3 = mma_v2(v3, pk, acc3)
+        for st in gl.static_range(NS):
+            mbarrier.invalidate(bars.index(st))
+
+        _write_rows(acc0, acc1, acc2, acc3, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
+                    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+                    stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
