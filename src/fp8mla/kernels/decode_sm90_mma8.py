@@ -68,6 +68,23 @@ def descriptors(flat):
     return lat, decode_sm90.descriptors(flat)[1]
 
 
+def _q_store_bases(word_bits):
+    """Offset bits → [slot · 8 + row, dim] of q staged as [lane j, row r, word w ^ 8r]
+    (2**word_bits words a lane) in slots that fill a 32 KB ring stage: the word's bits, the
+    row's (with the XOR), the lane's, the slot's."""
+    words = [[0, 4 << i] for i in range(word_bits)]
+    slots = [[8 << i, 0] for i in range(14 - word_bits - 5)]
+    return words + [[1, 32], [2, 64], [4, 128], [0, 1], [0, 2]] + slots
+
+
+def _q_lanes_bases(word_bits):
+    """The same offsets → [(slot · 4 + lane) · 2**word_bits + word, row]."""
+    n = 1 << word_bits
+    words = [[1 << i, 0] for i in range(word_bits)]
+    slots = [[(4 * n) << i, 0] for i in range(14 - word_bits - 5)]
+    return words + [[8, 1], [16, 2], [32, 4], [n, 0], [2 * n, 0]] + slots
+
+
 if AVAILABLE:
     NR = gl.constexpr(ROWS)
     BN = gl.constexpr(BLOCK_N)
@@ -91,6 +108,16 @@ if AVAILABLE:
     R_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
         [0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [2, 4], [4, 8], [8, 0], [16, 0], [32, 0]]))
     P_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    # q [8 rows, 4 · W dims] (dim d = 4w + j) staged once in a free ring stage as fp16
+    # [lane j, row r, word w ^ 8r]: each of qᵀ's B-operand register pairs (words w, w + 1 of one
+    # lane and row) is one 4-byte load, the 8 rows' 16-byte runs in distinct banks.
+    # Q_STORE_*: the [8, 4 · W] view q is stored through; Q_LANES_*: the [4, W, 8] view qᵀ's
+    # lanes are loaded from (W = 128 latent words; the rope's 16 in a 64-word stage)
+    Q_ROWS = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
+    Q_STORE_LAT = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(7)))
+    Q_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_lanes_bases(7)))
+    Q_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(6)))
+    Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_lanes_bases(6)))
 
     @gluon.jit
     def _f16_lanes(words):
@@ -101,12 +128,12 @@ if AVAILABLE:
                                          is_pure=True, pack=2)
 
     @gluon.jit
-    def _as_words(buf, shape: gl.constexpr, layout: gl.constexpr):
-        """A uint8 ring buffer viewed as int32 ``shape`` in ``layout``."""
+    def _view(buf, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+        """A ring buffer's bytes viewed as ``dtype`` ``shape`` in ``layout``."""
         if REINTERPRET_NEW:
-            return buf.reinterpret(gl.int32, shape, layout)
+            return buf.reinterpret(dtype, shape, layout)
         else:
-            return buf._reinterpret(gl.int32, shape, layout)
+            return buf._reinterpret(dtype, shape, layout)
 
     @gluon.jit
     def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, stage, row0, pred):
@@ -125,29 +152,25 @@ if AVAILABLE:
         return qi, head, (r < S_Q * HEADS) & (head < num_heads)
 
     @gluon.jit
-    def _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, j: gl.constexpr,
-                WORDS: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
-        """qᵀ's lane j over words w0 … w0 + WORDS − 1 — fp16 [WORDS, 8], element (w, r) =
-        q[row r, dim 4w + j] (0 where row r does not exist) — as a B operand."""
-        r = gl.arange(0, NR, layout=gl.SliceLayout(0, QB))
+    def _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, col0,
+                WIDTH: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
+        """q's dims col0 … col0 + WIDTH − 1 of the 8 rows, fp16 [8, WIDTH] (zeros where a row
+        does not exist), 16-byte loads."""
+        r = gl.arange(0, NR, layout=gl.SliceLayout(1, Q_ROWS))
         qi, head, ok = _rows(r, num_heads, S_Q, HEADS)
-        row = q_ptr + b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh
-        w = w0 + gl.arange(0, WORDS, layout=gl.SliceLayout(1, QB))
-        x = gl.load(row[None, :] + (4 * w + j)[:, None], mask=ok[None, :], other=0.0)
-        return x.to(gl.float16)
+        row = q_ptr + b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh + col0
+        c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, Q_ROWS))
+        return gl.load(row[:, None] + c[None, :], mask=ok[:, None], other=0.0).to(gl.float16)
 
     @gluon.jit
-    def _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0,
-                 WORDS: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
-        """qᵀ's four lanes over words w0 … w0 + WORDS − 1 (`_q_lane`)."""
-        return (_q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 0, WORDS,
-                        S_Q, HEADS),
-                _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 1, WORDS,
-                        S_Q, HEADS),
-                _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 2, WORDS,
-                        S_Q, HEADS),
-                _q_lane(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, w0, 3, WORDS,
-                        S_Q, HEADS))
+    def _q_lanes(lanes, row0, w0, WORDS: gl.constexpr, n: gl.constexpr):
+        """qᵀ's four lanes over words w0 … w0 + WORDS − 1 from the staged q (`Q_LANES_*` view
+        of ``n`` words a lane, its slot's rows from row0; lane j: fp16 [WORDS, 8], element
+        (w, r) = q[row r, dim 4w + j]) as B operands."""
+        return (lanes.slice(row0 + w0, WORDS, dim=0).load(QB),
+                lanes.slice(row0 + n + w0, WORDS, dim=0).load(QB),
+                lanes.slice(row0 + 2 * n + w0, WORDS, dim=0).load(QB),
+                lanes.slice(row0 + 3 * n + w0, WORDS, dim=0).load(QB))
 
     @gluon.jit
     def _scores_chunk(words, qt, s0, s1, s2, s3):
@@ -221,12 +244,20 @@ if AVAILABLE:
         qk_scale = softmax_scale * kv_mult * LOG2E
 
         # qᵀ in registers: per 32-word latent chunk c and the rope's 16 words, four lanes
-        qs = (_q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 32, S_Q, HEADS),
-              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 32, 32, S_Q, HEADS),
-              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 64, 32, S_Q, HEADS),
-              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 96, 32, S_Q, HEADS),
-              _q_chunk(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 128, 16, S_Q,
-                       HEADS))
+        # qᵀ in registers, per 32-word latent chunk and the rope's 16 words: staged through
+        # the ring's last stage, whose first copy is issued after tile 0's barrier
+        free = lat_buf.index(NS - 1)  # latent q in slot 0 (8 KB), the rope's in slot 2 (4 KB)
+        _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
+            _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q, HEADS))
+        rope_rows = _view(free, gl.float16, [8 * NR, 256], Q_STORE_ROPE).slice(2 * NR, NR, dim=0)
+        rope_rows.slice(0, 64, dim=1).store(
+            _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q, HEADS))
+        _cta_barrier()
+        lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+        rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
+        qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
+              _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
+              _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
@@ -242,18 +273,19 @@ if AVAILABLE:
         acc1 = gl.zeros([128, NR], gl.float32, layout=MMA)
         acc2 = gl.zeros([128, NR], gl.float32, layout=MMA)
         acc3 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % NS
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
-            kw = _as_words(lat_buf.index(stage), [BN, 128], K_WORDS)
+            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
             s0 = gl.zeros([BN, NR], gl.float32, layout=MMA)
             s1, s2, s3 = s0, s0, s0
             for c in gl.static_range(4):
                 s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qs[c], s0,
                                                s1, s2, s3)
             s0, s1, s2, s3 = _scores_chunk(
-                _as_words(rope_buf.index(stage), [BN, 16], R_WORDS).load(KA), qs[4], s0, s1, s2,
+                _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS).load(KA), qs[4], s0, s1, s2,
                 s3)
             s = (s0 + s1) + (s2 + s3)
             # online softmax down each column (base 2; a tile with nothing visible while
@@ -270,13 +302,15 @@ if AVAILABLE:
             fence_async_shared()
             _cta_barrier()  # P is whole; every warp is past tile i − 1: its stage is free
             nxt = i + NS - 1
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS,
-                   _tile_row(bt_row, start + nxt * BN, end, page_shift), nxt < n_tiles)
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                   nxt < n_tiles)
+            # the next copy's pool row, looked up a tile before its issue waits on it
+            row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
             acc0 = acc0 * alpha
             acc1 = acc1 * alpha
             acc2 = acc2 * alpha
             acc3 = acc3 * alpha
-            vw = _as_words(lat_buf.index(stage), [128, BN], V_WORDS)
+            vw = _view(lat_buf.index(stage), gl.int32, [128, BN], V_WORDS)
             for kc in gl.static_range(4):
                 v = vw.slice(kc * 16, 16, dim=1).load(KA)
                 if n0 + BN > end:  # the partial last tile: a page's tail may hold NaN
