@@ -83,8 +83,11 @@ SM90_NARROW = False
 SPARSE_SM90_NARROW = False
 # SM90, fp8 rows, programs of ≤ 8 query rows (s_q × heads: GLM-5 at TP8) over pages of ≥ 64
 # tokens: the Gluon kernel on mma.sync with swapped operands and q in registers
-# (`fp8mla.kernels.decode_sm90_mma8`: no padding rows, no q reloads). False: not yet measured
-SM90_MMA8 = False
+# (`fp8mla.kernels.decode_sm90_mma8`: no padding rows, no q reloads). H200, ABAB against the
+# Triton kernel: B=64 × 8K × 8 heads 93.8 / 93.8 µs against 113.0 / 112.4, B=1 × 128K 39.5 /
+# 39.5 against 40.5 / 41.1, s_q 2 × 4 heads 93.8 against 113.3, B=128 × 4K 93.9 against 112.7
+# (h200-20261201-s18-2bde5d1-mma8-decode-variants.json). False: the Triton kernel
+SM90_MMA8 = True
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
