@@ -50,17 +50,22 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # Session 18: the Gluon mma.sync kernel of ≤ 8-row programs (`fp8mla.decode.SM90_MMA8`, q in
 # registers, no padding rows) against the Triton kernel, ABAB: faster in every case (B=64 × 8K
 # 93.8 vs 112.7 µs, B=1 × 128K 39.5 vs 40.8; s18-2bde5d1-mma8-decode-variants.json), now the
-# default. At B=1 × 128K half the scheduler's splits measured 37.9: the plan sweeps its splits
-TRITON = {"SM90_MMA8": False}
+# default. At B=1 × 128K half the scheduler's splits measured 37.9: the next run swept its
+# splits (s18-706da87: 128 splits 37.7 vs 38.9 µs at B=1, none better elsewhere; left as is).
+# Session 19: the first product's K order permuted so that its A-operand loads are free of
+# bank conflicts (`decode_sm90_mma8.LAT_K_BITS`; tests/test_bank_model.py: 288 extra
+# wavefronts a tile before, 0 after) against the stored order, ABAB
+STORED = {"SM90_MMA8_KPERM": False}
+KPERM_AB = [("stored K order", None, None, STORED), ("permuted K order", None, None, {}),
+            ("stored K order", None, None, STORED)]
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8", [("triton", None, None, TRITON), ("splits 64", None, 64),
-                                       ("splits 128", None, 128), ("splits 192", None, 192)]),
-    (DecodeCase(64, 8192, 8), "fp8", [("triton", None, None, TRITON), ("splits 2", None, 2),
-                                      ("splits 3", None, 3), ("splits 8", None, 8)]),
-    (DecodeCase(128, 4096, 8), "fp8", [("splits 1", None, 1), ("splits 4", None, 4)]),
-    (DecodeCase(8, 32768, 8), "fp8", [("triton", None, None, TRITON), ("splits 16", None, 16),
-                                      ("splits 32", None, 32)]),
+    (DecodeCase(64, 8192, 8), "fp8", KPERM_AB + [("triton", None, None, {"SM90_MMA8": False})]),
+    (DecodeCase(1, 131072, 8), "fp8", KPERM_AB),
+    (DecodeCase(128, 4096, 8), "fp8", KPERM_AB[:1]),
+    (DecodeCase(64, 8192, 4, s_q=2), "fp8", KPERM_AB[:1]),
+    (DecodeCase(8, 32768, 8), "fp8", KPERM_AB[:1]),
 ]
+
 
 def variants(case: DecodeCase, fmt: str, extra):
     """(label, config or None for the default, num_splits or None for the scheduler's,

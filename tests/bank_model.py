@@ -95,6 +95,22 @@ def nvmma128(elem_bytes: int, rows: int):
     return address
 
 
+def linear_shared(offset_bases, elem_bytes: int):
+    """A Gluon SharedLinearLayout (offset bits → (row, column)) as (row, column) → byte
+    address."""
+    where = {element(offset_bases, o): o * elem_bytes for o in range(1 << len(offset_bases))}
+    return lambda r, c: where[(r, c)]
+
+
+def mma_a(k: int, m_repeats: int = 1) -> tuple[list, list, list]:
+    """The m16n8k16 A operand of 32-bit elements in pairs along K (Gluon's DotOperandLayout,
+    k_width 2, over 4 warps along M): [64 · m_repeats, k] — a thread's pair (g, 2t … 2t + 1),
+    then rows g + 8, columns + 8, K and M repeats; lane 4g + t; warp w at rows 16w."""
+    reg = [[0, 1], [8, 0], [0, 8]] + [[0, 16 << i] for i in range(k.bit_length() - 5)]
+    reg += [[64 << i, 0] for i in range(m_repeats.bit_length() - 1)]
+    return reg, [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], [[16, 0], [32, 0]]
+
+
 # Gluon decode_sm90, a [64, 128]-byte ring chunk (8 warps) and its fp16 conversion: the old
 # layout of all three accesses, and the kernel's own
 ROWS = blocked([1, 16], [8, 4], [8, 1], [64, 128])

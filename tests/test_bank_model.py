@@ -53,3 +53,50 @@ def test_gluon_ring_accesses_are_conflict_free():
             (own["gather"], bm.nvmma128(1, 64), 1, 4)):
         total, ideal = bm.count(layout, address, elem_bytes, vec_bits)
         assert total == ideal, (layout, elem_bytes)
+
+
+def _mma8_tile_excess(k_bits, rope_bits):
+    """decode_sm90_mma8's shared-memory reads of one 64-token tile (all 4 warps): product 1's
+    K words (four [64, 32] slices) and rope words ([64, 16]), 8-byte A-operand loads, then
+    product 2's [128, 16]-word slices, 4-byte loads → (product 1's, product 2's) wavefronts
+    beyond ideal."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+
+    lat = bm.linear_shared(k8._k_words_bases(k_bits), 4)
+    rope = bm.linear_shared(k8._r_words_bases(rope_bits), 4)
+    v = bm.linear_shared(k8.V_WORDS_BASES, 4)
+    first = [bm.count(bm.mma_a(32), lambda r, c, c0=c0: lat(r, c + c0), 4, 1)
+             for c0 in range(0, 128, 32)]
+    first.append(bm.count(bm.mma_a(16), rope, 4, 1))
+    second = [bm.count(bm.mma_a(16, 2), lambda r, c, c0=c0: v(r, c + c0), 4, 0)
+              for c0 in range(0, 64, 16)]
+    return tuple(sum(t - i for t, i in counts) for counts in (first, second))
+
+
+def test_mma8_reads_are_conflict_free_in_the_permuted_k_order():
+    """The stored K order's 2-way conflicts are what Nsight Compute counted on the H200
+    (h200-20261201-s18-2bde5d1-ncu-mma8-fp8-B64-H8.txt: 2.37 M over 8,192 tiles, 289 a tile);
+    the kernel's K order (`LAT_K_BITS`, `ROPE_K_BITS`) has none, nor has product 2."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+
+    assert _mma8_tile_excess(k8.IDENT_BITS, k8.IDENT_BITS) == (288, 0)
+    assert _mma8_tile_excess(k8.LAT_K_BITS, k8.ROPE_K_BITS) == (0, 0)
+
+
+def test_mma8_q_lanes_follow_the_k_order():
+    """qᵀ's B operand, read through `_q_lanes_bases`, holds at K index k of lane j and row r
+    the q element the A operand's K index k multiplies: dim 4 · phys(k) + j, phys(k) the stored
+    word `_k_words_bases` puts at K index k — q staged by `_q_store_bases`."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+
+    for word_bits, k_bits, a_bases in ((7, k8.LAT_K_BITS, k8._k_words_bases),
+                                       (6, k8.ROPE_K_BITS, k8._r_words_bases)):
+        a = bm.linear_shared(a_bases(k_bits), 4)
+        store = bm.linear_shared(k8._q_store_bases(word_bits), 2)
+        lanes = bm.linear_shared(k8._q_lanes_bases(word_bits, k_bits), 2)
+        n = 1 << word_bits
+        for kk in range(128 if word_bits == 7 else 16):
+            chunk, unit_word = divmod(a(0, kk) // 4, 2 * 64 * 16 if word_bits == 7 else 16)
+            phys = chunk * 32 + unit_word if word_bits == 7 else unit_word  # token 0: unswizzled
+            for j, r in ((0, 0), (1, 3), (3, 5), (2, 7)):
+                assert lanes(j * n + kk, r) == store(r, 4 * phys + j), (word_bits, kk, j, r)

@@ -68,6 +68,41 @@ def descriptors(flat):
     return lat, decode_sm90.descriptors(flat)[1]
 
 
+# Product 1's K order. Its A operand's 8-byte loads (a thread: words k, k + 1 of token g, k =
+# 2 · (lane % 4) + 8 · (register pair)) read words 0–7 — two 16-byte units — for tokens
+# 0–3 in one 16-lane phase; tokens g and g ^ 1 hold those units at the same banks under the
+# 128-byte swizzle, a 2-way conflict on every load (Nsight Compute: 290 extra wavefronts a tile,
+# h200-20261201-s18-2bde5d1-ncu-mma8-fp8-B64-H8.txt). The sum runs over K in any order, so K
+# index k reads stored word phys(k): bit i of the stored word's index is bit log2(K_BITS[i]) of
+# k. Words 0 and 1 of every unit stay a pair; the lanes' words of one load fall in units u and
+# u + 4 (the rope's: u and u + 2), which the swizzle sends to 8 distinct units across tokens 0–3.
+# qᵀ's lanes are read in the same order (`_q_lanes_bases`). IDENT_BITS: stored order.
+LAT_K_BITS = [1, 2, 8, 16, 4, 32, 64]
+ROPE_K_BITS = [1, 2, 8, 4, 16, 32]
+IDENT_BITS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def _k_words_bases(k):
+    """A ring stage's latent, [4 chunks, 64 tokens, 128 bytes] under the TMA boxes' 128-byte
+    swizzle (16-byte unit u of token t's 128 bytes at u ^ (t % 8)), as int32 words: offset bits
+    0–1 pick the word in a unit, 2–4 the stored unit, 5–10 the token, 11–12 the 128-byte chunk
+    → [token, K index] (stored word 32 · chunk + 4 · unit + word, in K order ``k``)."""
+    return ([[0, k[i]] for i in range(5)] + [[1, k[2]], [2, k[3]], [4, k[4]]]
+            + [[8, 0], [16, 0], [32, 0], [0, k[5]], [0, k[6]]])
+
+
+def _r_words_bases(k):
+    """The rope box, [64 tokens, 64 bytes] under the 64-byte swizzle (unit u of token t at
+    u ^ ((t >> 1) % 4)), as int32 [token, K index] in K order ``k``."""
+    return ([[0, k[i]] for i in range(4)] + [[1, 0], [2, k[2]], [4, k[3]]]
+            + [[8, 0], [16, 0], [32, 0]])
+
+
+# the latent as [word, token] for the second product (its dims in stored order)
+V_WORDS_BASES = [[1, 0], [2, 0], [4, 0], [8, 0], [16, 0], [4, 1], [8, 2], [16, 4], [0, 8],
+                 [0, 16], [0, 32], [32, 0], [64, 0]]
+
+
 def _q_store_bases(word_bits):
     """Offset bits → [slot · 8 + row, dim] of q staged as [lane j, row r, word w ^ 8r]
     (2**word_bits words a lane) in slots that fill a 32 KB ring stage: the word's bits, the
@@ -77,12 +112,12 @@ def _q_store_bases(word_bits):
     return words + [[1, 32], [2, 64], [4, 128], [0, 1], [0, 2]] + slots
 
 
-def _q_lanes_bases(word_bits):
-    """The same offsets → [(slot · 4 + lane) · 2**word_bits + word, row]."""
+def _q_lanes_bases(word_bits, k):
+    """The same offsets → [(slot · 4 + lane) · 2**word_bits + K index, row], K order ``k``."""
     n = 1 << word_bits
-    words = [[1 << i, 0] for i in range(word_bits)]
+    words = [[k[i], 0] for i in range(word_bits)]
     slots = [[(4 * n) << i, 0] for i in range(14 - word_bits - 5)]
-    return words + [[8, 1], [16, 2], [32, 4], [n, 0], [2 * n, 0]] + slots
+    return words + [[k[3], 1], [k[4], 2], [k[5], 4], [n, 0], [2 * n, 0]] + slots
 
 
 if AVAILABLE:
@@ -93,20 +128,11 @@ if AVAILABLE:
                                                  instr_shape=[16, 8]))
     KA = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2))
     QB = gl.constexpr(gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2))
-    # a ring stage's latent, [4 chunks, 64 tokens, 128 bytes] under the TMA boxes' 128-byte swizzle
-    # (16-byte unit u of token t's 128 bytes at u ^ (t % 8)), as int32 words: offset bits 0–1
-    # pick the word in a unit, 2–4 the stored unit, 5–10 the token, 11–12 the 128-byte chunk.
-    # K_WORDS is [token, word] (word = 32 · chunk + 4 · unit + byte word), V_WORDS [word, token]
-    K_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-        [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [1, 4], [2, 8], [4, 16], [8, 0], [16, 0],
-        [32, 0], [0, 32], [0, 64]]))
-    V_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-        [1, 0], [2, 0], [4, 0], [8, 0], [16, 0], [4, 1], [8, 2], [16, 4], [0, 8], [0, 16],
-        [0, 32], [32, 0], [64, 0]]))
-    # the rope box, [64 tokens, 64 bytes] under the 64-byte swizzle (unit u of token t at
-    # u ^ ((t >> 1) % 4)), as int32 [token, word]
-    R_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-        [0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [2, 4], [4, 8], [8, 0], [16, 0], [32, 0]]))
+    K_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=_k_words_bases(LAT_K_BITS)))
+    R_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=_r_words_bases(ROPE_K_BITS)))
+    K_WORDS_STORED = gl.constexpr(gl.SharedLinearLayout(offset_bases=_k_words_bases(IDENT_BITS)))
+    R_WORDS_STORED = gl.constexpr(gl.SharedLinearLayout(offset_bases=_r_words_bases(IDENT_BITS)))
+    V_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=V_WORDS_BASES))
     P_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     # q [8 rows, 4 · W dims] (dim d = 4w + j) staged once in a free ring stage as fp16
     # [lane j, row r, word w ^ 8r]: each of qᵀ's B-operand register pairs (words w, w + 1 of one
@@ -115,9 +141,14 @@ if AVAILABLE:
     # lanes are loaded from (W = 128 latent words; the rope's 16 in a 64-word stage)
     Q_ROWS = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
     Q_STORE_LAT = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(7)))
-    Q_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_lanes_bases(7)))
+    Q_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_lanes_bases(7, LAT_K_BITS)))
+    Q_LANES_LAT_STORED = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_lanes_bases(7, IDENT_BITS)))
     Q_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(6)))
-    Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_lanes_bases(6)))
+    Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_lanes_bases(6, ROPE_K_BITS)))
+    Q_LANES_ROPE_STORED = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_lanes_bases(6, IDENT_BITS)))
 
     @gluon.jit
     def _f16_lanes(words):
@@ -220,6 +251,7 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+        KPERM: gl.constexpr = True,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -243,7 +275,6 @@ if AVAILABLE:
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
 
-        # qᵀ in registers: per 32-word latent chunk c and the rope's 16 words, four lanes
         # qᵀ in registers, per 32-word latent chunk and the rope's 16 words: staged through
         # the ring's last stage, whose first copy is issued after tile 0's barrier
         free = lat_buf.index(NS - 1)  # latent q in slot 0 (8 KB), the rope's in slot 2 (4 KB)
@@ -253,8 +284,12 @@ if AVAILABLE:
         rope_rows.slice(0, 64, dim=1).store(
             _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q, HEADS))
         _cta_barrier()
-        lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
-        rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
+        if KPERM:
+            lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+            rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
+        else:
+            lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT_STORED)
+            rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE_STORED)
         qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
               _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
               _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
@@ -278,15 +313,18 @@ if AVAILABLE:
             n0 = start + i * BN
             stage = i % NS
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
-            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
+            if KPERM:
+                kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
+                rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
+            else:
+                kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS_STORED)
+                rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS_STORED)
             s0 = gl.zeros([BN, NR], gl.float32, layout=MMA)
             s1, s2, s3 = s0, s0, s0
             for c in gl.static_range(4):
                 s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qs[c], s0,
                                                s1, s2, s3)
-            s0, s1, s2, s3 = _scores_chunk(
-                _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS).load(KA), qs[4], s0, s1, s2,
-                s3)
+            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qs[4], s0, s1, s2, s3)
             s = (s0 + s1) + (s2 + s3)
             # online softmax down each column (base 2; a tile with nothing visible while
             # nothing was before leaves the state as it is)
