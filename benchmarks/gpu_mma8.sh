@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the ≤ 8-row Gluon kernel (`fp8mla.decode.SM90_MMA8`): every GPU test, the
-# decode variants' A/B (benchmarks/decode_variants.py's PLAN), and Nsight Compute counters of
-# the kernel at B=64 × 8K × 8 heads in its K order and in the stored one. Usage:
+# decode variants (benchmarks/decode_variants.py's PLAN), and Nsight Compute counters of the
+# kernel and of the Triton kernel at B=64 × 8K × 8 heads. Usage:
 # [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh
 set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"
@@ -10,7 +10,6 @@ run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rA \
   -k "${TESTS:-not nothing}"
 run variants 220 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
 run ncu_mma8 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma8-fp8-B64-H8.txt" fp8 64 8192 8 SM90_MMA8=1
-run ncu_mma8_stored 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma8-stored-fp8-B64-H8.txt" fp8 64 8192 8 \
-  SM90_MMA8=1 SM90_MMA8_KPERM=0
+run ncu_triton 80 bash benchmarks/ncu_decode.sh "$W/ncu-triton-fp8-B64-H8.txt" fp8 64 8192 8 SM90_MMA8=0
 cat "$W/status.txt"; grep -h "passed\|failed\|error" "$W/gpu_tests.log" | tail -5
 cat "$W/variants.log"

@@ -228,7 +228,7 @@ def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
         num_warps=kn.NUM_WARPS)
 
 
-def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, kperm=True):
+def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True):
     """The Gluon SM90 decode kernel of ≤ 8-row programs (`fp8mla.kernels.decode_sm90_mma8`)
     for sm_90, as the launcher takes it for fp8 plans of s_q × heads ≤ 8; None where this
     Triton has no (such) Gluon."""
@@ -241,7 +241,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, kperm=True):
     lat = k8.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
-        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "KPERM": kperm},
+        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal},
         num_warps=k8.NUM_WARPS)
 
 

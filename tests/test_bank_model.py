@@ -79,7 +79,7 @@ def test_mma8_reads_are_conflict_free_in_the_permuted_k_order():
     the kernel's K order (`LAT_K_BITS`, `ROPE_K_BITS`) has none, nor has product 2."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
-    assert _mma8_tile_excess(k8.IDENT_BITS, k8.IDENT_BITS) == (288, 0)
+    assert _mma8_tile_excess(k8.STORED_BITS, k8.STORED_BITS) == (288, 0)
     assert _mma8_tile_excess(k8.LAT_K_BITS, k8.ROPE_K_BITS) == (0, 0)
 
 

@@ -88,9 +88,6 @@ SPARSE_SM90_NARROW = False
 # 39.5 against 40.5 / 41.1, s_q 2 × 4 heads 93.8 against 113.3, B=128 × 4K 93.9 against 112.7
 # (h200-20261201-s18-2bde5d1-mma8-decode-variants.json). False: the Triton kernel
 SM90_MMA8 = True
-# Its first product's K order permuted for conflict-free loads (`decode_sm90_mma8.LAT_K_BITS`);
-# False: the stored order (session 18's kernel), for the A/B
-SM90_MMA8_KPERM = True
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -562,7 +559,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                KPERM=SM90_MMA8_KPERM, num_warps=k8.NUM_WARPS)
+                num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

@@ -24,6 +24,13 @@ thread, reduced once at the end. P crosses the warps through shared memory (doub
 one CTA barrier a tile). Rows past a request's end: −inf scores and, in the partial last tile,
 zeroed words in the second product (a page's tail may hold NaN).
 
+Measured on the H200 (triton 3.6; h200-20261201-s19-dc1cb31-*; ceiling 4.49 TB/s): B=64 × 8K
+× 8 heads 93.3 µs, 3.25 TB/s (the Triton kernel: 112.3), B=1 × 128K 39.6 µs (kernel and
+combine), B=128 × 4K 93.6, s_q 2 × 4 heads 93.7, B=8 × 32K 59.0. Nsight Compute at B=64: DRAM
+78% of peak, 8 warps an SM (two programs; 195–201 registers), the ALU pipe (conversions) 46%
+busy, tensor and shared 20%; stalls per issue led by the long scoreboard (1.23: TMA waits) and
+fixed-latency waits (0.91) — latency-bound with too few warps, not bound by any pipe.
+
 Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
 `_combine_splits_kernel`. Query row r is (s_q index r // HEADS, head r % HEADS); causal among
 the s_q queries.
@@ -76,10 +83,13 @@ def descriptors(flat):
 # index k reads stored word phys(k): bit i of the stored word's index is bit log2(K_BITS[i]) of
 # k. Words 0 and 1 of every unit stay a pair; the lanes' words of one load fall in units u and
 # u + 4 (the rope's: u and u + 2), which the swizzle sends to 8 distinct units across tokens 0–3.
-# qᵀ's lanes are read in the same order (`_q_lanes_bases`). IDENT_BITS: stored order.
+# qᵀ's lanes are read in the same order (`_q_lanes_bases`). On the H200 (s19-dc1cb31-*) the
+# permutation took shared-load wavefronts from 7.24 M to 4.95 M but B=64 × 8K × 8 heads only
+# from 93.7 to 93.3 µs (ABAB): the time moved to waiting on memory (long-scoreboard stalls 0.98
+# → 1.23 per issue). STORED_BITS: the stored order (tests/test_bank_model.py's "before").
 LAT_K_BITS = [1, 2, 8, 16, 4, 32, 64]
 ROPE_K_BITS = [1, 2, 8, 4, 16, 32]
-IDENT_BITS = [1, 2, 4, 8, 16, 32, 64]
+STORED_BITS = [1, 2, 4, 8, 16, 32, 64]
 
 
 def _k_words_bases(k):
@@ -130,8 +140,6 @@ if AVAILABLE:
     QB = gl.constexpr(gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2))
     K_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=_k_words_bases(LAT_K_BITS)))
     R_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=_r_words_bases(ROPE_K_BITS)))
-    K_WORDS_STORED = gl.constexpr(gl.SharedLinearLayout(offset_bases=_k_words_bases(IDENT_BITS)))
-    R_WORDS_STORED = gl.constexpr(gl.SharedLinearLayout(offset_bases=_r_words_bases(IDENT_BITS)))
     V_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=V_WORDS_BASES))
     P_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     # q [8 rows, 4 · W dims] (dim d = 4w + j) staged once in a free ring stage as fp16
@@ -142,13 +150,9 @@ if AVAILABLE:
     Q_ROWS = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
     Q_STORE_LAT = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(7)))
     Q_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_lanes_bases(7, LAT_K_BITS)))
-    Q_LANES_LAT_STORED = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_lanes_bases(7, IDENT_BITS)))
     Q_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(6)))
     Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
         offset_bases=_q_lanes_bases(6, ROPE_K_BITS)))
-    Q_LANES_ROPE_STORED = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_lanes_bases(6, IDENT_BITS)))
 
     @gluon.jit
     def _f16_lanes(words):
@@ -251,7 +255,6 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        KPERM: gl.constexpr = True,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -284,12 +287,8 @@ if AVAILABLE:
         rope_rows.slice(0, 64, dim=1).store(
             _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q, HEADS))
         _cta_barrier()
-        if KPERM:
-            lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
-            rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
-        else:
-            lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT_STORED)
-            rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE_STORED)
+        lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+        rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
         qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
               _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
               _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
@@ -313,12 +312,8 @@ if AVAILABLE:
             n0 = start + i * BN
             stage = i % NS
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
-            if KPERM:
-                kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
-                rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
-            else:
-                kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS_STORED)
-                rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS_STORED)
+            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
+            rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
             s0 = gl.zeros([BN, NR], gl.float32, layout=MMA)
             s1, s2, s3 = s0, s0, s0
             for c in gl.static_range(4):
