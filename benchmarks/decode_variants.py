@@ -51,7 +51,8 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # registers, no padding rows) against the Triton kernel, ABAB: faster in every case (B=64 × 8K
 # 93.8 vs 112.7 µs, B=1 × 128K 39.5 vs 40.8; s18-2bde5d1-mma8-decode-variants.json), now the
 # default. At B=1 × 128K half the scheduler's splits measured 37.9: the next run swept its
-# splits (s18-706da87: 128 splits 37.7 vs 38.9 µs at B=1, none better elsewhere; left as is).
+# splits (706da87: 128 splits 37.7 vs 38.9 µs at B=1, none better elsewhere — that run's JSON
+# was not kept; session 19's decode_phases: 39.3 vs 39.6; left as is).
 # Session 19: the first product's K order permuted so that its A-operand loads are free of
 # bank conflicts (`decode_sm90_mma8.LAT_K_BITS`; tests/test_bank_model.py: 288 extra
 # wavefronts a tile before, 0 after) against the stored order, ABAB: 93.0 / 93.5 vs 93.7 / 93.7
