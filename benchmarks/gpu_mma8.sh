@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# One device call for the ≤ 8-row Gluon kernel (`fp8mla.decode.SM90_MMA8`): every GPU test, the
-# decode variants (benchmarks/decode_variants.py's PLAN), and Nsight Compute counters of the
-# kernel and of the Triton kernel at B=64 × 8K × 8 heads. Usage:
-# [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh
+# One device call for the ≤ 8-row Gluon kernels. Dense (`fp8mla.decode.SM90_MMA8`): every GPU
+# test, the decode variants (benchmarks/decode_variants.py's PLAN), and Nsight Compute counters
+# of the kernel and of the Triton kernel at B=64 × 8K × 8 heads. Sparse
+# (`SPARSE_SM90_MMA8`): the sparse GPU tests, the sparse variants (sparse_variants.py's PLAN)
+# and the counters of both kernels at B=64 × 8 heads × topk 2048. Usage:
+# [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh [sparse]
 set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"
-gpu_setup mma8
-run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rA \
-  -k "${TESTS:-not nothing}"
-run variants 220 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
-run ncu_mma8 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma8-fp8-B64-H8.txt" fp8 64 8192 8 SM90_MMA8=1
-run ncu_triton 80 bash benchmarks/ncu_decode.sh "$W/ncu-triton-fp8-B64-H8.txt" fp8 64 8192 8 SM90_MMA8=0
+if [ "${1:-}" = sparse ]; then
+  gpu_setup mma8-sparse
+  run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sparse_gpu.py -rA \
+    -k "${TESTS:-not nothing}"
+  run variants 240 python3 benchmarks/sparse_variants.py "$W/sparse-variants.json"
+  for k in 1 0; do
+    NCU_DRIVER=benchmarks/profile_sparse.py run "ncu_$k" 80 bash benchmarks/ncu_decode.sh \
+      "$W/ncu-sparse-mma8$k-B64-H8.txt" 64 8 SPARSE_SM90_MMA8=$k
+  done
+else
+  gpu_setup mma8
+  run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rA \
+    -k "${TESTS:-not nothing}"
+  run variants 220 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
+  run ncu_mma8 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma8-fp8-B64-H8.txt" fp8 64 8192 8 SM90_MMA8=1
+  run ncu_triton 80 bash benchmarks/ncu_decode.sh "$W/ncu-triton-fp8-B64-H8.txt" fp8 64 8192 8 SM90_MMA8=0
+fi
 cat "$W/status.txt"; grep -h "passed\|failed\|error" "$W/gpu_tests.log" | tail -5
 cat "$W/variants.log"

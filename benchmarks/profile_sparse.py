@@ -6,7 +6,8 @@ profile.
 
 fp8_ds_mla rows, random indices over a pool of ``pool`` slots (default: the benchmark's 1M);
 other key=value pairs override fields of the launcher's DecodeConfig (none: the launcher's own
-choice, the Gluon kernel included), ``splits=N`` the split count.
+choice, the Gluon kernel included), ``splits=N`` the split count; upper-case keys set
+`fp8mla.decode`'s switches instead (SPARSE_SM90_MMA8=1).
 """
 
 import sys
@@ -15,6 +16,7 @@ from dataclasses import replace
 import torch
 from profile_decode import parse_overrides
 
+import fp8mla.decode as decode_mod
 from fp8mla.bench.sparse import POOL_TOKENS
 from fp8mla.formats import KV_DIM, kv_format
 from fp8mla.runtime import decode_config
@@ -22,7 +24,9 @@ from fp8mla.sparse import SparsePlan
 
 batch, heads = map(int, sys.argv[1:3])
 opts = {"splits": None, "pool": POOL_TOKENS, "topk": 2048}
-over = parse_overrides(sys.argv[3:], opts)
+for k, v in (kv.split("=") for kv in sys.argv[3:] if kv[0].isupper()):
+    setattr(decode_mod, k, type(getattr(decode_mod, k))(int(v)))
+over = parse_overrides([kv for kv in sys.argv[3:] if not kv[0].isupper()], opts)
 fmt = kv_format("fp8_ds_mla")
 rows = torch.randint(0, 120, (opts["pool"], fmt.row_bytes), dtype=torch.uint8, device="cuda")
 idx = torch.randint(0, opts["pool"], (batch, opts["topk"]), dtype=torch.int32, device="cuda")
@@ -33,4 +37,4 @@ plan = SparsePlan(num_queries=batch, num_heads=heads, topk=opts["topk"], kv_form
 for _ in range(3):
     plan.run(q, rows, idx, check=False)
 torch.cuda.synchronize()
-print("profiled sparse", batch, heads, opts, cfg, "splits", plan.num_splits, "sm90", plan.sm90)
+print("profiled sparse", batch, heads, opts, cfg, "splits", plan.num_splits, "sm90", plan.sm90, "mma8", plan.mma8)

@@ -33,14 +33,20 @@ from fp8mla.runtime import decode_config
 # stages: defaults stay (s11-2a8cd0b-splits-sparse-variants.json). Session 16: the Gluon kernel
 # of ≤ 16-head programs (`SPARSE_SM90_NARROW`, the default arm) against the Triton kernel, ABAB,
 # and its split counts
-TRITON = {"SPARSE_SM90_NARROW": False}
-NARROW = [("triton", None, None, TRITON), ("default again", None, None, {}),
-          ("triton again", None, None, TRITON), ("splits 1", None, 1), ("splits 4", None, 4)]
+# Session 19: the ≤ 8-row Gluon kernel over fp8_ds_mla lists (`SPARSE_SM90_MMA8`, off by
+# default: the Triton kernel is the default arm) at both ring depths, ABAB, and its split counts
+MMA8 = {"SPARSE_SM90_MMA8": True}
+MMA8_2 = {"SPARSE_SM90_MMA8": True, "SPARSE_SM90_MMA8_STAGES": 2}
+AB = [("mma8, 3 stages", None, None, MMA8), ("mma8, 2 stages", None, None, MMA8_2),
+      ("triton again", None, None, {}), ("mma8, 3 stages again", None, None, MMA8),
+      ("mma8, 2 stages again", None, None, MMA8_2)]
 PLAN = [
-    ((64, 8, 2048, 1), NARROW),
-    ((64, 16, 2048, 1), NARROW[:2]),
+    ((64, 8, 2048, 1), AB + [("mma8, 3 stages, splits 4", None, 4, MMA8),
+                             ("mma8, 2 stages, splits 8", None, 8, MMA8_2),
+                             ("mma8, 2 stages, splits 2", None, 2, MMA8_2)]),
+    ((128, 8, 2048, 1), AB[:2]),
+    ((64, 4, 2048, 2), AB[:2]),
 ]
-
 
 def main() -> int:
     out_path = sys.argv[1]

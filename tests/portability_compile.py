@@ -264,6 +264,28 @@ def sparse_sm90_compile(direct=False):
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
+def sparse_mma8_compile(direct=False, heads=8, stages=None):
+    """The Gluon SM90 sparse kernel of ≤ 8-row programs over fp8_ds_mla index lists
+    (`fp8mla.kernels.decode_sm90_mma8_sparse`) for sm_90, with ``stages`` ring stages (the
+    launcher's default where None); None where this Triton has no (such) Gluon."""
+    import fp8mla.decode as decode_mod
+    from fp8mla.kernels import decode_sm90_mma8_sparse as km
+
+    if not km.AVAILABLE:
+        return None
+    sig = {"q_ptr": "*bf16", "u8_ptr": "*u8", "f32_ptr": "*fp32", "list_ptr": "*i32",
+           "count_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32",
+           "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
+           **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
+                                 "stride_oh", "stride_lb", "stride_lh")},
+           "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
+           "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
+    return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
+        "DIRECT": direct, "HEADS": heads,
+        "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES},
+        pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
+
+
 def sparse_narrow_compile(direct=False, heads=16):
     """The Gluon SM90 sparse kernel of ≤ 16-head programs over index lists
     (`fp8mla.kernels.decode_sm90_narrow`) for sm_90; None where this Triton has no (such)
@@ -331,6 +353,9 @@ def compile_target(cc):
             k = decode_mma8_compile(direct)
             if k is not None:
                 lines.append(row(f"decode_mma8/fp8/H8{'-direct' * direct}", cc, k))
+            k = sparse_mma8_compile(direct)
+            if k is not None:
+                lines.append(row(f"sparse_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))
             k = sparse_narrow_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_narrow/fp8_ds_mla/H16{'-direct' * direct}", cc, k))

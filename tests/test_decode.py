@@ -224,6 +224,37 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     assert not dense().mma8
 
 
+def test_sparse_mma8_sm90_kernel_serves_where_documented(monkeypatch):
+    """The sparse Gluon SM90 kernel of ≤ 8-row programs (`SPARSE_SM90_MMA8`) serves fp8_ds_mla
+    index lists of ≤ 8 heads, checking entries itself (no compaction), its programs per SM
+    from its ring depth (shared memory: 40 KB a stage); it takes precedence over the ≤ 16-head
+    kernel."""
+    from fp8mla.kernels import decode_sm90_mma8_sparse as km
+    from fp8mla.runtime import Target
+    from fp8mla.sparse import SparsePlan
+
+    if not km.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+
+    def sparse(heads=8, fmt="fp8_ds_mla"):
+        return SparsePlan(num_queries=64, num_heads=heads, topk=2048, kv_format=fmt,
+                          device="cpu")
+
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", True)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
+    plan = sparse()
+    assert plan.mma8 and plan.sm90 and not plan.narrow and not plan.compacts
+    assert plan.head_blocks == 1 and plan.programs_per_sm == 1  # 3 stages: 125 KB
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_STAGES", 2)
+    assert sparse().programs_per_sm == 2 == km.programs_per_sm(2)  # 85 KB
+    assert sparse(heads=1).mma8 and sparse(heads=5).mma8
+    assert not sparse(heads=9).mma8 and sparse(heads=16).narrow
+    assert not sparse(fmt="fp8").mma8 and not sparse(fmt="bf16").mma8
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", False)
+    assert not sparse().mma8
+
+
 def test_resident_programs_from_kernel_resources():
     from fp8mla.runtime import resident_programs
 

@@ -88,17 +88,37 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
     assert torch.all(lse[2] == float("inf")) and torch.all(out[2] == 0)
 
 
-@pytest.mark.parametrize("heads", [16, 8, 3])
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("narrow", [True, False])
-def test_narrow_sparse_kernels_direct_and_split(narrow, splits, heads, monkeypatch):
-    """≤ 16-head programs over fp8_ds_mla lists: the Gluon SM90 kernel (128-entry tiles,
-    `SPARSE_SM90_NARROW`, on an SM90 GPU) and the Triton kernel, with one split and three, a
-    query with no valid entry (lse +inf), whole tiles of −1, slots past the pool, −1 every 7th
-    entry, topk_length shorter than the list and not a multiple of a tile."""
+def _force(monkeypatch, kernel, stages=None):
+    """Serve ≤ 16-head fp8_ds_mla plans by ``kernel``: "mma8" (the ≤ 8-row Gluon kernel,
+    `SPARSE_SM90_MMA8`, with ``stages`` ring stages), "narrow" (`SPARSE_SM90_NARROW`) or
+    "triton"."""
     import fp8mla.decode as decode_mod
 
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", narrow)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", kernel == "mma8")
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", kernel == "narrow")
+    if stages:
+        monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_STAGES", stages)
+
+
+def _served_by(plan, kernel):
+    """Skip where the forced Gluon kernel cannot serve (not SM90, no Gluon, too many heads)."""
+    served = {"mma8": plan.mma8, "narrow": plan.narrow, "triton": not plan.sm90}[kernel]
+    if kernel != "triton" and not served:
+        pytest.skip(f"the {kernel} Gluon kernel serves SM90 GPUs with a Triton that has Gluon"
+                    f"{' and ≤ 8 heads' * (kernel == 'mma8')}")
+    assert served and not plan.compacts
+
+
+@pytest.mark.parametrize("heads", [16, 8, 5, 3])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("kernel", ["mma8", "narrow", "triton"])
+def test_narrow_sparse_kernels_direct_and_split(kernel, splits, heads, monkeypatch):
+    """≤ 16-head programs over fp8_ds_mla lists: the Gluon SM90 kernels (≤ 8 rows on mma.sync,
+    `SPARSE_SM90_MMA8`; 128-entry tiles, `SPARSE_SM90_NARROW`; on an SM90 GPU) and the Triton
+    kernel, with one split and three, a query with no valid entry (lse +inf), whole tiles of
+    −1, slots past the pool, −1 every 7th entry, topk_length shorter than the list and not a
+    multiple of a tile."""
+    _force(monkeypatch, kernel)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=37 + heads)
     idx[2] = -1
     idx[0, 64:330] = -1
@@ -107,9 +127,7 @@ def test_narrow_sparse_kernels_direct_and_split(narrow, splits, heads, monkeypat
     lengths = torch.tensor([700, 300, 700, 129], dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format="fp8_ds_mla",
                       device="cuda", num_splits=splits)
-    if narrow and not plan.narrow:
-        pytest.skip("the narrow Gluon kernel serves SM90 GPUs with a Triton that has Gluon")
-    assert plan.narrow == narrow and not plan.compacts
+    _served_by(plan, kernel)
     out = torch.full((4, heads, 512), float("nan"), device="cuda").bfloat16()
     lse = torch.full((4, heads), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,
@@ -123,13 +141,35 @@ def test_narrow_sparse_kernels_direct_and_split(narrow, splits, heads, monkeypat
     assert torch.all(lse[2] == float("inf")) and torch.all(out[2] == 0)
 
 
-@pytest.mark.parametrize("heads", [128, 8])
-def test_cuda_graph_replays_with_new_lists_and_contents(heads):
-    """One capture, replays after the index lists, lengths, q and the listed rows changed."""
+@pytest.mark.parametrize("policy", ["pow2", "fp32"])
+@pytest.mark.parametrize("stages,heads", [(3, 8), (2, 8), (3, 1), (2, 7)])
+def test_sparse_mma8_kernel_full_size(policy, stages, heads, monkeypatch):
+    """The ≤ 8-row sparse kernel at topk 2048 over both scale policies (fp32 scales are not
+    powers of two: P · scale in fp16 rounds) and both ring depths, the scheduler's split
+    count, lengths around a tile, every unlisted slot NaN-poisoned."""
+    _force(monkeypatch, "mma8", stages)
+    cache, _, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 2048, policy=policy,
+                                      seed=11 + stages + heads)
+    lengths = torch.tensor([2048, 1, 0, 1500, 65], dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=5, num_heads=heads, topk=2048, kv_format=cache.fmt,
+                      device="cuda")
+    _served_by(plan, "mma8")
+    out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
+    _check(cache, q, idx, lengths, out, lse)
+
+
+@pytest.mark.parametrize("heads,kernel", [(128, "triton"), (8, "triton"), (8, "mma8")])
+def test_cuda_graph_replays_with_new_lists_and_contents(heads, kernel, monkeypatch):
+    """One capture, replays after the index lists, lengths, q and the listed rows changed
+    (8 heads: on the Triton kernel and on the ≤ 8-row Gluon kernel)."""
+    if kernel == "mma8":
+        _force(monkeypatch, "mma8")
     cache, live, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 2048, seed=5)
     lengths = torch.full((4,), 2048, dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=4, num_heads=heads, topk=2048, kv_format="fp8_ds_mla",
                       device="cuda")
+    if kernel == "mma8":
+        _served_by(plan, "mma8")
     plan.run(q, cache.layer(0), idx, lengths, check=False)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

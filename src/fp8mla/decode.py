@@ -88,6 +88,12 @@ SPARSE_SM90_NARROW = False
 # 39.5 against 40.5 / 41.1, s_q 2 × 4 heads 93.8 against 113.3, B=128 × 4K 93.9 against 112.7
 # (h200-20261201-s18-2bde5d1-mma8-decode-variants.json). False: the Triton kernel
 SM90_MMA8 = True
+# the same form for sparse plans of fp8_ds_mla rows over index lists, ≤ 8 heads
+# (`fp8mla.kernels.decode_sm90_mma8_sparse`: gathered by cp.async into a ring of
+# `SPARSE_SM90_MMA8_STAGES` tiles, entries checked in the kernel, one accumulator per scale
+# chunk). Off until measured against the Triton kernel; the GPU tests run it forced on
+SPARSE_SM90_MMA8 = False
+SPARSE_SM90_MMA8_STAGES = 3
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -252,7 +258,11 @@ class DecodePlan:
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
         # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
         # of shared memory, but the ≤ 8-row one: `decode_sm90_mma8.PROGRAMS_PER_SM`)
-        if self.mma8:
+        if self.mma8 and self.sparse:
+            from fp8mla.kernels import decode_sm90_mma8_sparse as km
+
+            self.programs_per_sm = km.programs_per_sm(SPARSE_SM90_MMA8_STAGES)
+        elif self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
             self.programs_per_sm = k8.PROGRAMS_PER_SM
@@ -481,17 +491,22 @@ class DecodePlan:
         return self.config.block_n
 
     def _mma8_serves(self) -> bool:
-        """Whether the Gluon SM90 kernel of ≤ 8-row programs serves this plan (`SM90_MMA8`):
-        dense fp8 rows in pages of ≥ 64 tokens, s_q × heads ≤ 8 (one program for all heads),
-        a GPU of compute capability 9.0 and a Triton with Gluon."""
-        if (self.target.interpreted or self.target.cc != 90 or self.sparse or not SM90_MMA8
-                or self.fmt.name != "fp8"):
+        """Whether a Gluon SM90 kernel of ≤ 8-row programs serves this plan: dense fp8 rows in
+        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`), or sparse fp8_ds_mla rows over
+        index lists with ≤ 8 heads (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of
+        compute capability 9.0 and a Triton with Gluon."""
+        if self.target.interpreted or self.target.cc != 90:
+            return False
+        if self.sparse:
+            if not (SPARSE_SM90_MMA8 and self.fmt.name == "fp8_ds_mla"):
+                return False
+        elif not (SM90_MMA8 and self.fmt.name == "fp8"):
             return False
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
         return (k8.AVAILABLE and self.s_q * self.num_heads <= k8.ROWS
                 and self.config.heads_per_block >= self.num_heads
-                and self.page_size >= k8.BLOCK_N)
+                and (self.sparse or self.page_size >= k8.BLOCK_N))
 
     def _narrow_serves(self) -> bool:
         """Whether a Gluon SM90 kernel of ≤ 16-row programs serves this plan: dense fp8 rows in
@@ -517,6 +532,18 @@ class DecodePlan:
 
         flat = rows.view(-1, self.fmt.row_bytes)
         grid = (self.batch, self.num_splits, self.head_blocks)
+        if self.sparse and self.mma8:  # block_table: the index lists; cache_seqlens: their
+            from fp8mla.kernels import decode_sm90_mma8_sparse as km  # lengths
+
+            km._mla_sparse_mma8_kernel[grid](
+                q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
+                self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
+                q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
+                lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
+                self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
+                DIRECT=direct, HEADS=self.num_heads, NS=SPARSE_SM90_MMA8_STAGES,
+                num_warps=km.NUM_WARPS)
+            return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
 

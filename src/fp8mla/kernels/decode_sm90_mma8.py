@@ -216,19 +216,20 @@ if AVAILABLE:
                 mma_v2(k3, qt[3], s3))
 
     @gluon.jit
-    def _write_rows(acc0, acc1, acc2, acc3, m_i, l_i, kv_mult, b, split, out_ptr, lse_ptr,
-                    max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os,
-                    stride_oh, stride_lb, stride_ls, stride_lh, lse_empty, num_heads,
-                    num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
-        """Normalize Oᵀ's lanes (acc_j [128 words, 8 rows]: dims 4w + j); write the final rows
-        (one split: out, lse — ``lse_empty`` where nothing was attended — and max_logits) or
-        this split's partials (workspace rows [batch, num_splits, S_Q, num_heads])."""
+    def _write_rows(acc0, acc1, acc2, acc3, d, STEP: gl.constexpr, m_i, l_i, kv_mult, b,
+                    split, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+                    stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
+                    num_heads, num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
+                    HEADS: gl.constexpr):
+        """Normalize the accumulators ([128, 8 rows] each: row m of acc k holds dim
+        d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
+        nothing was attended — and max_logits) or this split's partials (workspace rows
+        [batch, num_splits, S_Q, num_heads])."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
         qi, head, ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
                              HEADS)
-        d = 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
         if DIRECT:
             o_row = out_ptr + b.to(gl.int64) * stride_ob + qi * stride_os + head * stride_oh
             o_ptr = o_row[None, :] + d[:, None]
@@ -243,9 +244,9 @@ if AVAILABLE:
             gl.store(part_max_ptr + ws, m_i / LOG2E, mask=ok)
         m = ok[None, :]
         gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
-        gl.store(o_ptr + 1, acc1 * inv[None, :], mask=m)
-        gl.store(o_ptr + 2, acc2 * inv[None, :], mask=m)
-        gl.store(o_ptr + 3, acc3 * inv[None, :], mask=m)
+        gl.store(o_ptr + STEP, acc1 * inv[None, :], mask=m)
+        gl.store(o_ptr + 2 * STEP, acc2 * inv[None, :], mask=m)
+        gl.store(o_ptr + 3 * STEP, acc3 * inv[None, :], mask=m)
 
     @gluon.jit
     def _mla_decode_mma8_kernel(
@@ -357,7 +358,9 @@ if AVAILABLE:
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
 
-        _write_rows(acc0, acc1, acc2, acc3, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
+        # acc_j's row m: dim 4m + j
+        _write_rows(acc0, acc1, acc2, acc3, 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA)),
+                    1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
                     lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)

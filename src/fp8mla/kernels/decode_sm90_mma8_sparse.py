@@ -1,0 +1,229 @@
+"""SM90 sparse decode for programs of at most 8 query rows (heads: GLM-5 at TP8) over index
+lists of fp8_ds_mla rows, in Gluon: `decode_sm90_mma8`'s swapped mma.sync products (a tile's
+64 entries as M, the rows as N, qᵀ in registers) with each tile's rows gathered and scaled.
+
+Per program: one (query, split). A tile's rows (656 bytes: e4m3 latent, four float32 scales
+per 128 dims, bf16 rope) are gathered by cp.async in 16-byte pieces (TMA cannot gather on
+SM90) into a STAGES-deep ring; the copy of tile i + STAGES − 1 is issued once every warp is
+past tile i − 1. The entries are checked here: −1 and slots outside the pool are not copied
+(their bytes zero), their scores −inf and their scales 0. The rows' scales are loaded a tile
+ahead, in the score layout, from global memory.
+
+    Sᵀ   = Σ_c scale_c ⊙ (K_c · q_cᵀ) + K_rope · q_ropeᵀ   (c: the four 128-dim chunks, one MMA
+           chain per chunk and lane scaled as it is added; the rope's bf16 straight from the ring)
+    Oᵀ_c += V_cᵀ · (scale_c ⊙ P)ᵀ                          (one accumulator per chunk)
+
+The second product takes the scales through P: an accumulator whose M mixed chunks (as
+`decode_sm90_mma8`'s lanes do) would need a chunk's scale per row of one MMA, and scaling the
+converted V instead costs a multiply per value. So accumulator c holds chunk c only, its row
+m = 64r + 16w + 8h + g holding dim 4 · (8w + g) + 2r + h of the chunk (w: warp, g: lane group,
+h and r: the thread's two register halves): the four bytes of one e4m3 word land in one thread's
+four rows, and the converted lanes are joined into the MMA operand in registers (no shuffle:
+the layouts coincide). P is stored once per chunk, scaled, in fp16.
+"""
+
+from fp8mla.kernels.decode_sm90 import AVAILABLE
+
+BLOCK_N = 64  # entries per tile
+STAGES = 3  # ring depth: 40 KB a stage (32 KB latent, 8 KB rope)
+NUM_WARPS = 4
+SMEM_PER_SM = 227 * 1024
+
+
+def programs_per_sm(stages: int) -> int:
+    """Programs one SM holds at once: the ring (40 KB a stage) and P (4 KB) in shared memory;
+    the registers (~200 a thread, 4 warps) allow two."""
+    return max(1, min(2, SMEM_PER_SM // (stages * 40 * 1024 + 5 * 1024)))
+
+
+if AVAILABLE:
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+
+    from fp8mla.kernels.decode_sm90 import (
+        LOG2E,
+        _cp_async,
+        _cta_barrier,
+        _entries,
+        _split_range,
+        gl,
+        gluon,
+    )
+    from fp8mla.kernels.decode_sm90_mma8 import (
+        BN,
+        K_WORDS,
+        KA,
+        MMA,
+        NR,
+        P_SHARED,
+        Q_LANES_LAT,
+        Q_STORE_LAT,
+        QB,
+        V_WORDS,
+        _f16_lanes,
+        _q_lanes,
+        _q_rows,
+        _rows,
+        _scores_chunk,
+        _view,
+        _write_rows,
+    )
+
+    # the ring's [64, 128]-byte pieces as the gather writes them: 16 bytes a thread, 8 lanes
+    # a row (conflict-free under the 128-byte swizzle)
+    GATHER = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))
+    SH8 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
+    SH16 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                             rank=2))
+    Q_ROPE = gl.constexpr(gl.BlockedLayout([8, 1], [8, 4], [1, 4], [0, 1]))
+    # one chunk's words for the second product, [32 words, 16 entries]: word 8w + g of entries
+    # 2t, 2t + 1, 2t + 8, 2t + 9 in warp w, lane 4g + t — conflict-free 4-byte reads
+    V_CHUNK = gl.constexpr(gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 8]], lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[8, 0], [16, 0]], block_bases=[], shape=[32, 16]))
+
+    @gluon.jit
+    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok):
+        """cp.async of one tile's rows (``slot`` where ``ok``; zeros elsewhere) into ring stage
+        ``stage``: the latent's four 128-byte chunks chunk-major ([4 · 64, 128] bytes), the
+        bf16 rope's 128 bytes; one commit group."""
+        c = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER))
+        row = u8_ptr + slot.to(gl.int64)[:, None] * 656 + c[None, :]
+        lat = lat_buf.index(stage)
+        for k in gl.static_range(4):
+            _cp_async(lat.slice(k * BN, BN, dim=0), row + k * 128, mask=ok[:, None])
+        _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _tile_entries(list_row, f32_ptr, pos, end, num_slots):
+        """The tile's entries at ``pos`` in the score layout: whether each is attended and the
+        four chunk scales of its row (0 where not)."""
+        slot, keep = _entries(list_row, pos, end, num_slots)
+        srow = f32_ptr + slot.to(gl.int64) * 164 + 128
+        return (keep, gl.load(srow, mask=keep, other=0.0), gl.load(srow + 1, mask=keep, other=0.0),
+                gl.load(srow + 2, mask=keep, other=0.0), gl.load(srow + 3, mask=keep, other=0.0))
+
+    @gluon.jit
+    def _chunk_operand(words):
+        """One chunk's words (int32 [32, 16] in V_CHUNK) as the second product's A operand,
+        fp16 [128, 16]: row 64r + 16w + 8h + g holds byte 2r + h of word 8w + g."""
+        x0, x1, x2, x3 = _f16_lanes(words)
+        a = gl.join(gl.join(x0, x1), gl.join(x2, x3))  # [word, entry, h, r]
+        a = gl.reshape(a, [4, 8, 16, 2, 2])  # [w, g, entry, h, r]
+        a = gl.reshape(gl.permute(a, [4, 0, 3, 1, 2]), [128, 16])
+        return gl.convert_layout(a, KA)
+
+    @gluon.jit
+    def _pv(vw, p_s, c: gl.constexpr, kc: gl.constexpr, acc):
+        """acc (chunk c's Oᵀ) += entries 16kc … 16kc + 15 of chunk c's Vᵀ · (scale_c ⊙ P)ᵀ."""
+        words = vw.slice(32 * c, 32, dim=0).slice(16 * kc, 16, dim=1).load(V_CHUNK)
+        return mma_v2(_chunk_operand(words), p_s.index(c).slice(16 * kc, 16, dim=0).load(QB),
+                      acc)
+
+    @gluon.jit
+    def _scaled_scores(kw, qs, sc, c: gl.constexpr, s):
+        """s += the tile's chunk-c scores K_c · q_cᵀ (four lane chains), times its scales."""
+        z = gl.zeros_like(s)
+        t0, t1, t2, t3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qs[c], z, z, z, z)
+        return s + ((t0 + t1) + (t2 + t3)) * sc[:, None]
+
+    @gluon.jit
+    def _mla_sparse_mma8_kernel(
+        q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr,
+    ):
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4 * BN, 128], SH8)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], SH8)
+        p_s = gl.allocate_shared_memory(gl.float16, [4, BN, NR], P_SHARED)
+
+        # this program's entries; the ring's first STAGES − 1 tiles in flight before q is read
+        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        list_row = list_ptr + b.to(gl.int64) * stride_list
+        tg = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER))
+        for st in gl.static_range(NS - 1):
+            slot, ok = _entries(list_row, start + st * BN + tg, end, num_slots)
+            _gather(u8_ptr, lat_buf, rope_buf, st, slot, ok)
+        slot_g, ok_g = _entries(list_row, start + (NS - 1) * BN + tg, end, num_slots)
+        tm = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+        keep, sc0, sc1, sc2, sc3 = _tile_entries(list_row, f32_ptr, start + tm, end, num_slots)
+        qk_scale = softmax_scale * LOG2E
+
+        # qᵀ: the latent's lanes staged through the ring's last stage (as decode_sm90_mma8),
+        # the rope's bf16 straight from global memory
+        free = lat_buf.index(NS - 1)
+        _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
+            _q_rows(q_ptr, b, stride_qb, 0, stride_qh, num_heads, 0, 512, 1, HEADS))
+        k = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_ROPE))
+        _, head, h_ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, Q_ROPE)), num_heads, 1,
+                              HEADS)
+        q_rope = gl.load(q_ptr + b.to(gl.int64) * stride_qb + 512 + head[None, :] * stride_qh
+                         + k[:, None], mask=h_ok[None, :], other=0.0)
+        q_rope = gl.convert_layout(q_rope, QB)
+        _cta_barrier()
+        lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+        qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
+              _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128))
+
+        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
+        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)  # P's sums, per thread
+        acc0 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc1 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc2 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc3 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        for i in range(n_tiles):
+            stage = i % NS
+            async_copy.wait_group(NS - 2)  # this thread's copies of tile i
+            _cta_barrier()  # everyone's; every warp past tile i − 1: its stage is free
+            _gather(u8_ptr, lat_buf, rope_buf, (i + NS - 1) % NS, slot_g, ok_g)
+            slot_g, ok_g = _entries(list_row, start + (i + NS) * BN + tg, end, num_slots)
+            keep_n, sn0, sn1, sn2, sn3 = _tile_entries(list_row, f32_ptr,
+                                                       start + (i + 1) * BN + tm, end, num_slots)
+
+            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
+            s = gl.zeros([BN, NR], gl.float32, layout=MMA)
+            s = _scaled_scores(kw, qs, sc0, 0, s)
+            s = _scaled_scores(kw, qs, sc1, 1, s)
+            s = _scaled_scores(kw, qs, sc2, 2, s)
+            s = _scaled_scores(kw, qs, sc3, 3, s)
+            k_rope = _view(rope_buf.index(stage), gl.bfloat16, [BN, 64], SH16).load(KA)
+            s = mma_v2(k_rope, q_rope, s)
+            # online softmax down each column (base 2; a tile with nothing attended while
+            # nothing was before leaves the state as it is)
+            s = gl.where(keep[:, None], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=0))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+            p = gl.exp2(s - m_ref[None, :])
+            alpha = gl.exp2(m_i - m_ref)[None, :]
+            l_acc = l_acc * alpha + p
+            m_i = m_new
+            p_s.index(0).store((p * sc0[:, None]).to(gl.float16))
+            p_s.index(1).store((p * sc1[:, None]).to(gl.float16))
+            p_s.index(2).store((p * sc2[:, None]).to(gl.float16))
+            p_s.index(3).store((p * sc3[:, None]).to(gl.float16))
+            _cta_barrier()  # P is whole (and read before the next tile's barrier)
+            acc0 = acc0 * alpha
+            acc1 = acc1 * alpha
+            acc2 = acc2 * alpha
+            acc3 = acc3 * alpha
+            vw = _view(lat_buf.index(stage), gl.int32, [128, BN], V_WORDS)
+            for kc in gl.static_range(4):
+                acc0 = _pv(vw, p_s, 0, kc, acc0)
+                acc1 = _pv(vw, p_s, 1, kc, acc1)
+                acc2 = _pv(vw, p_s, 2, kc, acc2)
+                acc3 = _pv(vw, p_s, 3, kc, acc3)
+            keep, sc0, sc1, sc2, sc3 = keep_n, sn0, sn1, sn2, sn3
+        async_copy.wait_group(0)
+
+        m = gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
+        d = 4 * (8 * ((m >> 4) & 3) + (m & 7)) + 2 * (m >> 6) + ((m >> 3) & 1)
+        _write_rows(acc0, acc1, acc2, acc3, d, 128, m_i, gl.sum(l_acc, axis=0), 1.0, b, split,
+                    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+                    stride_ob, 0, stride_oh, stride_lb, 0, stride_lh, lse_empty, num_heads,
+                    num_splits, DIRECT, 1, HEADS)
