@@ -12,9 +12,10 @@ if [ "${1:-}" = sparse ]; then
   run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sparse_gpu.py -rA \
     -k "${TESTS:-not nothing}"
   run variants 240 python3 benchmarks/sparse_variants.py "$W/sparse-variants.json"
+  export NCU_DRIVER=benchmarks/profile_sparse.py
   for k in 1 0; do
-    NCU_DRIVER=benchmarks/profile_sparse.py run "ncu_$k" 80 bash benchmarks/ncu_decode.sh \
-      "$W/ncu-sparse-mma8$k-B64-H8.txt" 64 8 SPARSE_SM90_MMA8=$k
+    run "ncu_$k" 80 bash benchmarks/ncu_decode.sh "$W/ncu-sparse-mma8$k-B64-H8.txt" 64 8 \
+      SPARSE_SM90_MMA8=$k
   done
 else
   gpu_setup mma8
