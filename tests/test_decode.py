@@ -180,6 +180,7 @@ def test_narrow_sm90_kernels_serve_where_documented(monkeypatch):
     assert not dense().narrow and not sparse().narrow  # the defaults
     monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", False)  # it would take ≤ 8 heads
     plan = dense()
     assert plan.narrow and plan.sm90 and plan.programs_per_sm == 1
     assert plan.num_splits == decode_mod.choose_num_splits(64, 1, 8192, 132, kn.BLOCK_N)
@@ -245,9 +246,9 @@ def test_sparse_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
     plan = sparse()
     assert plan.mma8 and plan.sm90 and not plan.narrow and not plan.compacts
-    assert plan.head_blocks == 1 and plan.programs_per_sm == 1  # 3 stages: 125 KB
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_STAGES", 2)
-    assert sparse().programs_per_sm == 2 == km.programs_per_sm(2)  # 85 KB
+    assert plan.head_blocks == 1 and plan.programs_per_sm == 2  # 2 stages: 85 KB
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_STAGES", 3)
+    assert sparse().programs_per_sm == 1 == km.programs_per_sm(3)  # 125 KB
     assert sparse(heads=1).mma8 and sparse(heads=5).mma8
     assert not sparse(heads=9).mma8 and sparse(heads=16).narrow
     assert not sparse(fmt="fp8").mma8 and not sparse(fmt="bf16").mma8

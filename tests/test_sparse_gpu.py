@@ -1,7 +1,7 @@
 """Sparse decode at full size (topk 2048) and under CUDA-graph capture (GPU only): both ways
 the attention kernels read index lists — checked per entry (≤ 32 heads per program; the Gluon
-SM90 kernels at ≤ 16 heads and at 64 heads and more) and compacted first (the Triton kernel's
-64-row programs)."""
+SM90 kernels at ≤ 8 heads — ≤ 16 switched on — and at 64 heads and more) and compacted first
+(the Triton kernel's 64-row programs)."""
 
 import pytest
 import torch
