@@ -59,15 +59,22 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # µs at B=64 × 8K × 8 heads, 39.6 vs 39.7 at B=1 × 128K (s19-dc1cb31-decode-variants.json, both
 # orders' Nsight Compute counters beside it): kept, the switch dropped. The plan is back to
 # session 18's split sweep.
+# Session 20: the ≤ 8-row kernel's fp8_ds_mla form (`fp8mla.decode.SM90_MMA8_DS`: the sparse
+# kernel's per-chunk tile fed by TMA) at 2 and 3 ring stages against the Triton kernel, ABAB.
 TRITON = {"SM90_MMA8": False}
+DS_TRITON = {"SM90_MMA8_DS": False}
+DS2 = {"SM90_MMA8_DS": True, "SM90_MMA8_DS_STAGES": 2}
+DS3 = {"SM90_MMA8_DS": True, "SM90_MMA8_DS_STAGES": 3}
+DS_ABAB = [("triton", None, None, DS_TRITON), ("mma8 2 stages", None, None, DS2),
+           ("mma8 3 stages", None, None, DS3), ("triton again", None, None, DS_TRITON),
+           ("mma8 2 stages again", None, None, DS2), ("mma8 3 stages again", None, None, DS3)]
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8", [("triton", None, None, TRITON), ("splits 64", None, 64),
-                                       ("splits 128", None, 128), ("splits 192", None, 192)]),
-    (DecodeCase(64, 8192, 8), "fp8", [("triton", None, None, TRITON), ("splits 2", None, 2),
-                                      ("splits 3", None, 3), ("splits 8", None, 8)]),
-    (DecodeCase(128, 4096, 8), "fp8", [("splits 1", None, 1), ("splits 4", None, 4)]),
-    (DecodeCase(8, 32768, 8), "fp8", [("triton", None, None, TRITON), ("splits 16", None, 16),
-                                      ("splits 32", None, 32)]),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", DS_ABAB + [
+        ("mma8 2 stages, splits 128", None, 128, DS2)]),
+    (DecodeCase(64, 8192, 8), "fp8_ds_mla", DS_ABAB),
+    (DecodeCase(64, 8192, 4, s_q=2), "fp8_ds_mla", DS_ABAB[:3]),
+    (DecodeCase(1, 4096, 8, pool_tokens=495_000), "fp8_ds_mla", DS_ABAB[:3]),
+    (DecodeCase(1, 131072, 8), "fp8", [("splits 128", None, 128)]),
 ]
 
 

@@ -3,8 +3,10 @@
 # test, the decode variants (benchmarks/decode_variants.py's PLAN), and Nsight Compute counters
 # of the kernel and of the Triton kernel at B=64 × 8K × 8 heads. Sparse
 # (`SPARSE_SM90_MMA8`): the sparse GPU tests, the sparse variants (sparse_variants.py's PLAN)
-# and the counters of both kernels at B=64 × 8 heads × topk 2048. Usage:
-# [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh [sparse]
+# and the counters of both kernels at B=64 × 8 heads × topk 2048. Dense fp8_ds_mla
+# (`SM90_MMA8_DS`): the dense GPU tests (-k mma8 unless TESTS), the variants, the counters of
+# both kernels at B=1 × 128K × 8 heads. Usage:
+# [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh [sparse|ds]
 set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"
 if [ "${1:-}" = sparse ]; then
@@ -16,6 +18,15 @@ if [ "${1:-}" = sparse ]; then
   for k in 1 0; do
     run "ncu_$k" 80 bash benchmarks/ncu_decode.sh "$W/ncu-sparse-mma8$k-B64-H8.txt" 64 8 \
       SPARSE_SM90_MMA8=$k
+  done
+elif [ "${1:-}" = ds ]; then
+  gpu_setup mma8-ds
+  run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode_gpu.py -rA \
+    -k "${TESTS:-mma8}"
+  run variants 240 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
+  for k in 1 0; do
+    run "ncu_$k" 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma8-ds$k-B1-128K.txt" fp8_ds_mla 1 \
+      131072 8 SM90_MMA8_DS=$k
   done
 else
   gpu_setup mma8

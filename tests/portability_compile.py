@@ -245,6 +245,31 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True):
         num_warps=k8.NUM_WARPS)
 
 
+def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None):
+    """The Gluon SM90 decode kernel of ≤ 8-row programs over fp8_ds_mla pages
+    (`fp8mla.kernels.decode_sm90_mma8_ds`) for sm_90, with ``stages`` ring stages (the
+    launcher's default where None); None where this Triton has no (such) Gluon."""
+    import fp8mla.decode as decode_mod
+    from fp8mla.kernels import decode_sm90_mma8_ds as kd
+
+    if not kd.AVAILABLE:
+        return None
+    sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
+                           "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
+    lay = {r: kd.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=r)
+           for r in (2, 3)}
+    sig["lat_desc"] = f"tensordesc<u8[4, {kd.BLOCK_N}, 128],{lay[3]!r}>"
+    sig["rope_desc"] = f"tensordesc<u8[{kd.BLOCK_N}, 128],{lay[2]!r}>"
+    del sig["scale_ptr"]
+    sig = {**{k: sig[k] for k in ("q_ptr", "lat_desc", "rope_desc")}, "f32_ptr": "*fp32",
+           **{k: v for k, v in sig.items() if k not in ("q_ptr", "lat_desc", "rope_desc")},
+           "num_slots": "i32"}
+    return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
+        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
+        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES},
+        pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
+
+
 def sparse_sm90_compile(direct=False):
     """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90; None where this Triton has no (such) Gluon."""
@@ -353,6 +378,9 @@ def compile_target(cc):
             k = decode_mma8_compile(direct)
             if k is not None:
                 lines.append(row(f"decode_mma8/fp8/H8{'-direct' * direct}", cc, k))
+            k = decode_mma8_ds_compile(direct)
+            if k is not None:
+                lines.append(row(f"decode_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))
             k = sparse_mma8_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))

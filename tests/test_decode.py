@@ -220,9 +220,42 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     assert not dense(heads=16).mma8 and dense(heads=16).narrow  # 16 rows: the other kernel
     assert not dense(heads=3, s_q=3).mma8  # 9 rows
     assert not dense(page_size=32).mma8  # a 64-token box would span pages
-    assert not dense(fmt="fp8_ds_mla").mma8 and not dense(fmt="bf16").mma8
+    assert not dense(fmt="bf16").mma8
+    assert plan.kernel == "mma8" and dense(heads=16).kernel == "narrow"
     monkeypatch.setattr(decode_mod, "SM90_MMA8", False)
     assert not dense().mma8
+
+
+def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
+    """The ≤ 8-row Gluon kernel over fp8_ds_mla pages (`SM90_MMA8_DS`) serves dense plans of
+    s_q × heads ≤ 8 over pages of ≥ 64 tokens, its programs per SM from its ring depth
+    (shared memory: 40 KB a stage and 8 KB of P); off, the Triton kernel serves them."""
+    from fp8mla.kernels import decode_sm90_mma8_ds as kd
+    from fp8mla.runtime import Target
+
+    if not kd.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+
+    def dense(heads=8, s_q=1, page_size=64, fmt="fp8_ds_mla"):
+        return DecodePlan(batch=1, num_heads=heads, s_q=s_q, kv_format=fmt,
+                          page_size=page_size, max_seqlen=131072, device="cpu")
+
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 2)
+    plan = dense()
+    assert plan.mma8 and plan.sm90 and plan.kernel == "mma8" and plan.head_blocks == 1
+    assert plan.programs_per_sm == 2 == kd.programs_per_sm(2)  # 89 KB
+    assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072, 264, kd.BLOCK_N)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
+    assert dense().programs_per_sm == 1 == kd.programs_per_sm(3)  # 129 KB
+    assert dense(heads=4, s_q=2).mma8 and dense(heads=1, s_q=4).mma8
+    assert not dense(heads=16).mma8 and not dense(heads=3, s_q=3).mma8  # > 8 rows
+    assert not dense(page_size=32).mma8  # a 64-token box would span pages
+    monkeypatch.setattr(decode_mod, "SM90_MMA8", False)  # the fp8 kernel's switch: its own
+    assert dense().mma8 and not dense(fmt="fp8").mma8
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS", False)
+    assert not dense().mma8 and dense().kernel == "triton"
 
 
 def test_sparse_mma8_sm90_kernel_serves_where_documented(monkeypatch):

@@ -83,19 +83,21 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     assert plan.sm90 and not plan.mma8
 
 
-def _check_poisoned_tails(heads, s_q, lens, page_size, splits):
-    """An fp8 plan's run against the reference with every row a page holds past its request's
-    end e4m3 NaN (0x7F), so a partial tile that read them would poison the output; out / lse
-    written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with +inf for empty
-    requests; max_logits checked where one split writes them. Returns the plan."""
-    cache, table, seqlens = paged_cache("fp8", lens, page_size, device="cuda", seed=21 + s_q)
-    rows = cache.layer(0).view(-1, 576)
+def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy=None):
+    """An fp8 or fp8_ds_mla plan's run against the reference with every byte of the rows a
+    page holds past its request's end 0x7F (e4m3 NaN in the latent), so a partial tile that
+    read them would poison the output; out / lse written into NaN-filled strided views
+    (FlashMLA's [b, h, s_q] lse) with +inf for empty requests; max_logits checked where one
+    split writes them. Returns the plan."""
+    cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device="cuda",
+                                        seed=21 + s_q)
+    rows = cache.layer(0).view(-1, cache.fmt.row_bytes)
     for b, n in enumerate(lens):  # the page tail past each length: NaN bytes
         end = -(-n // page_size) * page_size
         pos = torch.arange(n, end, device="cuda")
         rows[table[b, pos // page_size].long() * page_size + pos % page_size] = 0x7F
     q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format="fp8",
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                       page_size=page_size, cache_seqlens=seqlens, device="cuda",
                       num_splits=splits)
     out = torch.full((len(lens), s_q, heads, 512), float("nan"), device="cuda").bfloat16()
@@ -118,10 +120,15 @@ def _check_poisoned_tails(heads, s_q, lens, page_size, splits):
     return plan
 
 
-def _mma8_only(monkeypatch):
-    """Switch the ≤ 8-row Gluon kernel on (`SM90_MMA8`); skip where it cannot serve."""
+def _mma8_only(monkeypatch, stages=None):
+    """Switch the ≤ 8-row Gluon kernels on (`SM90_MMA8`, `SM90_MMA8_DS` with ``stages`` ring
+    stages or its default); skip where they cannot serve."""
     _sm90_only()
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS", True)
+    if stages:
+        monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", stages)
+
 
 
 @pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
@@ -134,21 +141,26 @@ def _mma8_only(monkeypatch):
     (1, 1, [65, 1, 200], 64, None),
     (3, 2, [129, 20000], 64, 2),
 ])
-def test_sm90_mma8_kernel_matches_reference(heads, s_q, lens, page_size, splits, monkeypatch):
-    """fp8 plans of s_q × heads ≤ 8 on the Gluon mma.sync kernel (switched on): odd head
-    counts, causal s_q > 1, lengths around a tile, empty requests, pages of 64–256, forced
-    split counts, NaN page tails."""
-    _mma8_only(monkeypatch)
-    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
-    assert plan.mma8 and plan.sm90
+@pytest.mark.parametrize("fmt,policy,stages", [("fp8", None, None), ("fp8_ds_mla", "pow2", 2),
+                                               ("fp8_ds_mla", "fp32", 3)])
+def test_sm90_mma8_kernel_matches_reference(heads, s_q, lens, page_size, splits, fmt, policy,
+                                            stages, monkeypatch):
+    """fp8 and fp8_ds_mla plans of s_q × heads ≤ 8 on the Gluon mma.sync kernels (switched
+    on; fp8_ds_mla at 2 and 3 ring stages, both scale policies): odd head counts, causal
+    s_q > 1, lengths around a tile, empty requests, pages of 64–256, forced split counts, NaN
+    page tails."""
+    _mma8_only(monkeypatch, stages)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt, policy)
+    assert plan.mma8 and plan.sm90 and plan.kernel == "mma8"
 
 
-def test_sm90_mma8_kernel_in_a_graph_and_second_pool(monkeypatch):
-    """The ≤ 8-row kernel captured once and replayed with new lengths and contents; one plan
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_sm90_mma8_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
+    """The ≤ 8-row kernels captured once and replayed with new lengths and contents; one plan
     over two pools in turn (descriptors are built per pool)."""
     _mma8_only(monkeypatch)
-    assert _graph_replays("fp8", heads=8).mma8
-    assert _second_pool(heads=8).mma8
+    assert _graph_replays(fmt, heads=8).mma8
+    assert _second_pool(heads=8, fmt=fmt).mma8
 
 
 def test_sm90_gluon_kernel_in_a_graph():
@@ -165,12 +177,12 @@ def test_sm90_gluon_kernel_second_pool():
     assert _second_pool(heads=128).sm90
 
 
-def _second_pool(heads):
-    """One fp8 plan run over two pools in turn, each against its own reference; the plan."""
+def _second_pool(heads, fmt="fp8"):
+    """One plan run over two pools in turn, each against its own reference; the plan."""
     lens = [1000, 129]
-    pools = [paged_cache("fp8", lens, 64, device="cuda", seed=s) for s in (41, 42)]
+    pools = [paged_cache(fmt, lens, 64, device="cuda", seed=s) for s in (41, 42)]
     q = torch.randn(2, 1, heads, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=2, num_heads=heads, kv_format="fp8", page_size=64, max_seqlen=1024,
+    plan = DecodePlan(batch=2, num_heads=heads, kv_format=fmt, page_size=64, max_seqlen=1024,
                       device="cuda")
     for cache, table, seqlens in (*pools, pools[0]):
         out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))

@@ -96,6 +96,11 @@ SM90_MMA8 = True
 # 3-stage ring (one program per SM) 56.0 / 56.1 (h200-20261201-s19-e32f025-mma8-sparse-variants)
 SPARSE_SM90_MMA8 = True
 SPARSE_SM90_MMA8_STAGES = 2
+# the same tile for dense plans of fp8_ds_mla pages, s_q × heads ≤ 8, pages of ≥ 64 tokens
+# (`fp8mla.kernels.decode_sm90_mma8_ds`: each tile two TMA boxes into a ring of
+# `SM90_MMA8_DS_STAGES` stages). Off until measured on the H200; the GPU tests run it forced on
+SM90_MMA8_DS = False
+SM90_MMA8_DS_STAGES = 2
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -264,6 +269,10 @@ class DecodePlan:
             from fp8mla.kernels import decode_sm90_mma8_sparse as km
 
             self.programs_per_sm = km.programs_per_sm(SPARSE_SM90_MMA8_STAGES)
+        elif self.mma8 and self.fmt.name == "fp8_ds_mla":
+            from fp8mla.kernels import decode_sm90_mma8_ds as kd
+
+            self.programs_per_sm = kd.programs_per_sm(SM90_MMA8_DS_STAGES)
         elif self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
@@ -285,6 +294,17 @@ class DecodePlan:
         else:
             self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
+
+    @property
+    def kernel(self) -> str:
+        """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
+        (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "narrow"
+        (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton" (`_mla_decode_kernel`)."""
+        if self.mma8:
+            return "mma8"
+        if self.narrow:
+            return "narrow"
+        return "sm90" if self.sm90 else "triton"
 
     @property
     def workspace_bytes(self) -> int:
@@ -494,15 +514,17 @@ class DecodePlan:
 
     def _mma8_serves(self) -> bool:
         """Whether a Gluon SM90 kernel of ≤ 8-row programs serves this plan: dense fp8 rows in
-        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`), or sparse fp8_ds_mla rows over
-        index lists with ≤ 8 heads (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of
-        compute capability 9.0 and a Triton with Gluon."""
+        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`), dense fp8_ds_mla rows the same
+        (`SM90_MMA8_DS`), or sparse fp8_ds_mla rows over index lists with ≤ 8 heads
+        (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute capability 9.0 and a
+        Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.sparse:
             if not (SPARSE_SM90_MMA8 and self.fmt.name == "fp8_ds_mla"):
                 return False
-        elif not (SM90_MMA8 and self.fmt.name == "fp8"):
+        elif not ((SM90_MMA8 and self.fmt.name == "fp8")
+                  or (SM90_MMA8_DS and self.fmt.name == "fp8_ds_mla")):
             return False
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
@@ -570,13 +592,30 @@ class DecodePlan:
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
-            if self.mma8:
+            if self.mma8 and self.fmt.name == "fp8_ds_mla":
+                from fp8mla.kernels import decode_sm90_mma8_ds as kd
+
+                self._descs = (key, kd.descriptors(flat))
+            elif self.mma8:
                 from fp8mla.kernels import decode_sm90_mma8 as k8
 
                 self._descs = (key, k8.descriptors(flat))
             else:
                 self._descs = (key, decode_sm90.descriptors(flat))
         lat, rope = self._descs[1]
+        if self.mma8 and self.fmt.name == "fp8_ds_mla":
+            from fp8mla.kernels import decode_sm90_mma8_ds as kd
+
+            kd._mla_decode_mma8_ds_kernel[grid](
+                q, lat, rope, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
+                self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
+                q.stride(1), q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
+                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
+                DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
+                NS=SM90_MMA8_DS_STAGES, num_warps=kd.NUM_WARPS)
+            return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
 

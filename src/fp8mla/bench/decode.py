@@ -106,7 +106,7 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
                               device=device, config=config, num_splits=num_splits)
             fn = lambda p=plan: p.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
             c = plan.config
-            note = (f"splits={plan.num_splits} block_n={c.block_n} heads/block="
+            note = (f"kernel={plan.kernel} splits={plan.num_splits} block_n={c.block_n} heads/block="
                     f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}"
                     f" words_2d={c.words_2d} fold_scales={c.fold_scales} tma={plan.tma}"
                     f" lookahead={c.lookahead} lazy={c.lazy_rescale} late_sum={c.late_sum}"

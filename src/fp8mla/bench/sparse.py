@@ -86,7 +86,7 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     case = f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}"
     c = plan.config
     return [_record(case, "fp8mla_graph", us, moved, flops, ceiling, env,
-                    note=f"splits={plan.num_splits} block_n={c.block_n} heads/block="
+                    note=f"kernel={plan.kernel} splits={plan.num_splits} block_n={c.block_n} heads/block="
                          f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}")]
 
 

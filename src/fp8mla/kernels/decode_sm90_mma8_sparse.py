@@ -120,11 +120,16 @@ if AVAILABLE:
         return gl.convert_layout(a, KA)
 
     @gluon.jit
-    def _pv(vw, p_s, c: gl.constexpr, kc: gl.constexpr, acc):
-        """acc (chunk c's Oᵀ) += entries 16kc … 16kc + 15 of chunk c's Vᵀ · (scale_c ⊙ P)ᵀ."""
+    def _pv(vw, p_s, base, c: gl.constexpr, kc: gl.constexpr, acc, n_valid):
+        """acc (chunk c's Oᵀ) += entries 16kc … 16kc + 15 of chunk c's Vᵀ · (scale_c ⊙ P)ᵀ
+        (P: ``p_s.index(base + c)``); the words of entries from ``n_valid`` on zeroed (a
+        page's tail may hold NaN)."""
         words = vw.slice(32 * c, 32, dim=0).slice(16 * kc, 16, dim=1).load(V_CHUNK)
-        return mma_v2(_chunk_operand(words), p_s.index(c).slice(16 * kc, 16, dim=0).load(QB),
-                      acc)
+        if n_valid < BN:
+            e = gl.arange(0, 16, layout=gl.SliceLayout(0, V_CHUNK))
+            words = gl.where((16 * kc + e)[None, :] < n_valid, words, 0)
+        pk = p_s.index(base + c).slice(16 * kc, 16, dim=0).load(QB)
+        return mma_v2(_chunk_operand(words), pk, acc)
 
     @gluon.jit
     def _scaled_scores(kw, qs, sc, c: gl.constexpr, s):
@@ -132,6 +137,86 @@ if AVAILABLE:
         z = gl.zeros_like(s)
         t0, t1, t2, t3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qs[c], z, z, z, z)
         return s + ((t0 + t1) + (t2 + t3)) * sc[:, None]
+
+    @gluon.jit
+    def _q_operands(free, q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads,
+                    S_Q: gl.constexpr, HEADS: gl.constexpr):
+        """qᵀ's B operands: the latent's lanes per 32-word chunk, staged through the free ring
+        stage ``free`` (as `decode_sm90_mma8`), and the rope's bf16 [64, 8] straight from
+        global memory. Ends with a CTA barrier (the stage's reads before its first copy)."""
+        _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
+            _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q, HEADS))
+        k = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_ROPE))
+        qi, head, ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, Q_ROPE)), num_heads,
+                             S_Q, HEADS)
+        row = b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh + 512
+        q_rope = gl.load(q_ptr + row[None, :] + k[:, None], mask=ok[None, :], other=0.0)
+        q_rope = gl.convert_layout(q_rope, QB)
+        _cta_barrier()
+        lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+        qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
+              _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128))
+        return qs, q_rope
+
+    @gluon.jit
+    def _tile_softmax(lat, rope, qs, q_rope, sc0, sc1, sc2, sc3, visible, qk_scale, m_i,
+                      l_acc):
+        """One tile's scores Sᵀ [64 entries, 8 rows] from a ring stage (``lat``, ``rope``),
+        −inf where not ``visible``, and the online softmax down each column (base 2; a tile
+        with nothing visible while nothing was before leaves the state as it is): (P, the
+        accumulators' factor, the new max, P's per-thread sums)."""
+        kw = _view(lat, gl.int32, [BN, 128], K_WORDS)
+        s = gl.zeros([BN, NR], gl.float32, layout=MMA)
+        s = _scaled_scores(kw, qs, sc0, 0, s)
+        s = _scaled_scores(kw, qs, sc1, 1, s)
+        s = _scaled_scores(kw, qs, sc2, 2, s)
+        s = _scaled_scores(kw, qs, sc3, 3, s)
+        s = mma_v2(_view(rope, gl.bfloat16, [BN, 64], SH16).load(KA), q_rope, s)
+        s = gl.where(visible, s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=0))
+        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+        p = gl.exp2(s - m_ref[None, :])
+        alpha = gl.exp2(m_i - m_ref)[None, :]
+        return p, alpha, m_new, l_acc * alpha + p
+
+    @gluon.jit
+    def _store_p(p_s, base, p, sc0, sc1, sc2, sc3):
+        """P scaled per chunk, in fp16, into ``p_s.index(base + c)`` (``p_s``: [4 chunks per
+        buffer, 64 entries, 8 rows])."""
+        p_s.index(base).store((p * sc0[:, None]).to(gl.float16))
+        p_s.index(base + 1).store((p * sc1[:, None]).to(gl.float16))
+        p_s.index(base + 2).store((p * sc2[:, None]).to(gl.float16))
+        p_s.index(base + 3).store((p * sc3[:, None]).to(gl.float16))
+
+    @gluon.jit
+    def _tile_pv(lat, p_s, base, alpha, acc0, acc1, acc2, acc3, n_valid):
+        """The accumulators times ``alpha`` plus the tile's Vᵀ · (scale ⊙ P)ᵀ per chunk (P as
+        `_store_p` left it at ``base``; the words of entries from ``n_valid`` on zeroed)."""
+        acc0 = acc0 * alpha
+        acc1 = acc1 * alpha
+        acc2 = acc2 * alpha
+        acc3 = acc3 * alpha
+        vw = _view(lat, gl.int32, [128, BN], V_WORDS)
+        for kc in gl.static_range(4):
+            acc0 = _pv(vw, p_s, base, 0, kc, acc0, n_valid)
+            acc1 = _pv(vw, p_s, base, 1, kc, acc1, n_valid)
+            acc2 = _pv(vw, p_s, base, 2, kc, acc2, n_valid)
+            acc3 = _pv(vw, p_s, base, 3, kc, acc3, n_valid)
+        return acc0, acc1, acc2, acc3
+
+    @gluon.jit
+    def _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr,
+                      max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os,
+                      stride_oh, stride_lb, stride_ls, stride_lh, lse_empty, num_heads,
+                      num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
+                      HEADS: gl.constexpr):
+        """`_write_rows` of the per-chunk accumulators (acc c's row m: dim 128c + d[m])."""
+        m = gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
+        d = 4 * (8 * ((m >> 4) & 3) + (m & 7)) + 2 * (m >> 6) + ((m >> 3) & 1)
+        _write_rows(acc0, acc1, acc2, acc3, d, 128, m_i, gl.sum(l_acc, axis=0), 1.0, b, split,
+                    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+                    stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
 
     @gluon.jit
     def _mla_sparse_mma8_kernel(
@@ -161,21 +246,9 @@ if AVAILABLE:
         keep, sc0, sc1, sc2, sc3 = _tile_entries(list_row, f32_ptr, start + tm, end, num_slots)
         qk_scale = softmax_scale * LOG2E
 
-        # qᵀ: the latent's lanes staged through the ring's last stage (as decode_sm90_mma8),
-        # the rope's bf16 straight from global memory
-        free = lat_buf.index(NS - 1)
-        _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
-            _q_rows(q_ptr, b, stride_qb, 0, stride_qh, num_heads, 0, 512, 1, HEADS))
-        k = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_ROPE))
-        _, head, h_ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, Q_ROPE)), num_heads, 1,
-                              HEADS)
-        q_rope = gl.load(q_ptr + b.to(gl.int64) * stride_qb + 512 + head[None, :] * stride_qh
-                         + k[:, None], mask=h_ok[None, :], other=0.0)
-        q_rope = gl.convert_layout(q_rope, QB)
-        _cta_barrier()
-        lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
-        qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
-              _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128))
+        # qᵀ (the ring's last stage is free until tile 0's barrier)
+        qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, 0, stride_qh,
+                                 num_heads, 1, HEADS)
 
         m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
         l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)  # P's sums, per thread
@@ -192,44 +265,17 @@ if AVAILABLE:
             keep_n, sn0, sn1, sn2, sn3 = _tile_entries(list_row, f32_ptr,
                                                        start + (i + 1) * BN + tm, end, num_slots)
 
-            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
-            s = gl.zeros([BN, NR], gl.float32, layout=MMA)
-            s = _scaled_scores(kw, qs, sc0, 0, s)
-            s = _scaled_scores(kw, qs, sc1, 1, s)
-            s = _scaled_scores(kw, qs, sc2, 2, s)
-            s = _scaled_scores(kw, qs, sc3, 3, s)
-            k_rope = _view(rope_buf.index(stage), gl.bfloat16, [BN, 64], SH16).load(KA)
-            s = mma_v2(k_rope, q_rope, s)
-            # online softmax down each column (base 2; a tile with nothing attended while
-            # nothing was before leaves the state as it is)
-            s = gl.where(keep[:, None], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=0))
-            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
-            p = gl.exp2(s - m_ref[None, :])
-            alpha = gl.exp2(m_i - m_ref)[None, :]
-            l_acc = l_acc * alpha + p
-            m_i = m_new
-            p_s.index(0).store((p * sc0[:, None]).to(gl.float16))
-            p_s.index(1).store((p * sc1[:, None]).to(gl.float16))
-            p_s.index(2).store((p * sc2[:, None]).to(gl.float16))
-            p_s.index(3).store((p * sc3[:, None]).to(gl.float16))
+            p, alpha, m_i, l_acc = _tile_softmax(lat_buf.index(stage), rope_buf.index(stage),
+                                                 qs, q_rope, sc0, sc1, sc2, sc3, keep[:, None],
+                                                 qk_scale, m_i, l_acc)
+            _store_p(p_s, 0, p, sc0, sc1, sc2, sc3)
             _cta_barrier()  # P is whole (and read before the next tile's barrier)
-            acc0 = acc0 * alpha
-            acc1 = acc1 * alpha
-            acc2 = acc2 * alpha
-            acc3 = acc3 * alpha
-            vw = _view(lat_buf.index(stage), gl.int32, [128, BN], V_WORDS)
-            for kc in gl.static_range(4):
-                acc0 = _pv(vw, p_s, 0, kc, acc0)
-                acc1 = _pv(vw, p_s, 1, kc, acc1)
-                acc2 = _pv(vw, p_s, 2, kc, acc2)
-                acc3 = _pv(vw, p_s, 3, kc, acc3)
+            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha, acc0, acc1,
+                                              acc2, acc3, BN)  # skipped entries: zeros
             keep, sc0, sc1, sc2, sc3 = keep_n, sn0, sn1, sn2, sn3
         async_copy.wait_group(0)
 
-        m = gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
-        d = 4 * (8 * ((m >> 4) & 3) + (m & 7)) + 2 * (m >> 6) + ((m >> 3) & 1)
-        _write_rows(acc0, acc1, acc2, acc3, d, 128, m_i, gl.sum(l_acc, axis=0), 1.0, b, split,
-                    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
-                    stride_ob, 0, stride_oh, stride_lb, 0, stride_lh, lse_empty, num_heads,
-                    num_splits, DIRECT, 1, HEADS)
+        _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
+                      part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, 0, stride_oh,
+                      stride_lb, 0, stride_lh, lse_empty, num_heads, num_splits, DIRECT, 1,
+                      HEADS)

@@ -1,0 +1,164 @@
+"""SM90 dense decode of fp8_ds_mla pages for programs of at most 8 query rows (s_q × heads:
+GLM-5 at TP8), in Gluon: the sparse ≤ 8-row kernel's tile (`decode_sm90_mma8_sparse`: per-chunk
+scaled score chains, one Oᵀ accumulator per 128-dim scale chunk, P stored scaled per chunk) fed
+by tensor-memory copies instead of a gather, as `decode_sm90_mma8` feeds fp8 rows.
+
+Why: a request's positions are whole 64-token runs of one page (pages of ≥ 64 tokens), so each
+tile is two TMA boxes over the 656-byte rows (`descriptors`): the latent's [4, 64, 128] bytes
+(chunk-major, the ring layout the sparse kernel gathers into) and the bf16 rope's [64, 128] bytes
+from byte 528. The rows' four float32 scales are loaded a tile ahead from global memory.
+
+Per program: one (request, split) and every query row (row r: s_q index r // HEADS, head
+r % HEADS; causal among the s_q queries). A ring of NS stages (40 KB each; the copy of tile
+i + NS − 1 is issued once every warp is past tile i − 1, after P's barrier) and a
+double-buffered P (4 KB a tile): one CTA barrier a tile. Rows past a request's end: −inf scores,
+zero scales and, in the partial last tile, zeroed words in the second product (a page's tail may
+hold NaN). Outputs as `_mla_decode_kernel`'s: the final rows (one split) or the split's partials
+for `_combine_splits_kernel`.
+"""
+
+from fp8mla.kernels.decode_sm90 import AVAILABLE
+
+BLOCK_N = 64  # tokens per tile: one page run (pages of ≥ 64 tokens)
+NUM_WARPS = 4
+SMEM_PER_SM = 227 * 1024
+
+
+def programs_per_sm(stages: int) -> int:
+    """Programs one SM holds at once: the ring (40 KB a stage) and P (8 KB) in shared memory;
+    the registers (~220 a thread, 4 warps) allow two."""
+    return max(1, min(2, SMEM_PER_SM // (stages * 40 * 1024 + 9 * 1024)))
+
+
+def descriptors(flat):
+    """TMA descriptors over fp8_ds_mla rows, uint8 [num_slots, 656]: the latent as one
+    [4, 64, 128]-byte box a tile (the pool seen as [4 chunks, rows, 128 bytes]) and the bf16
+    rope as a [64, 128]-byte box at byte 528, both under the 128-byte swizzle."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from fp8mla.kernels.decode_sm90 import gl
+
+    lay3 = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
+    lay2 = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    lat = TensorDescriptor(flat, [4, flat.shape[0], 128], [128, flat.stride(0), 1],
+                           [4, BLOCK_N, 128], lay3)
+    rope = TensorDescriptor(flat, list(flat.shape), [flat.stride(0), 1], [BLOCK_N, 128], lay2)
+    return lat, rope
+
+
+if AVAILABLE:
+    from fp8mla.kernels.decode_sm90 import (
+        LOG2E,
+        _cta_barrier,
+        _split_range,
+        _tile_row,
+        _tma_load,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+    )
+    from fp8mla.kernels.decode_sm90_mma8 import BN, MMA, NR, P_SHARED, _rows
+    from fp8mla.kernels.decode_sm90_mma8_sparse import (
+        _q_operands,
+        _store_p,
+        _tile_pv,
+        _tile_softmax,
+        _write_chunks,
+    )
+
+    @gluon.jit
+    def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, stage, row0, pred):
+        """Copy the tile at pool row ``row0`` into ring stage ``stage`` (when ``pred``)."""
+        bar = bars.index(stage)
+        mbarrier.expect(bar, BN * 640, pred=pred)
+        _tma_load(lat_desc, [0, row0, 0], bar, lat_buf.index(stage), pred=pred)
+        _tma_load(rope_desc, [row0, 528], bar, rope_buf.index(stage), pred=pred)
+
+    @gluon.jit
+    def _tile_scales(f32_ptr, bt_row, n0, end, page_shift, num_slots):
+        """The four chunk scales of the tile at position ``n0``'s rows in the score layout (0
+        past ``end`` and outside the pool)."""
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+        slot = _tile_row(bt_row, n0, end, page_shift) + t
+        ok = (n0 + t < end) & (slot < num_slots)
+        srow = f32_ptr + slot.to(gl.int64) * 164 + 128  # 656-byte rows; scales at byte 512
+        return (gl.load(srow, mask=ok, other=0.0), gl.load(srow + 1, mask=ok, other=0.0),
+                gl.load(srow + 2, mask=ok, other=0.0), gl.load(srow + 3, mask=ok, other=0.0))
+
+    @gluon.jit
+    def _mla_decode_mma8_ds_kernel(
+        q_ptr, lat_desc, rope_desc, f32_ptr, bt_ptr, seqlens_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh,
+        stride_lb, stride_ls, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, num_slots,
+        DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+        NS: gl.constexpr,
+    ):
+        b = gl.program_id(0)
+        split = gl.program_id(1)
+
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], rope_desc.layout)
+        p_s = gl.allocate_shared_memory(gl.float16, [2 * 4, BN, NR], P_SHARED)  # two P
+        bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        for st in gl.static_range(NS):
+            mbarrier.init(bars.index(st), count=1)
+        fence_async_shared()  # the initialised barriers, before the async proxy
+
+        # this program's token chunk; the ring's first NS − 1 tiles in flight before q is read
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        for st in gl.static_range(NS - 1):
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
+                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles)
+        sc0, sc1, sc2, sc3 = _tile_scales(f32_ptr, bt_row, start, end, page_shift, num_slots)
+        qk_scale = softmax_scale * LOG2E
+
+        # qᵀ (the ring's last stage is free until tile 0's barrier)
+        qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, stride_qs,
+                                 stride_qh, num_heads, S_Q, HEADS)
+
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
+                         HEADS)
+        if CAUSAL:  # query qi sees positions up to seqlen − S_Q + qi
+            last = gl.minimum(end - 1, seqlen - S_Q + qi)
+        else:
+            last = gl.zeros_like(qi) + (end - 1)
+        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
+        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)  # P's sums, per thread
+        acc0 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc1 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc2 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        acc3 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
+        for i in range(n_tiles):
+            n0 = start + i * BN
+            stage = i % NS
+            sn0, sn1, sn2, sn3 = _tile_scales(f32_ptr, bt_row, n0 + BN, end, page_shift,
+                                              num_slots)
+            mbarrier.wait(bars.index(stage), (i // NS) & 1)
+            p, alpha, m_i, l_acc = _tile_softmax(
+                lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0, sc1, sc2, sc3,
+                (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc)
+            p_base = 4 * (i % 2)
+            _store_p(p_s, p_base, p, sc0, sc1, sc2, sc3)
+            fence_async_shared()
+            _cta_barrier()  # P is whole; every warp is past tile i − 1: its stage is free
+            nxt = i + NS - 1
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                   nxt < n_tiles)
+            row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base, alpha, acc0,
+                                              acc1, acc2, acc3, end - n0)
+            sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3
+        for st in gl.static_range(NS):
+            mbarrier.invalidate(bars.index(st))
+
+        _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
+                      part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
+                      stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
+                      S_Q, HEADS)
