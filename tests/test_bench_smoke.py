@@ -27,7 +27,7 @@ def test_decode_cases_smoke(device):
     case = bench_decode.DecodeCase(2, 130, 16, s_q=2)
     recs = bench_decode.run_case(case, "fp8", ENV, 1.0, device=device)
     assert recs[0].case == "dense_decode/fp8/B2-ctx130-H16-sq2"
-    assert recs[0].note.startswith("splits=") and recs[0].TBps > 0
+    assert recs[0].note.startswith("kernel=triton splits=") and recs[0].TBps > 0
     pool = bench_decode.DecodeCase(1, 100, 8, pool_tokens=1024)
     recs = bench_decode.run_case(pool, "fp8", ENV, 1.0, backends=(
         "fp8mla", "gather_cast", "full_cast"), kind="pool_cast/one_layer", device=device)
@@ -42,7 +42,7 @@ def test_sparse_case_smoke(device):
     cfg = replace(decode_config(90, "fp8_ds_mla", 8, 1), block_n=32)
     rec = bench_sparse.run_sparse(2, 8, 64, 1, ENV, 1.0, device=device, pool_tokens=4096,
                                   config=cfg, num_splits=2)[0]
-    assert rec.note.startswith("splits=2 block_n=32 ")
+    assert rec.note.startswith("kernel=triton splits=2 block_n=32 ")
 
 
 def test_indexer_topk_cases_smoke(device, monkeypatch):
