@@ -249,6 +249,28 @@ if AVAILABLE:
         gl.store(o_ptr + 3 * STEP, acc3 * inv[None, :], mask=m)
 
     @gluon.jit
+    def _last_positions(end, seqlen, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr,
+                        CAUSAL: gl.constexpr):
+        """Each query row's last visible position, [8] along the scores' columns: the split's
+        last (``end`` − 1), and causally query qi sees positions up to seqlen − S_Q + qi."""
+        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
+                         HEADS)
+        if CAUSAL:
+            last = gl.minimum(end - 1, seqlen - S_Q + qi)
+        else:
+            last = gl.zeros_like(qi) + (end - 1)
+        return last
+
+    @gluon.jit
+    def _fresh_state():
+        """The online softmax's start: the running max per row (−inf), P's sums per thread
+        ([64, 8], 0) and the four Oᵀ accumulators ([128, 8], 0)."""
+        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
+        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)
+        acc = gl.zeros([128, NR], gl.float32, layout=MMA)
+        return m_i, l_acc, acc, acc, acc, acc
+
+    @gluon.jit
     def _mla_decode_mma8_kernel(
         q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
@@ -295,19 +317,9 @@ if AVAILABLE:
               _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
-                         HEADS)
-        if CAUSAL:  # query qi sees positions up to seqlen − S_Q + qi
-            last = gl.minimum(end - 1, seqlen - S_Q + qi)
-        else:
-            last = gl.zeros_like(qi) + (end - 1)
+        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL)
         tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
-        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
-        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)  # P's sums, per thread
-        acc0 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc1 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc2 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc3 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state()
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         for i in range(n_tiles):
             n0 = start + i * BN

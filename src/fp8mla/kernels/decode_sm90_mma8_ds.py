@@ -66,7 +66,14 @@ if AVAILABLE:
         gluon,
         mbarrier,
     )
-    from fp8mla.kernels.decode_sm90_mma8 import BN, MMA, NR, P_SHARED, _rows
+    from fp8mla.kernels.decode_sm90_mma8 import (
+        BN,
+        MMA,
+        NR,
+        P_SHARED,
+        _fresh_state,
+        _last_positions,
+    )
     from fp8mla.kernels.decode_sm90_mma8_sparse import (
         _q_operands,
         _store_p,
@@ -130,18 +137,8 @@ if AVAILABLE:
                                  stride_qh, num_heads, S_Q, HEADS)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
-                         HEADS)
-        if CAUSAL:  # query qi sees positions up to seqlen − S_Q + qi
-            last = gl.minimum(end - 1, seqlen - S_Q + qi)
-        else:
-            last = gl.zeros_like(qi) + (end - 1)
-        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
-        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)  # P's sums, per thread
-        acc0 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc1 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc2 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc3 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL)
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state()
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         for i in range(n_tiles):
             n0 = start + i * BN

@@ -66,6 +66,7 @@ if AVAILABLE:
         QB,
         V_WORDS,
         _f16_lanes,
+        _fresh_state,
         _q_lanes,
         _q_rows,
         _rows,
@@ -250,12 +251,7 @@ if AVAILABLE:
         qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, 0, stride_qh,
                                  num_heads, 1, HEADS)
 
-        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
-        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)  # P's sums, per thread
-        acc0 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc1 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc2 = gl.zeros([128, NR], gl.float32, layout=MMA)
-        acc3 = gl.zeros([128, NR], gl.float32, layout=MMA)
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state()
         for i in range(n_tiles):
             stage = i % NS
             async_copy.wait_group(NS - 2)  # this thread's copies of tile i
