@@ -96,7 +96,7 @@ if AVAILABLE:
         past ``end`` and outside the pool)."""
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         slot = _tile_row(bt_row, n0, end, page_shift) + t
-        ok = (n0 + t < end) & (slot < num_slots)
+        ok = (n0 + t < end) & (slot >= 0) & (slot < num_slots)
         srow = f32_ptr + slot.to(gl.int64) * 164 + 128  # 656-byte rows; scales at byte 512
         return (gl.load(srow, mask=ok, other=0.0), gl.load(srow + 1, mask=ok, other=0.0),
                 gl.load(srow + 2, mask=ok, other=0.0), gl.load(srow + 3, mask=ok, other=0.0))
