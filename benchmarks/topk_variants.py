@@ -1,6 +1,9 @@
 """Time top-k launch shapes on a GPU (graph replays, median), each checked against a stable sort.
 
-    python benchmarks/topk_variants.py OUT.json [--default]   (--default: the defaults only)
+    python benchmarks/topk_variants.py OUT.json [--default | --chunks]
+
+(--default: the defaults only; --chunks: the chunked path's logits per program,
+`fp8mla.topk.CHUNK` 1024 / 2048 / 4096, twice each in turn, over CHUNK_CASES.)
 
 B=64 rows of indexer logits (32K, 16K, 128K), k = 2048: the launcher's defaults, then the
 finishing program's warps (`fp8mla.topk.FINISH_KEYS_PER_WARP`) and the sampled threshold's
@@ -24,17 +27,26 @@ VARIANTS = [("default", {}), ("finish w4", {"FINISH_KEYS_PER_WARP": 1024}),
             ("finish w16", {"FINISH_KEYS_PER_WARP": 256}), ("sample w4", {"SAMPLE_WARPS": 4}),
             ("sample 2048", {"SAMPLES": 2048}),
             ("sample 2048 w4", {"SAMPLES": 2048, "SAMPLE_WARPS": 4})]
+# session 20: which chunk size where (sessions 19–20's bench: B=64 × 32K 1024 42.3 / 42.2 µs vs
+# the default 2048's 43.3 / 43.1; × 128K 129.6 / 129.3 vs 121.7 / 121.7)
+CHUNKS = [(f"chunk {c}{again}", {"CHUNK": c}) for again in ("", " again")
+          for c in (1024, 2048, 4096)]
+CHUNK_CASES = ((64, 16384), (64, 32768), (64, 65536), (64, 131072), (16, 32768), (16, 131072),
+               (16, 262144), (128, 32768), (256, 16384))
 
 
 def main() -> int:
     rows_out = []
     env = {**env_info(), "ceiling_TBps": read_ceiling_tbps()}
-    for rows, length in ((64, 32768), (64, 16384), (64, 131072)):
+    chunks = "--chunks" in sys.argv
+    cases = CHUNK_CASES if chunks else ((64, 32768), (64, 16384), (64, 131072))
+    for rows, length in cases:
         cache, table, q, w, lens = _index_problem(rows, length, 32, "cuda", seed=1)
         logits = indexer_logits_paged(q, w, cache.layer(0), table, lens, max_len=length,
                                       check=False)
         ref = topk_reference(logits, 2048)
-        for label, patch in VARIANTS[:1] if "--default" in sys.argv else VARIANTS:
+        plan = CHUNKS if chunks else VARIANTS[:1] if "--default" in sys.argv else VARIANTS
+        for label, patch in plan:
             if label.startswith("sample") and not topk.sampled(length, 2048):
                 continue
             saved = {k: getattr(topk, k) for k in patch}
