@@ -27,9 +27,9 @@ VARIANTS = [("default", {}), ("finish w4", {"FINISH_KEYS_PER_WARP": 1024}),
             ("finish w16", {"FINISH_KEYS_PER_WARP": 256}), ("sample w4", {"SAMPLE_WARPS": 4}),
             ("sample 2048", {"SAMPLES": 2048}),
             ("sample 2048 w4", {"SAMPLES": 2048, "SAMPLE_WARPS": 4})]
-# session 20: which chunk size where (sessions 19–20's bench: B=64 × 32K 1024 42.3 / 42.2 µs vs
-# the default 2048's 43.3 / 43.1; × 128K 129.6 / 129.3 vs 121.7 / 121.7)
-CHUNKS = [(f"chunk {c}{again}", {"CHUNK": c}) for again in ("", " again")
+# session 20: which chunk size where (s20-ed14654-topk-chunks.json: 1024 up to 32K, 2048
+# beyond, now `fp8mla.topk.default_chunk`)
+CHUNKS = [(f"chunk {c}{again}", {"CHUNK": c, "CHUNK_SHORT": c}) for again in ("", " again")
           for c in (1024, 2048, 4096)]
 CHUNK_CASES = ((64, 16384), (64, 32768), (64, 65536), (64, 131072), (16, 32768), (16, 131072),
                (16, 262144), (128, 32768), (256, 16384))

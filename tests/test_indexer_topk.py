@@ -178,6 +178,16 @@ def test_topk_rows_with_a_register_tail(device):
         assert set(slots[r][slots[r] >= 0].tolist()) == want, f"row {r}"
 
 
+def test_default_chunk_by_rows_and_length():
+    """The chunked path takes rows longer than 8K while at most 2 rows per SM (else one
+    program per row), 1024 logits a program up to 32K and 2048 beyond (H200 sweep)."""
+    from fp8mla.topk import default_chunk
+
+    assert default_chunk(64, 8192, 132) == 0 and default_chunk(265, 32768, 132) == 0
+    assert default_chunk(64, 8193, 132) == 1024 and default_chunk(264, 32768, 132) == 1024
+    assert default_chunk(64, 32769, 132) == 2048 and default_chunk(1, 262144, 132) == 2048
+
+
 def test_topk_chunked_slots_lengths_and_bad_chunk(device):
     """Several programs per row: ranks continue across chunks (ties straddling a chunk
     boundary), slots through the block table, lengths ending mid-chunk or past the row, a row

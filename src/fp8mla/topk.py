@@ -24,7 +24,7 @@ from fp8mla.kernels.topk_chunked import (
 )
 from fp8mla.runtime import target_for
 
-__all__ = ["topk_indices", "MAX_TOPK"]
+__all__ = ["topk_indices", "default_chunk", "MAX_TOPK"]
 
 MAX_TOPK = 4096
 MIN_BLOCK, MAX_BLOCK = 1024, 8192
@@ -33,6 +33,12 @@ MIN_BLOCK, MAX_BLOCK = 1024, 8192
 # one program per row; 256 rows of 32K 85 vs 217: h200-20261129-s7-topk-profile.json; more
 # rows fill the GPU anyway)
 CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 8192, 2048, 2
+# rows of at most SHORT_CHUNKED logits take CHUNK_SHORT per program: H200, k = 2048, ABAB (µs,
+# 1024 / 2048 / 4096 logits a program): 64 rows × 16K 38.2 / 38.4 / 38.7, × 32K 42.1 / 42.8 /
+# 43.6, × 64K 79.6 / 76.1 / 78.6, × 128K 129.0 / 120.7 / 127.6; 16 × 32K 35.7 / 36.3 / 36.3,
+# 16 × 256K 79.1 / 75.5 / 78.4; 128 × 32K 50.4 / 50.8 / 53.9 (h200-20261202-s20-ed14654-topk-
+# chunks.json)
+SHORT_CHUNKED, CHUNK_SHORT = 32768, 1024
 PASSES = 2  # 8-bit digit passes over the whole row before its candidates are compacted
 # rows that expect at least SAMPLE_HITS of SAMPLES evenly spread samples among their top k
 # (length ≤ 16 k) take a sampled threshold instead of the digit passes
@@ -75,6 +81,16 @@ def _block(length: int) -> tuple[int, int, int]:
     return block, 0, warps
 
 
+def default_chunk(rows: int, length: int, num_sms: int) -> int:
+    """Logits per program of the chunked path for ``rows`` rows of ``length`` logits on a GPU of
+    ``num_sms`` SMs, 0 for one program per row: rows longer than CHUNKED_ABOVE while there are
+    at most CHUNKED_ROWS_PER_SM rows per SM, CHUNK_SHORT logits a program up to SHORT_CHUNKED,
+    CHUNK beyond."""
+    if length <= CHUNKED_ABOVE or rows > CHUNKED_ROWS_PER_SM * num_sms:
+        return 0
+    return CHUNK_SHORT if length <= SHORT_CHUNKED else CHUNK
+
+
 def topk_indices(
     logits: torch.Tensor, k: int, *, lengths: torch.Tensor | None = None,
     block_table: torch.Tensor | None = None, page_size: int | None = None,
@@ -88,10 +104,9 @@ def topk_indices(
     block_table: int32 [requests, max_pages] with page_size: emit slots instead of positions;
     row r belongs to request r // rows_per_request (s_q for decode rows).
     chunk: logits per program (a power of two, 1024–8192) to spread each row over several
-    programs (`fp8mla.kernels.topk_chunked`); 0: one program per row; None (default): CHUNK
-    for rows longer than CHUNKED_ABOVE when there are at most CHUNKED_ROWS_PER_SM rows per SM,
-    else one program per row. Either path selects the same positions in the same order. The
-    chunked path (B=64 rows of 32K on the H200: 43.6 µs; one program per row: 122 µs) is three
+    programs (`fp8mla.kernels.topk_chunked`); 0: one program per row; None (default):
+    `default_chunk`. Either path selects the same positions in the same order. The
+    chunked path (B=64 rows of 32K on the H200: 42.1 µs; one program per row: 122 µs) is three
     kernels for rows of ≤ 16 k logits (a sampled threshold) and four beyond (two digit passes),
     each with a small tensor allocated per call; heavy ties (more than compact_capacity(k) keys
     at the threshold) finish over the whole row in one program (B=64 × 32K of a dozen distinct
@@ -122,8 +137,7 @@ def topk_indices(
         block_table = lengths.view(1, -1)  # unused
     out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
     if chunk is None:
-        few_rows = rows <= CHUNKED_ROWS_PER_SM * target_for(logits.device).num_sms
-        chunk = CHUNK if length > CHUNKED_ABOVE and few_rows else 0
+        chunk = default_chunk(rows, length, target_for(logits.device).num_sms)
     if chunk != 0:
         try:
             check_pow2("chunk", chunk, MIN_BLOCK, MAX_BLOCK)
