@@ -190,13 +190,15 @@ def test_compaction_keeps_valid_entries_in_order(device):
 
 def test_compaction_rule(device):
     """64-row programs (64 heads and more) attend to compacted lists, fewer rows check every
-    entry (measured on the H200: `fp8mla.sparse.COMPACT_MIN_ROWS`)."""
+    entry (measured on the H200: `fp8mla.sparse.COMPACT_MIN_ROWS`); the Gluon SM90 kernels check
+    every entry themselves, so no plan they serve compacts (nor holds the compacted lists)."""
     for heads in (8, 32, 64, 128):
         plan = SparsePlan(num_queries=2, num_heads=heads, topk=40, kv_format="fp8_ds_mla",
                           device=device)
         checks = plan.config.heads_per_block < 64  # 64 rows on SM80 / SM90 and the interpreter
         assert plan.checks_indices == checks, heads
-        assert hasattr(plan, "_kept") != checks
+        assert plan.compacts == (not checks and not plan.sm90), heads
+        assert hasattr(plan, "_kept") == plan.compacts, heads
         if plan.target.cc in (80, 90) and heads >= 64:
             assert not checks
 
