@@ -46,11 +46,12 @@ def test_sparse_case_smoke(device):
 
 
 def test_indexer_topk_cases_smoke(device, monkeypatch):
-    # the 1100-logit row counts as long (chunked by default), so one program per row (chunk 0)
-    # and 1024-logit chunks are timed beside the default; the GPU run: 0, 1024, 4096
-    monkeypatch.setattr(bench_sparse, "TOPK_CHUNKS", (0, 1024))
-    monkeypatch.setattr(bench_sparse, "CHUNKED_ABOVE", 1024)
+    # the 1100-logit row counts as long (chunked by default, 2048 logits a program here), so
+    # one program per row (chunk 0) and 1024-logit chunks are timed beside the default, and
+    # 2048 (the default) is not timed twice; the GPU run: 0, 1024, 2048, 4096 less the default
+    monkeypatch.setattr(bench_sparse, "TOPK_CHUNKS", (0, 1024, 2048))
     monkeypatch.setattr(topk, "CHUNKED_ABOVE", 1024)
+    monkeypatch.setattr(topk, "CHUNK_SHORT", 2048)
     recs = bench_sparse.run_indexer_topk(ENV, 1.0, device=device, indexer_cases=[(2, 128, 32)],
                                          topk_cases=[(2, 256, 16), (1, 1100, 16)])
     assert [r.case for r in recs] == ["indexer/fp8/B2-ctx128-Hi32"] * 2 \

@@ -267,15 +267,17 @@ class DecodePlan:
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
         # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
-        # of shared memory, but the ≤ 8-row one: `decode_sm90_mma8.PROGRAMS_PER_SM`)
+        # of shared memory, but the ≤ 8-row ones: `decode_sm90_mma8.PROGRAMS_PER_SM`, and
+        # their fp8_ds_mla and sparse forms by their ring depth, fixed here for the plan)
+        self.ring_stages = (SPARSE_SM90_MMA8_STAGES if self.sparse else SM90_MMA8_DS_STAGES)
         if self.mma8 and self.sparse:
             from fp8mla.kernels import decode_sm90_mma8_sparse as km
 
-            self.programs_per_sm = km.programs_per_sm(SPARSE_SM90_MMA8_STAGES)
+            self.programs_per_sm = km.programs_per_sm(self.ring_stages)
         elif self.mma8 and self.fmt.name == "fp8_ds_mla":
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
-            self.programs_per_sm = kd.programs_per_sm(SM90_MMA8_DS_STAGES)
+            self.programs_per_sm = kd.programs_per_sm(self.ring_stages)
         elif self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
@@ -568,7 +570,7 @@ class DecodePlan:
                 q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
-                DIRECT=direct, HEADS=self.num_heads, NS=SPARSE_SM90_MMA8_STAGES,
+                DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
                 num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
@@ -617,7 +619,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                NS=SM90_MMA8_DS_STAGES, num_warps=kd.NUM_WARPS)
+                NS=self.ring_stages, num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8

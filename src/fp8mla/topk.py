@@ -28,7 +28,7 @@ __all__ = ["topk_indices", "default_chunk", "MAX_TOPK"]
 
 MAX_TOPK = 4096
 MIN_BLOCK, MAX_BLOCK = 1024, 8192
-# rows longer than this take several programs each, CHUNK logits per program, while there are
+# rows longer than this take several programs each (`default_chunk`), while there are
 # no more than CHUNKED_ROWS_PER_SM rows per SM (H200, B=64 rows of 16K: 37.5 µs chunked, 59.3
 # one program per row; 256 rows of 32K 85 vs 217: h200-20261129-s7-topk-profile.json; more
 # rows fill the GPU anyway)
@@ -37,7 +37,7 @@ CHUNKED_ABOVE, CHUNK, CHUNKED_ROWS_PER_SM = 8192, 2048, 2
 # 1024 / 2048 / 4096 logits a program): 64 rows × 16K 38.2 / 38.4 / 38.7, × 32K 42.1 / 42.8 /
 # 43.6, × 64K 79.6 / 76.1 / 78.6, × 128K 129.0 / 120.7 / 127.6; 16 × 32K 35.7 / 36.3 / 36.3,
 # 16 × 256K 79.1 / 75.5 / 78.4; 128 × 32K 50.4 / 50.8 / 53.9 (h200-20261202-s20-ed14654-topk-
-# chunks.json)
+# chunks.json). Measured at k = 2048 only (the DSA models' k)
 SHORT_CHUNKED, CHUNK_SHORT = 32768, 1024
 PASSES = 2  # 8-bit digit passes over the whole row before its candidates are compacted
 # rows that expect at least SAMPLE_HITS of SAMPLES evenly spread samples among their top k

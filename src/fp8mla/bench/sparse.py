@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from fp8mla import reference
+from fp8mla import reference, topk
 from fp8mla.bench.harness import Record, graphed, time_us
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
 from fp8mla.indexer import indexer_logits_paged
+from fp8mla.runtime import target_for
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
-from fp8mla.topk import CHUNKED_ABOVE, topk_indices
+from fp8mla.topk import topk_indices
 
 __all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk",
            "sparse_problem"]
@@ -30,8 +31,9 @@ SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64
 INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
 # B=1 × 4160: the demo's row (a 65-page table at ctx 4096), timed from a graph like the others
 TOPK_CASES = [(1, 4160, 2048), (64, 32768, 2048), (64, 131072, 2048)]
-# top-k also timed with one program per row (chunk 0) and other chunk sizes than the default
-TOPK_CHUNKS = (0, 1024, 4096)
+# top-k also timed with one program per row (chunk 0) and the chunk sizes other than the
+# default (`fp8mla.topk.default_chunk`) that split the row
+TOPK_CHUNKS = (0, 1024, 2048, 4096)
 POOL_TOKENS = 1 << 20
 
 
@@ -148,8 +150,9 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
                             2 * 32 * 128 * length * batch, ceiling, env),
                     _record(case, "fp8mla" + suffix, us_topk, moved, None, ceiling, env,
                             note=f"{us_topk / us_logits:.2f} x the logits time")]
+    default = topk.default_chunk(batch, length, target_for(logits.device).num_sms)
     for chunk in TOPK_CHUNKS:  # topk_indices(chunk=...): 0 one program per row, else several
-        if (length > CHUNKED_ABOVE) if chunk == 0 else (length > chunk):  # not the default
+        if chunk != default and (chunk == 0 or length > chunk):
             fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
             assert torch.equal(fn(), ref), f"chunk {chunk}: top-k differs"
             us = time_us(_timed(fn, device))

@@ -13,8 +13,10 @@ r % HEADS; causal among the s_q queries). A ring of NS stages (40 KB each; the c
 i + NS − 1 is issued once every warp is past tile i − 1, after P's barrier) and a
 double-buffered P (4 KB a tile): one CTA barrier a tile. Rows past a request's end: −inf scores,
 zero scales and, in the partial last tile, zeroed words in the second product (a page's tail may
-hold NaN). Outputs as `_mla_decode_kernel`'s: the final rows (one split) or the split's partials
-for `_combine_splits_kernel`.
+hold NaN). A block-table entry outside the pool (reachable only unchecked: ``check=False``) is
+never read: TMA fills its rows with zeros and its scales load as 0, so its positions score 0.
+Outputs as `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
+`_combine_splits_kernel`.
 
 Measured on the H200 (triton 3.6; h200-20261202-s20-9673ca2-mma8-ds-decode-variants.json,
 ceiling 4.48 TB/s): B=1 × 128K × 8 heads 44.1 µs against the Triton kernel's 56.7 (16-row
@@ -34,7 +36,7 @@ SMEM_PER_SM = 227 * 1024
 
 def programs_per_sm(stages: int) -> int:
     """Programs one SM holds at once: the ring (40 KB a stage) and P (8 KB) in shared memory;
-    the registers (~220 a thread, 4 warps) allow two."""
+    the registers (240–249 a thread, 4 warps) allow two."""
     return max(1, min(2, SMEM_PER_SM // (stages * 40 * 1024 + 9 * 1024)))
 
 
@@ -151,8 +153,11 @@ if AVAILABLE:
                 (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc)
             p_base = 4 * (i % 2)
             _store_p(p_s, p_base, p, sc0, sc1, sc2, sc3)
+            # the generic proxy's reads of the stage copied into next (tile i − 1's, or q's
+            # staging at i = 0) ordered before the TMA's writes; then P is whole and every warp
+            # is past tile i − 1: its stage is free
             fence_async_shared()
-            _cta_barrier()  # P is whole; every warp is past tile i − 1: its stage is free
+            _cta_barrier()
             nxt = i + NS - 1
             _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
                    nxt < n_tiles)

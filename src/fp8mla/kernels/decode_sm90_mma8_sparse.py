@@ -144,7 +144,8 @@ if AVAILABLE:
                     S_Q: gl.constexpr, HEADS: gl.constexpr):
         """qᵀ's B operands: the latent's lanes per 32-word chunk, staged through the free ring
         stage ``free`` (as `decode_sm90_mma8`), and the rope's bf16 [64, 8] straight from
-        global memory. Ends with a CTA barrier (the stage's reads before its first copy)."""
+        global memory. The caller must pass a CTA barrier (and, before a TMA copy, a proxy
+        fence) before anything is copied into ``free``: the lanes' loads end this function."""
         _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
             _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q, HEADS))
         k = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_ROPE))
