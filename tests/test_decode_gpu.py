@@ -85,17 +85,23 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
 
 def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy=None):
     """An fp8 or fp8_ds_mla plan's run against the reference with every byte of the rows a
-    page holds past its request's end 0x7F (e4m3 NaN in the latent), so a partial tile that
-    read them would poison the output; out / lse written into NaN-filled strided views
-    (FlashMLA's [b, h, s_q] lse) with +inf for empty requests; max_logits checked where one
-    split writes them. Returns the plan."""
+    page holds past its request's end 0x7F (e4m3 NaN in the latent; fp8_ds_mla's scales and
+    rope NaN too), so a partial tile that read them would poison the output; out / lse
+    written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with +inf for empty
+    requests; max_logits checked where one split writes them. Returns the plan."""
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device="cuda",
                                         seed=21 + s_q)
     rows = cache.layer(0).view(-1, cache.fmt.row_bytes)
     for b, n in enumerate(lens):  # the page tail past each length: NaN bytes
         end = -(-n // page_size) * page_size
         pos = torch.arange(n, end, device="cuda")
-        rows[table[b, pos // page_size].long() * page_size + pos % page_size] = 0x7F
+        tail = table[b, pos // page_size].long() * page_size + pos % page_size
+        rows[tail] = 0x7F
+        if cache.fmt.name == "fp8_ds_mla":  # scales and rope NaN too, not just large
+            rows[tail, 512:528] = torch.full((len(tail), 4), float("nan"),
+                                             device="cuda").view(torch.uint8)
+            rows[tail, 528:] = torch.full((len(tail), 64), float("nan"), device="cuda",
+                                          dtype=torch.bfloat16).view(torch.uint8)
     q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                       page_size=page_size, cache_seqlens=seqlens, device="cuda",
