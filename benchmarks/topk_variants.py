@@ -2,8 +2,9 @@
 
     python benchmarks/topk_variants.py OUT.json [--default | --chunks]
 
-(--default: the defaults only; --chunks: the chunked path's logits per program,
-`fp8mla.topk.CHUNK` 1024 / 2048 / 4096, twice each in turn, over CHUNK_CASES.)
+(--default: the defaults only; --chunks: the chunked path's logits per program at every row
+length, `fp8mla.topk.CHUNK_SHORT` and `CHUNK` both 1024 / 2048 / 4096, twice each in turn, over
+CHUNK_CASES.)
 
 B=64 rows of indexer logits (32K, 16K, 128K), k = 2048: the launcher's defaults, then the
 finishing program's warps (`fp8mla.topk.FINISH_KEYS_PER_WARP`) and the sampled threshold's

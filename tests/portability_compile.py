@@ -254,15 +254,16 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
 
     if not kd.AVAILABLE:
         return None
-    sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
-                           "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     lay = {r: kd.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=r)
            for r in (2, 3)}
-    sig["lat_desc"] = f"tensordesc<u8[4, {kd.BLOCK_N}, 128],{lay[3]!r}>"
-    sig["rope_desc"] = f"tensordesc<u8[{kd.BLOCK_N}, 128],{lay[2]!r}>"
-    del sig["scale_ptr"]
-    sig = {**{k: sig[k] for k in ("q_ptr", "lat_desc", "rope_desc")}, "f32_ptr": "*fp32",
-           **{k: v for k, v in sig.items() if k not in ("q_ptr", "lat_desc", "rope_desc")},
+    dense = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
+                             "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
+    # the dense signature with the fp8_ds_mla boxes, the rows' float32 view in place of the
+    # per-tensor scale, and the pool's row count
+    sig = {"q_ptr": "*bf16", "lat_desc": f"tensordesc<u8[4, {kd.BLOCK_N}, 128],{lay[3]!r}>",
+           "rope_desc": f"tensordesc<u8[{kd.BLOCK_N}, 128],{lay[2]!r}>", "f32_ptr": "*fp32",
+           **{k: v for k, v in dense.items()
+              if k not in ("q_ptr", "lat_desc", "rope_desc", "scale_ptr")},
            "num_slots": "i32"}
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from fp8mla import reference, topk
+from fp8mla import reference
 from fp8mla.bench.harness import Record, graphed, time_us
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
@@ -22,7 +22,7 @@ from fp8mla.indexer import indexer_logits_paged
 from fp8mla.runtime import target_for
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
-from fp8mla.topk import topk_indices
+from fp8mla.topk import default_chunk, topk_indices
 
 __all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk",
            "sparse_problem"]
@@ -150,7 +150,7 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
                             2 * 32 * 128 * length * batch, ceiling, env),
                     _record(case, "fp8mla" + suffix, us_topk, moved, None, ceiling, env,
                             note=f"{us_topk / us_logits:.2f} x the logits time")]
-    default = topk.default_chunk(batch, length, target_for(logits.device).num_sms)
+    default = default_chunk(batch, length, target_for(logits.device).num_sms)
     for chunk in TOPK_CHUNKS:  # topk_indices(chunk=...): 0 one program per row, else several
         if chunk != default and (chunk == 0 or length > chunk):
             fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
