@@ -60,21 +60,23 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # orders' Nsight Compute counters beside it): kept, the switch dropped. The plan is back to
 # session 18's split sweep.
 # Session 20: the ≤ 8-row kernel's fp8_ds_mla form (`fp8mla.decode.SM90_MMA8_DS`: the sparse
-# kernel's per-chunk tile fed by TMA) at 2 and 3 ring stages against the Triton kernel, ABAB.
+# kernel's per-chunk tile fed by TMA) at 2 and 3 ring stages against the Triton kernel, ABAB
+# (s20-9673ca2-mma8-ds-decode-variants.json: on since). Session 21: the fp8 ≤ 8-row kernel's
+# wide form for 9–16 rows (`fp8mla.decode.SM90_MMA16`: qᵀ read from shared memory every tile)
+# at 2 and 3 ring stages against the Triton kernel, ABAB.
 TRITON = {"SM90_MMA8": False}
-DS_TRITON = {"SM90_MMA8_DS": False}
-DS2 = {"SM90_MMA8_DS": True, "SM90_MMA8_DS_STAGES": 2}
-DS3 = {"SM90_MMA8_DS": True, "SM90_MMA8_DS_STAGES": 3}
-DS_ABAB = [("triton", None, None, DS_TRITON), ("mma8 2 stages", None, None, DS2),
-           ("mma8 3 stages", None, None, DS3), ("triton again", None, None, DS_TRITON),
-           ("mma8 2 stages again", None, None, DS2), ("mma8 3 stages again", None, None, DS3)]
+W_TRITON = {"SM90_MMA16": False}
+W2 = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2}
+W3 = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 3}
+WIDE_ABAB = [("triton", None, None, W_TRITON), ("mma16 2 stages", None, None, W2),
+             ("mma16 3 stages", None, None, W3), ("triton again", None, None, W_TRITON),
+             ("mma16 2 stages again", None, None, W2), ("mma16 3 stages again", None, None, W3)]
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", DS_ABAB + [
-        ("mma8 2 stages, splits 128", None, 128, DS2)]),
-    (DecodeCase(64, 8192, 8), "fp8_ds_mla", DS_ABAB),
-    (DecodeCase(64, 8192, 4, s_q=2), "fp8_ds_mla", DS_ABAB[:3]),
-    (DecodeCase(1, 4096, 8, pool_tokens=495_000), "fp8_ds_mla", DS_ABAB[:3]),
-    (DecodeCase(1, 131072, 8), "fp8", [("splits 128", None, 128)]),
+    (DecodeCase(64, 8192, 16), "fp8", WIDE_ABAB),
+    (DecodeCase(64, 8192, 8, s_q=2), "fp8", WIDE_ABAB[:3]),
+    (DecodeCase(1, 131072, 16), "fp8", WIDE_ABAB[:3]),
+    (DecodeCase(128, 4096, 16), "fp8", WIDE_ABAB[:3]),
+    (DecodeCase(8, 32768, 16), "fp8", WIDE_ABAB[:3]),
 ]
 
 

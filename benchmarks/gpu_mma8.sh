@@ -5,8 +5,9 @@
 # (`SPARSE_SM90_MMA8`): the sparse GPU tests, the sparse variants (sparse_variants.py's PLAN)
 # and the counters of both kernels at B=64 × 8 heads × topk 2048. Dense fp8_ds_mla
 # (`SM90_MMA8_DS`): the dense GPU tests (-k mma8 unless TESTS), the variants, the counters of
-# both kernels at B=1 × 128K × 8 heads. Usage:
-# [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh [sparse|ds]
+# both kernels at B=1 × 128K × 8 heads. The fp8 wide form (`SM90_MMA16`, 9–16 rows): every
+# GPU test, the variants, the counters of both kernels at B=64 × 8K × 16 heads. Usage:
+# [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh [sparse|ds|wide]
 set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"
 if [ "${1:-}" = sparse ]; then
@@ -27,6 +28,15 @@ elif [ "${1:-}" = ds ]; then
   for k in 1 0; do
     run "ncu_$k" 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma8-ds$k-B1-128K.txt" fp8_ds_mla 1 \
       131072 8 SM90_MMA8_DS=$k
+  done
+elif [ "${1:-}" = wide ]; then
+  gpu_setup mma16
+  run gpu_tests 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rA \
+    -k "${TESTS:-not nothing}"
+  run variants 200 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
+  for k in 1 0; do
+    run "ncu_$k" 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma16$k-fp8-B64-H16.txt" fp8 64 8192 16 \
+      SM90_MMA16=$k
   done
 else
   gpu_setup mma8

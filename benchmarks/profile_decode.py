@@ -50,8 +50,8 @@ def main() -> None:
                       num_splits=opts["splits"])
     for _ in range(3):
         plan.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
-    print("profiled", fmt_name, batch, ctx, heads, cfg, "splits", plan.num_splits, "sm90",
-          plan.sm90, "narrow", plan.narrow, dict(switches))
+    print("profiled", fmt_name, batch, ctx, heads, cfg, "splits", plan.num_splits, "kernel",
+          plan.kernel, dict(switches))
 
 
 if __name__ == "__main__":

@@ -228,21 +228,24 @@ def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
         num_warps=kn.NUM_WARPS)
 
 
-def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True):
-    """The Gluon SM90 decode kernel of ≤ 8-row programs (`fp8mla.kernels.decode_sm90_mma8`)
-    for sm_90, as the launcher takes it for fp8 plans of s_q × heads ≤ 8; None where this
-    Triton has no (such) Gluon."""
+def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None):
+    """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_mma8`)
+    for sm_90, as the launcher takes it for fp8 plans of s_q × heads ≤ 16 (``rows``: the
+    program's rows, from s_q × heads where None; ``stages``: the ring's, the launcher's where
+    None); None where this Triton has no (such) Gluon."""
+    import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
     if not k8.AVAILABLE:
         return None
+    rows = rows or k8.rows_for(s_q * heads)
     sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
                            "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     lat = k8.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
-        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal},
-        num_warps=k8.NUM_WARPS)
+        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
+        "NS": stages or decode_mod.mma8_stages(rows)}, num_warps=k8.NUM_WARPS)
 
 
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None):
@@ -379,6 +382,9 @@ def compile_target(cc):
             k = decode_mma8_compile(direct)
             if k is not None:
                 lines.append(row(f"decode_mma8/fp8/H8{'-direct' * direct}", cc, k))
+            k = decode_mma8_compile(direct, heads=16)
+            if k is not None:
+                lines.append(row(f"decode_mma16/fp8/H16{'-direct' * direct}", cc, k))
             k = decode_mma8_ds_compile(direct)
             if k is not None:
                 lines.append(row(f"decode_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))

@@ -100,3 +100,50 @@ def test_mma8_q_lanes_follow_the_k_order():
             phys = chunk * 32 + unit_word if word_bits == 7 else unit_word  # token 0: unswizzled
             for j, r in ((0, 0), (1, 3), (3, 5), (2, 7)):
                 assert lanes(j * n + kk, r) == store(r, 4 * phys + j), (word_bits, kk, j, r)
+
+
+def _wide_q_excess(word_bits, k_bits, row_xor):
+    """decode_sm90_mma8's wide form (16 rows): wavefronts beyond ideal of reading qᵀ's four
+    lanes (each [2**word_bits K indices, 16 rows], 4-byte pairs) through `_q_wide_lanes_bases`."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+
+    n = 1 << word_bits
+    lanes = bm.linear_shared(k8._q_wide_lanes_bases(word_bits, row_xor, k_bits), 2)
+    excess = 0
+    for j in range(4):
+        total, ideal = bm.count(bm.mma_b(n, 16), lambda r, c, j=j: lanes(j * n + r, c), 2, 1)
+        excess += total - ideal
+    return excess
+
+
+def test_wide_q_reads_are_conflict_free():
+    """The wide form reads all of qᵀ from shared memory every tile: its row XOR
+    (`WIDE_LAT_ROW_XOR`, `WIDE_ROPE_ROW_XOR`) leaves every load conflict-free in the permuted
+    K order; the 8-row staging's XOR (word ^ 8r) would not, nor would none."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+
+    assert _wide_q_excess(7, k8.LAT_K_BITS, k8.WIDE_LAT_ROW_XOR) == 0
+    assert _wide_q_excess(4, k8.ROPE_K_BITS, k8.WIDE_ROPE_ROW_XOR) == 0
+    assert _wide_q_excess(7, k8.LAT_K_BITS, [8, 16, 32, 64]) > 0
+    assert _wide_q_excess(4, k8.ROPE_K_BITS, [0, 0, 0, 0]) > 0
+
+
+def test_wide_q_lanes_follow_the_k_order():
+    """The wide form's qᵀ, read through `_q_wide_lanes_bases`, holds at K index k of lane j and
+    row r (all 16) the q element the A operand's K index k multiplies (as
+    `test_mma8_q_lanes_follow_the_k_order`), q staged by `_q_wide_store_bases`."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+
+    for word_bits, k_bits, row_xor, a_bases in (
+            (7, k8.LAT_K_BITS, k8.WIDE_LAT_ROW_XOR, k8._k_words_bases),
+            (4, k8.ROPE_K_BITS, k8.WIDE_ROPE_ROW_XOR, k8._r_words_bases)):
+        a = bm.linear_shared(a_bases(k_bits), 4)
+        store = bm.linear_shared(k8._q_wide_store_bases(word_bits, row_xor), 2)
+        lanes = bm.linear_shared(k8._q_wide_lanes_bases(word_bits, row_xor, k_bits), 2)
+        n = 1 << word_bits
+        for kk in range(n):
+            chunk, unit_word = divmod(a(0, kk) // 4, 2 * 64 * 16 if word_bits == 7 else 16)
+            phys = chunk * 32 + unit_word if word_bits == 7 else unit_word  # token 0: unswizzled
+            for j in range(4):
+                for r in range(16):
+                    assert lanes(j * n + kk, r) == store(r, 4 * phys + j), (word_bits, kk, j, r)

@@ -226,6 +226,40 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     assert not dense().mma8
 
 
+def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
+    """The ≤ 16-row kernel's wide form (`SM90_MMA16`) serves fp8 dense plans of 9–16 query
+    rows over pages of ≥ 64 tokens (the 8-row form keeps ≤ 8), its ring of
+    `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla and sparse plans stay
+    at ≤ 8 rows; off, the Triton kernel serves 16 rows."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+    from fp8mla.runtime import Target
+
+    if not k8.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+
+    def dense(heads=16, s_q=1, page_size=64, fmt="fp8"):
+        return DecodePlan(batch=64, num_heads=heads, s_q=s_q, kv_format=fmt,
+                          page_size=page_size, max_seqlen=8192, device="cpu")
+
+    monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
+    for stages, per_sm in ((2, 2), (3, 1)):
+        monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", stages)
+        plan = dense()
+        assert plan.kernel == "mma16" and plan.mma_rows == 16 and plan.head_blocks == 1
+        assert plan.ring_stages == stages and plan.programs_per_sm == per_sm
+        assert plan.num_splits == decode_mod.choose_num_splits(64, 1, 8192, 132 * per_sm,
+                                                               k8.BLOCK_N)
+    assert dense(heads=8, s_q=2).kernel == dense(heads=3, s_q=3).kernel == "mma16"
+    assert dense(heads=8).kernel == "mma8" and dense(heads=8).ring_stages == k8.STAGES
+    assert not dense(heads=17).mma8 and not dense(heads=8, s_q=3).mma8  # 17 / 24 rows
+    assert not dense(page_size=32).mma8
+    assert not dense(fmt="fp8_ds_mla").mma8 and dense(heads=8, fmt="fp8_ds_mla").mma8
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)
+    assert dense().kernel != "mma16" and dense(heads=8).kernel == "mma8"
+
+
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 8-row Gluon kernel over fp8_ds_mla pages (`SM90_MMA8_DS`) serves dense plans of
     s_q × heads ≤ 8 over pages of ≥ 64 tokens, its programs per SM from its ring depth

@@ -169,6 +169,44 @@ def test_sm90_mma8_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
     assert _second_pool(heads=8, fmt=fmt).mma8
 
 
+def _mma16_only(monkeypatch, stages=None):
+    """Switch the ≤ 16-row fp8 kernel's wide form on (`SM90_MMA16`, with ``stages`` ring
+    stages or its default); skip where it cannot serve."""
+    _mma8_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
+    if stages:
+        monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", stages)
+
+
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
+    (16, 1, [8192, 1, 4097, 0, 130], 64, None),
+    (16, 1, [131072], 64, None),  # one long request: every split
+    (16, 1, [70000, 5], 128, 1),  # one split, many tiles through the ring
+    (8, 2, [3000, 63, 64], 64, None),  # causal among s_q queries
+    (4, 4, [1000, 65, 0], 256, 3),
+    (13, 1, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
+    (9, 1, [65, 1, 200], 64, None),
+    (5, 3, [129, 20000], 64, 2),
+])
+@pytest.mark.parametrize("stages", [2, 3])
+def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits, stages,
+                                             monkeypatch):
+    """fp8 plans of 9–16 query rows on the wide form (qᵀ read from shared memory every tile;
+    switched on, 2 and 3 ring stages): odd row counts, causal s_q > 1, lengths around a tile,
+    empty requests, pages of 64–256, forced split counts, NaN page tails."""
+    _mma16_only(monkeypatch, stages)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
+    assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
+
+
+def test_sm90_mma16_kernel_in_a_graph_and_second_pool(monkeypatch):
+    """The wide form captured once and replayed with new lengths and contents; one plan over
+    two pools in turn."""
+    _mma16_only(monkeypatch)
+    assert _graph_replays("fp8", heads=16).kernel == "mma16"
+    assert _second_pool(heads=16).kernel == "mma16"
+
+
 def test_sm90_gluon_kernel_in_a_graph():
     """The Gluon kernel (fp8, 128 heads) captured once, replayed with new lengths and contents."""
     _sm90_only()

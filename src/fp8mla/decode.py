@@ -104,6 +104,18 @@ SPARSE_SM90_MMA8_STAGES = 2
 # SM) 43.0 / 43.2 at B=1 but 113.3 / 113.1 at B=64 (h200-20261202-s20-9673ca2-mma8-ds-*)
 SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
+# its wide form for dense fp8 plans of 9–16 query rows (s_q × heads: 16 heads, s_q 2 × 8): two
+# MMA column blocks, qᵀ read from shared memory every tile instead of held in registers, a ring
+# of `SM90_MMA16_STAGES` stages (two programs per SM). Not yet measured: off
+SM90_MMA16 = False
+SM90_MMA16_STAGES = 2
+
+
+def mma8_stages(rows: int) -> int:
+    """Ring stages of the dense fp8 ≤ 16-row kernel for programs of ``rows`` (8 or 16)."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+
+    return k8.STAGES if rows == k8.ROWS else SM90_MMA16_STAGES
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -270,6 +282,7 @@ class DecodePlan:
         # of shared memory, but the ≤ 8-row ones: `decode_sm90_mma8.PROGRAMS_PER_SM`, and
         # their fp8_ds_mla and sparse forms by their ring depth, fixed here for the plan)
         self.ring_stages = (SPARSE_SM90_MMA8_STAGES if self.sparse else SM90_MMA8_DS_STAGES)
+        self.mma_rows = 8  # the ≤ 16-row kernels' program rows (the dense fp8 one: 8 or 16)
         if self.mma8 and self.sparse:
             from fp8mla.kernels import decode_sm90_mma8_sparse as km
 
@@ -281,7 +294,9 @@ class DecodePlan:
         elif self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
-            self.programs_per_sm = k8.PROGRAMS_PER_SM
+            self.mma_rows = k8.rows_for(self.s_q * self.num_heads)
+            self.ring_stages = mma8_stages(self.mma_rows)
+            self.programs_per_sm = k8.programs_per_sm(self.mma_rows, self.ring_stages)
         else:
             self.programs_per_sm = 1 if self.sm90 else self._programs_per_sm()
         self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
@@ -303,10 +318,11 @@ class DecodePlan:
     @property
     def kernel(self) -> str:
         """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
-        (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "narrow"
-        (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton" (`_mla_decode_kernel`)."""
+        (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (its wide form),
+        "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
+        (`_mla_decode_kernel`)."""
         if self.mma8:
-            return "mma8"
+            return "mma8" if self.mma_rows == 8 else "mma16"
         if self.narrow:
             return "narrow"
         return "sm90" if self.sm90 else "triton"
@@ -518,11 +534,11 @@ class DecodePlan:
         return self.config.block_n
 
     def _mma8_serves(self) -> bool:
-        """Whether a Gluon SM90 kernel of ≤ 8-row programs serves this plan: dense fp8 rows in
-        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`), dense fp8_ds_mla rows the same
-        (`SM90_MMA8_DS`), or sparse fp8_ds_mla rows over index lists with ≤ 8 heads
-        (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute capability 9.0 and a
-        Triton with Gluon."""
+        """Whether a Gluon SM90 kernel of ≤ 16-row programs serves this plan: dense fp8 rows in
+        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`) or ≤ 16 (`SM90_MMA16`), dense
+        fp8_ds_mla rows with ≤ 8 (`SM90_MMA8_DS`), or sparse fp8_ds_mla rows over index lists
+        with ≤ 8 heads (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute
+        capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.sparse:
@@ -533,7 +549,8 @@ class DecodePlan:
             return False
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
-        return (k8.AVAILABLE and self.s_q * self.num_heads <= k8.ROWS
+        wide = SM90_MMA16 and self.fmt.name == "fp8" and not self.sparse
+        return (k8.AVAILABLE and self.s_q * self.num_heads <= (k8.WIDE_ROWS if wide else k8.ROWS)
                 and self.config.heads_per_block >= self.num_heads
                 and (self.sparse or self.page_size >= k8.BLOCK_N))
 
@@ -632,7 +649,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                num_warps=k8.NUM_WARPS)
+                R=self.mma_rows, NS=self.ring_stages, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

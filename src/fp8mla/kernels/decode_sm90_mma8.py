@@ -57,11 +57,28 @@ if AVAILABLE:
         mbarrier,
     )
 
-ROWS = 8  # query rows per program: the MMA's N
+ROWS = 8  # query rows per program: the MMA's N (qᵀ in registers)
 BLOCK_N = 64  # tokens per tile (one TMA box per 128 latent bytes; pages of ≥ 64 tokens)
 STAGES = 3  # ring depth: 3 × 36 KB, two programs per SM
 PROGRAMS_PER_SM = 2  # what STAGES and the registers leave room for (checked offline)
 NUM_WARPS = 4
+# the wide form: 16 query rows (two MMA column blocks), qᵀ read from shared memory every tile
+WIDE_ROWS = 16
+SMEM_PER_SM = 227 * 1024
+
+
+def rows_for(rows: int) -> int:
+    """The program's row count (the kernel's ``R``) serving ``rows`` = s_q × heads query rows:
+    `ROWS` up to 8, `WIDE_ROWS` up to 16."""
+    return ROWS if rows <= ROWS else WIDE_ROWS
+
+
+def programs_per_sm(rows: int, stages: int) -> int:
+    """Programs of ``rows`` (`rows_for`) and a ring of ``stages`` one SM holds at once: the
+    ring (36 KB a stage), P and, in the wide form, q (18 KB) in shared memory; the registers
+    (≤ 255 a thread, 4 warps) allow two."""
+    per_program = stages * 36 * 1024 + (4 if rows == ROWS else 23) * 1024
+    return max(1, min(2, SMEM_PER_SM // per_program))
 
 
 def descriptors(flat):
@@ -130,10 +147,39 @@ def _q_lanes_bases(word_bits, k):
     return words + [[k[3], 1], [k[4], 2], [k[5], 4], [n, 0], [2 * n, 0]] + slots
 
 
+def _k_index(word, k):
+    """Stored word offset ``word`` → its K index under K order ``k`` (bits of distinct
+    powers of two: the sum is the XOR)."""
+    return sum(k[i] for i in range(len(k)) if word >> i & 1)
+
+
+# The wide form's q, staged once as fp16 [lane j, row r (4 bits), stored word w ^ X(r)] and read
+# every tile as qᵀ's B operands (its rows in two 8-column blocks, one load per register pair: the
+# words κ, κ + 1 of one lane and row). In one load the lanes' K bits 1–2 pick the stored words'
+# bits (1, 4) of the latent (LAT_K_BITS), (1, 3) of the rope; X(r) puts the 8 rows of a column
+# block on the remaining bank bits, so every load is conflict-free (tests/test_bank_model.py):
+# the latent's 128-word rows start at bank 0, rows r's bits → stored word bits 2, 3, 5; the
+# rope's 16-word rows start at bank 8r, so only row bit 2 needs a stored bit (2).
+WIDE_LAT_ROW_XOR = [4, 8, 32, 0]
+WIDE_ROPE_ROW_XOR = [0, 0, 4, 0]
+
+
+def _q_wide_store_bases(word_bits, row_xor):
+    """Offset bits → [row, dim] of the wide q's store view ([16, 4 · 2**word_bits])."""
+    return ([[0, 4 << i] for i in range(word_bits)]
+            + [[1 << b, 4 * x] for b, x in enumerate(row_xor)] + [[0, 1], [0, 2]])
+
+
+def _q_wide_lanes_bases(word_bits, row_xor, k):
+    """The same offsets → [lane · 2**word_bits + K index, row], K order ``k``."""
+    n = 1 << word_bits
+    return ([[k[i], 0] for i in range(word_bits)]
+            + [[_k_index(x, k), 1 << b] for b, x in enumerate(row_xor)] + [[n, 0], [2 * n, 0]])
+
+
 if AVAILABLE:
     NR = gl.constexpr(ROWS)
     BN = gl.constexpr(BLOCK_N)
-    NS = gl.constexpr(STAGES)
     MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1],
                                                  instr_shape=[16, 8]))
     KA = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2))
@@ -153,6 +199,17 @@ if AVAILABLE:
     Q_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(6)))
     Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
         offset_bases=_q_lanes_bases(6, ROPE_K_BITS)))
+    Q_WIDE_STORE_LAT = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_store_bases(7, WIDE_LAT_ROW_XOR)))
+    Q_WIDE_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_lanes_bases(7, WIDE_LAT_ROW_XOR, LAT_K_BITS)))
+    Q_WIDE_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_store_bases(4, WIDE_ROPE_ROW_XOR)))
+    Q_WIDE_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_lanes_bases(4, WIDE_ROPE_ROW_XOR, ROPE_K_BITS)))
+    # P [64 tokens, 16 rows] fp16: rows of 32 bytes, the 16-byte units of each 4-row group
+    # swapped every other group (the second product's transposed 8 × 8 reads)
+    P_SHARED_WIDE = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, [1, 0]))
 
     @gluon.jit
     def _f16_lanes(words):
@@ -188,10 +245,10 @@ if AVAILABLE:
 
     @gluon.jit
     def _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, col0,
-                WIDTH: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr):
-        """q's dims col0 … col0 + WIDTH − 1 of the 8 rows, fp16 [8, WIDTH] (zeros where a row
+                WIDTH: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, R: gl.constexpr):
+        """q's dims col0 … col0 + WIDTH − 1 of the R rows, fp16 [R, WIDTH] (zeros where a row
         does not exist), 16-byte loads."""
-        r = gl.arange(0, NR, layout=gl.SliceLayout(1, Q_ROWS))
+        r = gl.arange(0, R, layout=gl.SliceLayout(1, Q_ROWS))
         qi, head, ok = _rows(r, num_heads, S_Q, HEADS)
         row = q_ptr + b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh + col0
         c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, Q_ROWS))
@@ -221,15 +278,15 @@ if AVAILABLE:
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                     num_heads, num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
                     HEADS: gl.constexpr):
-        """Normalize the accumulators ([128, 8 rows] each: row m of acc k holds dim
+        """Normalize the accumulators ([128, R rows] each: row m of acc k holds dim
         d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
         nothing was attended — and max_logits) or this split's partials (workspace rows
         [batch, num_splits, S_Q, num_heads])."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
-        qi, head, ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
-                             HEADS)
+        qi, head, ok = _rows(gl.arange(0, m_i.shape[0], layout=gl.SliceLayout(0, MMA)),
+                             num_heads, S_Q, HEADS)
         if DIRECT:
             o_row = out_ptr + b.to(gl.int64) * stride_ob + qi * stride_os + head * stride_oh
             o_ptr = o_row[None, :] + d[:, None]
@@ -250,10 +307,10 @@ if AVAILABLE:
 
     @gluon.jit
     def _last_positions(end, seqlen, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr,
-                        CAUSAL: gl.constexpr):
-        """Each query row's last visible position, [8] along the scores' columns: the split's
+                        CAUSAL: gl.constexpr, R: gl.constexpr):
+        """Each query row's last visible position, [R] along the scores' columns: the split's
         last (``end`` − 1), and causally query qi sees positions up to seqlen − S_Q + qi."""
-        qi, _, _ = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
+        qi, _, _ = _rows(gl.arange(0, R, layout=gl.SliceLayout(0, MMA)), num_heads, S_Q,
                          HEADS)
         if CAUSAL:
             last = gl.minimum(end - 1, seqlen - S_Q + qi)
@@ -262,12 +319,12 @@ if AVAILABLE:
         return last
 
     @gluon.jit
-    def _fresh_state():
-        """The online softmax's start: the running max per row (−inf), P's sums per thread
-        ([64, 8], 0) and the four Oᵀ accumulators ([128, 8], 0)."""
-        m_i = gl.full([NR], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
-        l_acc = gl.zeros([BN, NR], gl.float32, layout=MMA)
-        acc = gl.zeros([128, NR], gl.float32, layout=MMA)
+    def _fresh_state(R: gl.constexpr):
+        """The online softmax's start for R query rows: the running max per row (−inf), P's
+        sums per thread ([64, R], 0) and the four Oᵀ accumulators ([128, R], 0)."""
+        m_i = gl.full([R], float("-inf"), gl.float32, layout=gl.SliceLayout(0, MMA))
+        l_acc = gl.zeros([BN, R], gl.float32, layout=MMA)
+        acc = gl.zeros([128, R], gl.float32, layout=MMA)
         return m_i, l_acc, acc, acc, acc, acc
 
     @gluon.jit
@@ -278,20 +335,26 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+        R: gl.constexpr, NS: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
-        p_s = gl.allocate_shared_memory(gl.float16, [2, BN, NR], P_SHARED)
+        if R == NR:
+            p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED)
+        else:  # 16 rows: qᵀ stays in shared memory, read every tile
+            p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED_WIDE)
+            q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
+            q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
         bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         for st in gl.static_range(NS):
             mbarrier.init(bars.index(st), count=1)
         fence_async_shared()  # the initialised barriers, before the async proxy
 
         # this program's token chunk, from the device-side length (bounded by the table's row),
-        # and the ring's first STAGES − 1 tiles in flight before q is loaded
+        # and the ring's first NS − 1 tiles in flight before q is loaded
         seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
@@ -301,25 +364,37 @@ if AVAILABLE:
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
 
-        # qᵀ in registers, per 32-word latent chunk and the rope's 16 words: staged through
-        # the ring's last stage, whose first copy is issued after tile 0's barrier
-        free = lat_buf.index(NS - 1)  # latent q in slot 0 (8 KB), the rope's in slot 2 (4 KB)
-        _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
-            _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q, HEADS))
-        rope_rows = _view(free, gl.float16, [8 * NR, 256], Q_STORE_ROPE).slice(2 * NR, NR, dim=0)
-        rope_rows.slice(0, 64, dim=1).store(
-            _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q, HEADS))
-        _cta_barrier()
-        lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
-        rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
-        qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
-              _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
-              _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
+        if R == NR:
+            # qᵀ in registers, per 32-word latent chunk and the rope's 16 words: staged through
+            # the ring's last stage, whose first copy is issued after tile 0's barrier
+            free = lat_buf.index(NS - 1)  # latent q in slot 0 (8 KB), the rope's in slot 2
+            _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
+                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q,
+                        HEADS, R))
+            rope_rows = _view(free, gl.float16, [8 * NR, 256], Q_STORE_ROPE).slice(2 * NR, NR,
+                                                                                   dim=0)
+            rope_rows.slice(0, 64, dim=1).store(
+                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q,
+                        HEADS, R))
+            _cta_barrier()
+            lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+            rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
+            qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
+                  _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
+                  _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
+        else:
+            q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
+                                S_Q, HEADS, R))
+            q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
+                                 S_Q, HEADS, R))
+            _cta_barrier()
+            lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
+            rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL)
+        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
         tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
-        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state()
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         for i in range(n_tiles):
             n0 = start + i * BN
@@ -327,12 +402,20 @@ if AVAILABLE:
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
             kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
             rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
-            s0 = gl.zeros([BN, NR], gl.float32, layout=MMA)
+            s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
             s1, s2, s3 = s0, s0, s0
             for c in gl.static_range(4):
-                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qs[c], s0,
+                if R == NR:
+                    qt = qs[c]
+                else:
+                    qt = _q_lanes(lanes, 0, 32 * c, 32, 128)
+                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt, s0,
                                                s1, s2, s3)
-            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qs[4], s0, s1, s2, s3)
+            if R == NR:
+                qt = qs[4]
+            else:
+                qt = _q_lanes(rope_lanes, 0, 0, 16, 16)
+            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qt, s0, s1, s2, s3)
             s = (s0 + s1) + (s2 + s3)
             # online softmax down each column (base 2; a tile with nothing visible while
             # nothing was before leaves the state as it is)

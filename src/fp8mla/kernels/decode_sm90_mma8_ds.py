@@ -139,8 +139,8 @@ if AVAILABLE:
                                  stride_qh, num_heads, S_Q, HEADS)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL)
-        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state()
+        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, NR)
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(NR)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         for i in range(n_tiles):
             n0 = start + i * BN

@@ -147,7 +147,8 @@ if AVAILABLE:
         global memory. The caller must pass a CTA barrier (and, before a TMA copy, a proxy
         fence) before anything is copied into ``free``: the lanes' loads end this function."""
         _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
-            _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q, HEADS))
+            _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q, HEADS,
+                   NR))
         k = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_ROPE))
         qi, head, ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, Q_ROPE)), num_heads,
                              S_Q, HEADS)
@@ -252,7 +253,7 @@ if AVAILABLE:
         qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, 0, stride_qh,
                                  num_heads, 1, HEADS)
 
-        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state()
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(NR)
         for i in range(n_tiles):
             stage = i % NS
             async_copy.wait_group(NS - 2)  # this thread's copies of tile i
