@@ -66,17 +66,26 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # at 2 and 3 ring stages against the Triton kernel, ABAB.
 TRITON = {"SM90_MMA8": False}
 W_TRITON = {"SM90_MMA16": False}
-W2 = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2}
-W3 = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 3}
-WIDE_ABAB = [("triton", None, None, W_TRITON), ("mma16 2 stages", None, None, W2),
-             ("mma16 3 stages", None, None, W3), ("triton again", None, None, W_TRITON),
-             ("mma16 2 stages again", None, None, W2), ("mma16 3 stages again", None, None, W3)]
+W2 = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA8_LEAN": False}
+W2L = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA8_LEAN": True}
+W3L = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 3, "SM90_MMA8_LEAN": True}
+WIDE_ABAB = [("triton", None, None, W_TRITON), ("mma16", None, None, W2),
+             ("mma16 lean", None, None, W2L), ("triton again", None, None, W_TRITON),
+             ("mma16 again", None, None, W2), ("mma16 lean again", None, None, W2L)]
+LEAN_ABAB = [("mma8", None, None, {"SM90_MMA8_LEAN": False}),
+             ("mma8 lean", None, None, {"SM90_MMA8_LEAN": True}),
+             ("mma8 again", None, None, {"SM90_MMA8_LEAN": False}),
+             ("mma8 lean again", None, None, {"SM90_MMA8_LEAN": True})]
 PLAN = [
     (DecodeCase(64, 8192, 16), "fp8", WIDE_ABAB),
     (DecodeCase(64, 8192, 8, s_q=2), "fp8", WIDE_ABAB[:3]),
-    (DecodeCase(1, 131072, 16), "fp8", WIDE_ABAB[:3]),
     (DecodeCase(128, 4096, 16), "fp8", WIDE_ABAB[:3]),
-    (DecodeCase(8, 32768, 16), "fp8", WIDE_ABAB[:3]),
+    (DecodeCase(1, 131072, 16), "fp8", WIDE_ABAB[:3] + [("mma16 lean 3 stages", None, None,
+                                                          W3L)]),
+    (DecodeCase(8, 32768, 16), "fp8", WIDE_ABAB[:3] + [("mma16 lean 3 stages", None, None,
+                                                         W3L)]),
+    (DecodeCase(64, 8192, 8), "fp8", LEAN_ABAB),
+    (DecodeCase(1, 131072, 8), "fp8", LEAN_ABAB),
 ]
 
 

@@ -111,15 +111,6 @@ def mma_a(k: int, m_repeats: int = 1) -> tuple[list, list, list]:
     return reg, [[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], [[16, 0], [32, 0]]
 
 
-def mma_b(k: int, n: int) -> tuple[list, list, list]:
-    """The m16n8k16 B operand of 16-bit elements in pairs along K (Gluon's DotOperandLayout,
-    k_width 2), [k, n], every warp reading all of it: a thread's pair (2t … 2t + 1, g), then
-    K + 8, K repeats, column blocks of 8; lane 4g + t; the 4 warps alike."""
-    reg = [[1, 0], [8, 0]] + [[16 << i, 0] for i in range(k.bit_length() - 5)]
-    reg += [[0, 8 << i] for i in range(n.bit_length() - 4)]
-    return reg, [[2, 0], [4, 0], [0, 1], [0, 2], [0, 4]], [[0, 0], [0, 0]]
-
-
 # Gluon decode_sm90, a [64, 128]-byte ring chunk (8 warps) and its fp16 conversion: the old
 # layout of all three accesses, and the kernel's own
 ROWS = blocked([1, 16], [8, 4], [8, 1], [64, 128])

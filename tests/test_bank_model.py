@@ -102,30 +102,37 @@ def test_mma8_q_lanes_follow_the_k_order():
                 assert lanes(j * n + kk, r) == store(r, 4 * phys + j), (word_bits, kk, j, r)
 
 
-def _wide_q_excess(word_bits, k_bits, row_xor):
-    """decode_sm90_mma8's wide form (16 rows): wavefronts beyond ideal of reading qᵀ's four
-    lanes (each [2**word_bits K indices, 16 rows], 4-byte pairs) through `_q_wide_lanes_bases`."""
+def _wide_q_conflicts(word_bits, row_xor):
+    """decode_sm90_mma8's wide form (16 rows) reads qᵀ's lanes by ldmatrix: each 8 × 8 matrix
+    is 8 rows' 16-byte runs of 8 K indices (`_q_wide_lanes_bases`), one shared-memory phase.
+    → the extra wavefronts over all matrices: per matrix, the most runs one 16-byte bank group
+    holds, minus one."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
     n = 1 << word_bits
-    lanes = bm.linear_shared(k8._q_wide_lanes_bases(word_bits, row_xor, k_bits), 2)
-    excess = 0
+    lanes = bm.linear_shared(k8._q_wide_lanes_bases(word_bits, row_xor), 2)
+    extra = 0
     for j in range(4):
-        total, ideal = bm.count(bm.mma_b(n, 16), lambda r, c, j=j: lanes(j * n + r, c), 2, 1)
-        excess += total - ideal
-    return excess
+        for unit in range(n // 8):
+            for block in (0, 8):
+                groups = [lanes(j * n + 8 * unit, block + r) // 16 % 8 for r in range(8)]
+                assert all(lanes(j * n + 8 * unit + e, block + r) == lanes(
+                    j * n + 8 * unit, block + r) + 2 * e for r in range(8) for e in range(8))
+                extra += max(groups.count(g) for g in groups) - 1
+    return extra
 
 
 def test_wide_q_reads_are_conflict_free():
-    """The wide form reads all of qᵀ from shared memory every tile: its row XOR
-    (`WIDE_LAT_ROW_XOR`, `WIDE_ROPE_ROW_XOR`) leaves every load conflict-free in the permuted
-    K order; the 8-row staging's XOR (word ^ 8r) would not, nor would none."""
+    """The wide form reads all of qᵀ from shared memory every tile, by ldmatrix: its row XOR
+    (`WIDE_LAT_ROW_XOR`, `WIDE_ROPE_ROW_XOR`) keeps each matrix's 8 runs in distinct bank
+    groups; without it the latent's 256-byte rows would put all 8 in one, the rope's 32-byte
+    rows two in each."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
-    assert _wide_q_excess(7, k8.LAT_K_BITS, k8.WIDE_LAT_ROW_XOR) == 0
-    assert _wide_q_excess(4, k8.ROPE_K_BITS, k8.WIDE_ROPE_ROW_XOR) == 0
-    assert _wide_q_excess(7, k8.LAT_K_BITS, [8, 16, 32, 64]) > 0
-    assert _wide_q_excess(4, k8.ROPE_K_BITS, [0, 0, 0, 0]) > 0
+    assert _wide_q_conflicts(7, k8.WIDE_LAT_ROW_XOR) == 0
+    assert _wide_q_conflicts(4, k8.WIDE_ROPE_ROW_XOR) == 0
+    assert _wide_q_conflicts(7, [0, 0, 0, 0]) == 4 * 16 * 2 * 7
+    assert _wide_q_conflicts(4, [0, 0, 0, 0]) == 4 * 2 * 2 * 1
 
 
 def test_wide_q_lanes_follow_the_k_order():
@@ -138,8 +145,9 @@ def test_wide_q_lanes_follow_the_k_order():
             (7, k8.LAT_K_BITS, k8.WIDE_LAT_ROW_XOR, k8._k_words_bases),
             (4, k8.ROPE_K_BITS, k8.WIDE_ROPE_ROW_XOR, k8._r_words_bases)):
         a = bm.linear_shared(a_bases(k_bits), 4)
-        store = bm.linear_shared(k8._q_wide_store_bases(word_bits, row_xor), 2)
-        lanes = bm.linear_shared(k8._q_wide_lanes_bases(word_bits, row_xor, k_bits), 2)
+        store = bm.linear_shared(k8._q_wide_store_bases(word_bits, row_xor,
+                                                        k_bits[:word_bits]), 2)
+        lanes = bm.linear_shared(k8._q_wide_lanes_bases(word_bits, row_xor), 2)
         n = 1 << word_bits
         for kk in range(n):
             chunk, unit_word = divmod(a(0, kk) // 4, 2 * 64 * 16 if word_bits == 7 else 16)

@@ -109,6 +109,9 @@ SM90_MMA8_DS_STAGES = 2
 # of `SM90_MMA16_STAGES` stages (two programs per SM). Not yet measured: off
 SM90_MMA16 = False
 SM90_MMA16_STAGES = 2
+# the dense fp8 ≤ 16-row kernel skips the scores' mask on tiles every row sees whole and the
+# accumulators' rescale on tiles where no row's max grew (A/B pending)
+SM90_MMA8_LEAN = True
 
 
 def mma8_stages(rows: int) -> int:
@@ -649,7 +652,8 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                R=self.mma_rows, NS=self.ring_stages, num_warps=k8.NUM_WARPS)
+                R=self.mma_rows, NS=self.ring_stages, LEAN=SM90_MMA8_LEAN,
+                num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

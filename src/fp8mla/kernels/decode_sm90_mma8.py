@@ -147,34 +147,35 @@ def _q_lanes_bases(word_bits, k):
     return words + [[k[3], 1], [k[4], 2], [k[5], 4], [n, 0], [2 * n, 0]] + slots
 
 
-def _k_index(word, k):
-    """Stored word offset ``word`` → its K index under K order ``k`` (bits of distinct
-    powers of two: the sum is the XOR)."""
-    return sum(k[i] for i in range(len(k)) if word >> i & 1)
+def _stored_word(k_index, k):
+    """The stored word at K index ``k_index`` under K order ``k`` (bit b of the K index is
+    stored bit i where k[i] = 2**b)."""
+    return sum(1 << k.index(1 << b) for b in range(len(k)) if k_index >> b & 1)
 
 
-# The wide form's q, staged once as fp16 [lane j, row r (4 bits), stored word w ^ X(r)] and read
-# every tile as qᵀ's B operands (its rows in two 8-column blocks, one load per register pair: the
-# words κ, κ + 1 of one lane and row). In one load the lanes' K bits 1–2 pick the stored words'
-# bits (1, 4) of the latent (LAT_K_BITS), (1, 3) of the rope; X(r) puts the 8 rows of a column
-# block on the remaining bank bits, so every load is conflict-free (tests/test_bank_model.py):
-# the latent's 128-word rows start at bank 0, rows r's bits → stored word bits 2, 3, 5; the
-# rope's 16-word rows start at bank 8r, so only row bit 2 needs a stored bit (2).
-WIDE_LAT_ROW_XOR = [4, 8, 32, 0]
-WIDE_ROPE_ROW_XOR = [0, 0, 4, 0]
+# The wide form's q, staged once as fp16 in K order — [lane j, row r (4 bits), K unit u ^ X(r),
+# 8 K indices] — and read every tile as qᵀ's B operands by ldmatrix: each 8 × 8 matrix is 8
+# rows' 16-byte runs of 8 K indices, and X(r) (the row's low bits on the K unit's) puts the 8
+# rows of one matrix in distinct 16-byte bank groups (tests/test_bank_model.py). The latent's
+# rows are 256 bytes (X: row bits 0–2 → K bits 3–5), the rope's 32 (two rows a bank group
+# span already differ: row bit 2 → K bit 3).
+WIDE_LAT_ROW_XOR = [8, 16, 32, 0]
+WIDE_ROPE_ROW_XOR = [0, 0, 8, 0]
 
 
-def _q_wide_store_bases(word_bits, row_xor):
-    """Offset bits → [row, dim] of the wide q's store view ([16, 4 · 2**word_bits])."""
-    return ([[0, 4 << i] for i in range(word_bits)]
-            + [[1 << b, 4 * x] for b, x in enumerate(row_xor)] + [[0, 1], [0, 2]])
+def _q_wide_store_bases(word_bits, row_xor, k):
+    """Offset bits → [row, dim] of the wide q's store view ([16, 4 · 2**word_bits]; dim
+    4w + j for stored word w, lane j), K order ``k``."""
+    return ([[0, 4 * _stored_word(1 << b, k)] for b in range(word_bits)]
+            + [[1 << c, 4 * _stored_word(x, k)] for c, x in enumerate(row_xor)]
+            + [[0, 1], [0, 2]])
 
 
-def _q_wide_lanes_bases(word_bits, row_xor, k):
-    """The same offsets → [lane · 2**word_bits + K index, row], K order ``k``."""
+def _q_wide_lanes_bases(word_bits, row_xor):
+    """The same offsets → [lane · 2**word_bits + K index, row]."""
     n = 1 << word_bits
-    return ([[k[i], 0] for i in range(word_bits)]
-            + [[_k_index(x, k), 1 << b] for b, x in enumerate(row_xor)] + [[n, 0], [2 * n, 0]])
+    return ([[1 << b, 0] for b in range(word_bits)]
+            + [[x, 1 << c] for c, x in enumerate(row_xor)] + [[n, 0], [2 * n, 0]])
 
 
 if AVAILABLE:
@@ -200,13 +201,13 @@ if AVAILABLE:
     Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
         offset_bases=_q_lanes_bases(6, ROPE_K_BITS)))
     Q_WIDE_STORE_LAT = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_store_bases(7, WIDE_LAT_ROW_XOR)))
+        offset_bases=_q_wide_store_bases(7, WIDE_LAT_ROW_XOR, LAT_K_BITS)))
     Q_WIDE_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_lanes_bases(7, WIDE_LAT_ROW_XOR, LAT_K_BITS)))
+        offset_bases=_q_wide_lanes_bases(7, WIDE_LAT_ROW_XOR)))
     Q_WIDE_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_store_bases(4, WIDE_ROPE_ROW_XOR)))
+        offset_bases=_q_wide_store_bases(4, WIDE_ROPE_ROW_XOR, ROPE_K_BITS[:4])))
     Q_WIDE_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_lanes_bases(4, WIDE_ROPE_ROW_XOR, ROPE_K_BITS)))
+        offset_bases=_q_wide_lanes_bases(4, WIDE_ROPE_ROW_XOR)))
     # P [64 tokens, 16 rows] fp16: rows of 32 bytes, the 16-byte units of each 4-row group
     # swapped every other group (the second product's transposed 8 × 8 reads)
     P_SHARED_WIDE = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, [1, 0]))
@@ -335,7 +336,7 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        R: gl.constexpr, NS: gl.constexpr,
+        R: gl.constexpr, NS: gl.constexpr, LEAN: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -393,6 +394,10 @@ if AVAILABLE:
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
+        if CAUSAL:  # the last position every row sees
+            last_all = gl.minimum(end - 1, seqlen - S_Q)
+        else:
+            last_all = end - 1
         tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
@@ -419,11 +424,19 @@ if AVAILABLE:
             s = (s0 + s1) + (s2 + s3)
             # online softmax down each column (base 2; a tile with nothing visible while
             # nothing was before leaves the state as it is)
-            s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
+            if LEAN:
+                if n0 + BN - 1 <= last_all:  # every position visible to every row
+                    s = s * qk_scale
+                else:
+                    s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale,
+                                 float("-inf"))
+            else:
+                s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=0))
             m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
             p = gl.exp2(s - m_ref[None, :])
-            alpha = gl.exp2(m_i - m_ref)[None, :]
+            alpha1 = gl.exp2(m_i - m_ref)
+            alpha = alpha1[None, :]
             l_acc = l_acc * alpha + p
             m_i = m_new
             p_buf = p_s.index(i % 2)
@@ -435,10 +448,17 @@ if AVAILABLE:
                    nxt < n_tiles)
             # the next copy's pool row, looked up a tile before its issue waits on it
             row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
-            acc0 = acc0 * alpha
-            acc1 = acc1 * alpha
-            acc2 = acc2 * alpha
-            acc3 = acc3 * alpha
+            if LEAN:
+                if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
+                    acc0 = acc0 * alpha
+                    acc1 = acc1 * alpha
+                    acc2 = acc2 * alpha
+                    acc3 = acc3 * alpha
+            else:
+                acc0 = acc0 * alpha
+                acc1 = acc1 * alpha
+                acc2 = acc2 * alpha
+                acc3 = acc3 * alpha
             vw = _view(lat_buf.index(stage), gl.int32, [128, BN], V_WORDS)
             for kc in gl.static_range(4):
                 v = vw.slice(kc * 16, 16, dim=1).load(KA)
