@@ -63,29 +63,25 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # kernel's per-chunk tile fed by TMA) at 2 and 3 ring stages against the Triton kernel, ABAB
 # (s20-9673ca2-mma8-ds-decode-variants.json: on since). Session 21: the fp8 ≤ 8-row kernel's
 # wide form for 9–16 rows (`fp8mla.decode.SM90_MMA16`: qᵀ read from shared memory every tile)
-# at 2 and 3 ring stages against the Triton kernel, ABAB.
+# at 2 and 3 ring stages against the Triton kernel, ABAB (s21-9e84ea7-mma16-*: 2 stages 106.4 /
+# 107.0 µs against 114.3 / 114.0 at B=64 × 8K × 16; 3 stages 118.2; slower at B=1 × 128K ×
+# 16, 47.6 against 42.7, and B=8 × 32K, 67.9 against 67.3); with the mask and rescale skipped
+# where no row needs them (`SM90_MMA8_LEAN`) −0.3 µs there, ±0.1 µs on the 8-row kernel
+# (s21-f104fcf-mma16-*); then qᵀ by ldmatrix against 4-byte loads, ABAB, with a split sweep.
 TRITON = {"SM90_MMA8": False}
 W_TRITON = {"SM90_MMA16": False}
-W2 = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA8_LEAN": False}
-W2L = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA8_LEAN": True}
-W3L = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 3, "SM90_MMA8_LEAN": True}
-WIDE_ABAB = [("triton", None, None, W_TRITON), ("mma16", None, None, W2),
-             ("mma16 lean", None, None, W2L), ("triton again", None, None, W_TRITON),
-             ("mma16 again", None, None, W2), ("mma16 lean again", None, None, W2L)]
-LEAN_ABAB = [("mma8", None, None, {"SM90_MMA8_LEAN": False}),
-             ("mma8 lean", None, None, {"SM90_MMA8_LEAN": True}),
-             ("mma8 again", None, None, {"SM90_MMA8_LEAN": False}),
-             ("mma8 lean again", None, None, {"SM90_MMA8_LEAN": True})]
+WLD = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA16_LDMATRIX": True}
+WW = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA16_LDMATRIX": False}
+WIDE_ABAB = [("triton", None, None, W_TRITON), ("mma16 ldmatrix", None, None, WLD),
+             ("mma16 4-byte", None, None, WW), ("triton again", None, None, W_TRITON),
+             ("mma16 ldmatrix again", None, None, WLD), ("mma16 4-byte again", None, None, WW)]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", WIDE_ABAB),
+    (DecodeCase(64, 8192, 16), "fp8", WIDE_ABAB + [
+        ("mma16 ldmatrix, splits 3", None, 3, WLD), ("mma16 ldmatrix, splits 6", None, 6, WLD)]),
     (DecodeCase(64, 8192, 8, s_q=2), "fp8", WIDE_ABAB[:3]),
+    (DecodeCase(32, 8192, 16), "fp8", WIDE_ABAB[:3]),
+    (DecodeCase(16, 8192, 16), "fp8", WIDE_ABAB[:3]),
     (DecodeCase(128, 4096, 16), "fp8", WIDE_ABAB[:3]),
-    (DecodeCase(1, 131072, 16), "fp8", WIDE_ABAB[:3] + [("mma16 lean 3 stages", None, None,
-                                                          W3L)]),
-    (DecodeCase(8, 32768, 16), "fp8", WIDE_ABAB[:3] + [("mma16 lean 3 stages", None, None,
-                                                         W3L)]),
-    (DecodeCase(64, 8192, 8), "fp8", LEAN_ABAB),
-    (DecodeCase(1, 131072, 8), "fp8", LEAN_ABAB),
 ]
 
 

@@ -153,29 +153,41 @@ def _stored_word(k_index, k):
     return sum(1 << k.index(1 << b) for b in range(len(k)) if k_index >> b & 1)
 
 
-# The wide form's q, staged once as fp16 in K order — [lane j, row r (4 bits), K unit u ^ X(r),
-# 8 K indices] — and read every tile as qᵀ's B operands by ldmatrix: each 8 × 8 matrix is 8
-# rows' 16-byte runs of 8 K indices, and X(r) (the row's low bits on the K unit's) puts the 8
-# rows of one matrix in distinct 16-byte bank groups (tests/test_bank_model.py). The latent's
-# rows are 256 bytes (X: row bits 0–2 → K bits 3–5), the rope's 32 (two rows a bank group
-# span already differ: row bit 2 → K bit 3).
-WIDE_LAT_ROW_XOR = [8, 16, 32, 0]
-WIDE_ROPE_ROW_XOR = [0, 0, 8, 0]
+# The wide form's q, staged once as fp16 [lane j, row r (4 bits), 2**word_bits words] and read
+# every tile as qᵀ's B operands (two 8-row column blocks). Two stagings (A/B pending):
+# - by ldmatrix (`WIDE_LD`): the words in K order, [K unit u ^ X(r), 8 K indices]; each 8 × 8
+#   matrix is 8 rows' 16-byte runs of 8 K indices, and X(r) (row bits 0–2 → K bits 3–5 of the
+#   latent's 256-byte rows; row bit 2 → K bit 3 of the rope's 32-byte rows) puts them in
+#   distinct 16-byte bank groups;
+# - by 4-byte loads (`WIDE_W`): the words in stored order, w ^ X(r); in one load the lanes' K
+#   bits 1–2 pick stored bits (1, 4) of the latent, (1, 3) of the rope, and X(r) puts the 8 rows
+#   on the remaining bank bits (latent: row bits 0–2 → stored bits 2, 3, 5; rope: row bit 2 →
+#   stored bit 2).
+# Both conflict-free (tests/test_bank_model.py). (word order, row XOR in offset bits) a staging:
+WIDE_LD = {"lat": ([1, 2, 4, 8, 16, 32, 64], [8, 16, 32, 0]), "rope": ([1, 2, 4, 8], [0, 0, 8, 0])}
+WIDE_W = {"lat": (LAT_K_BITS, [4, 8, 32, 0]), "rope": (ROPE_K_BITS[:4], [0, 0, 4, 0])}
 
 
-def _q_wide_store_bases(word_bits, row_xor, k):
-    """Offset bits → [row, dim] of the wide q's store view ([16, 4 · 2**word_bits]; dim
-    4w + j for stored word w, lane j), K order ``k``."""
-    return ([[0, 4 * _stored_word(1 << b, k)] for b in range(word_bits)]
-            + [[1 << c, 4 * _stored_word(x, k)] for c, x in enumerate(row_xor)]
-            + [[0, 1], [0, 2]])
+def _k_of_offset(x, order):
+    """The K index of word offset bits ``x`` whose bit i holds K bit value order[i]."""
+    return sum(order[i] for i in range(len(order)) if x >> i & 1)
 
 
-def _q_wide_lanes_bases(word_bits, row_xor):
-    """The same offsets → [lane · 2**word_bits + K index, row]."""
-    n = 1 << word_bits
-    return ([[1 << b, 0] for b in range(word_bits)]
-            + [[x, 1 << c] for c, x in enumerate(row_xor)] + [[n, 0], [2 * n, 0]])
+def _q_wide_store_bases(order, row_xor, k):
+    """Offset bits → [row, dim] of the wide q's store view ([16, 4 · 2**len(order)]; dim 4w + j
+    for stored word w, lane j): offset bit i holds K bit value order[i] of K order ``k``, row
+    bit c XORs the word offset with row_xor[c]."""
+    return ([[0, 4 * _stored_word(o, k)] for o in order]
+            + [[1 << c, 4 * _stored_word(_k_of_offset(x, order), k)]
+               for c, x in enumerate(row_xor)] + [[0, 1], [0, 2]])
+
+
+def _q_wide_lanes_bases(order, row_xor):
+    """The same offsets → [lane · 2**len(order) + K index, row]."""
+    n = 1 << len(order)
+    return ([[o, 0] for o in order]
+            + [[_k_of_offset(x, order), 1 << c] for c, x in enumerate(row_xor)]
+            + [[n, 0], [2 * n, 0]])
 
 
 if AVAILABLE:
@@ -200,14 +212,16 @@ if AVAILABLE:
     Q_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(6)))
     Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
         offset_bases=_q_lanes_bases(6, ROPE_K_BITS)))
-    Q_WIDE_STORE_LAT = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_store_bases(7, WIDE_LAT_ROW_XOR, LAT_K_BITS)))
-    Q_WIDE_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_lanes_bases(7, WIDE_LAT_ROW_XOR)))
-    Q_WIDE_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_store_bases(4, WIDE_ROPE_ROW_XOR, ROPE_K_BITS[:4])))
-    Q_WIDE_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
-        offset_bases=_q_wide_lanes_bases(4, WIDE_ROPE_ROW_XOR)))
+    Q_WIDE = {name: (gl.SharedLinearLayout(offset_bases=_q_wide_store_bases(
+        *staging["lat"], LAT_K_BITS)), gl.SharedLinearLayout(offset_bases=_q_wide_lanes_bases(
+            *staging["lat"])), gl.SharedLinearLayout(offset_bases=_q_wide_store_bases(
+                *staging["rope"], ROPE_K_BITS[:4])), gl.SharedLinearLayout(
+                    offset_bases=_q_wide_lanes_bases(*staging["rope"])))
+              for name, staging in (("ld", WIDE_LD), ("w", WIDE_W))}
+    Q_WIDE_STORE_LAT, Q_WIDE_LANES_LAT, Q_WIDE_STORE_ROPE, Q_WIDE_LANES_ROPE = (
+        gl.constexpr(x) for x in Q_WIDE["ld"])
+    Q_W_STORE_LAT, Q_W_LANES_LAT, Q_W_STORE_ROPE, Q_W_LANES_ROPE = (
+        gl.constexpr(x) for x in Q_WIDE["w"])
     # P [64 tokens, 16 rows] fp16: rows of 32 bytes, the 16-byte units of each 4-row group
     # swapped every other group (the second product's transposed 8 × 8 reads)
     P_SHARED_WIDE = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, [1, 0]))
@@ -336,7 +350,7 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        R: gl.constexpr, NS: gl.constexpr, LEAN: gl.constexpr,
+        R: gl.constexpr, NS: gl.constexpr, LEAN: gl.constexpr, QLD: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -347,8 +361,12 @@ if AVAILABLE:
             p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED)
         else:  # 16 rows: qᵀ stays in shared memory, read every tile
             p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED_WIDE)
-            q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
-            q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
+            if QLD:
+                q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
+                q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
+            else:
+                q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_W_STORE_LAT)
+                q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_W_STORE_ROPE)
         bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         for st in gl.static_range(NS):
             mbarrier.init(bars.index(st), count=1)
@@ -389,8 +407,12 @@ if AVAILABLE:
             q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
                                  S_Q, HEADS, R))
             _cta_barrier()
-            lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
-            rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
+            if QLD:
+                lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
+                rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
+            else:
+                lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_W_LANES_LAT)
+                rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_W_LANES_ROPE)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
