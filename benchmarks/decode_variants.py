@@ -67,21 +67,27 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # 107.0 µs against 114.3 / 114.0 at B=64 × 8K × 16; 3 stages 118.2; slower at B=1 × 128K ×
 # 16, 47.6 against 42.7, and B=8 × 32K, 67.9 against 67.3); with the mask and rescale skipped
 # where no row needs them (`SM90_MMA8_LEAN`) −0.3 µs there, ±0.1 µs on the 8-row kernel
-# (s21-f104fcf-mma16-*); then qᵀ by ldmatrix against 4-byte loads, ABAB, with a split sweep.
+# (s21-f104fcf-mma16-*); qᵀ by ldmatrix against 4-byte loads, ABAB: 106.6 / 106.9 against
+# 106.0 / 106.2 µs, s_q 2 × 8 106.4 against 105.6, B=128 × 4K 106.9 against 107.5 (the 4-byte
+# loads kept); 3 or 6 splits instead of the scheduler's 4: 123.5 / 136.2; B=32 × 8K (16 tiles
+# a program) 66.0 against the Triton kernel's 65.7, B=16 × 8K (8) 47.0 against 42.1
+# (s21-1e438e4-decode-variants.json). Then each tile's copy issued at the top of the tile
+# before (`SM90_MMA8_EARLY`) against after its P barrier, ABAB.
 TRITON = {"SM90_MMA8": False}
 W_TRITON = {"SM90_MMA16": False}
-WLD = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA16_LDMATRIX": True}
-WW = {"SM90_MMA16": True, "SM90_MMA16_STAGES": 2, "SM90_MMA16_LDMATRIX": False}
-WIDE_ABAB = [("triton", None, None, W_TRITON), ("mma16 ldmatrix", None, None, WLD),
-             ("mma16 4-byte", None, None, WW), ("triton again", None, None, W_TRITON),
-             ("mma16 ldmatrix again", None, None, WLD), ("mma16 4-byte again", None, None, WW)]
+W = {"SM90_MMA16": True, "SM90_MMA8_EARLY": False}
+WE = {"SM90_MMA16": True, "SM90_MMA8_EARLY": True}
+E_ABAB = [("triton", None, None, W_TRITON), ("mma", None, None, W),
+          ("mma early", None, None, WE), ("triton again", None, None, W_TRITON),
+          ("mma again", None, None, W), ("mma early again", None, None, WE)]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", WIDE_ABAB + [
-        ("mma16 ldmatrix, splits 3", None, 3, WLD), ("mma16 ldmatrix, splits 6", None, 6, WLD)]),
-    (DecodeCase(64, 8192, 8, s_q=2), "fp8", WIDE_ABAB[:3]),
-    (DecodeCase(32, 8192, 16), "fp8", WIDE_ABAB[:3]),
-    (DecodeCase(16, 8192, 16), "fp8", WIDE_ABAB[:3]),
-    (DecodeCase(128, 4096, 16), "fp8", WIDE_ABAB[:3]),
+    (DecodeCase(64, 8192, 16), "fp8", E_ABAB),
+    (DecodeCase(64, 8192, 8, s_q=2), "fp8", E_ABAB[:3]),
+    (DecodeCase(128, 4096, 16), "fp8", E_ABAB[:3]),
+    (DecodeCase(32, 8192, 16), "fp8", E_ABAB[:3]),
+    (DecodeCase(64, 8192, 8), "fp8", E_ABAB[1:3] + E_ABAB[4:]),
+    (DecodeCase(1, 131072, 8), "fp8", E_ABAB[1:3] + E_ABAB[4:]),
+    (DecodeCase(1, 4096, 8, pool_tokens=495_000), "fp8", E_ABAB[1:3]),
 ]
 
 

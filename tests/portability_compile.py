@@ -246,7 +246,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "LEAN": decode_mod.SM90_MMA8_LEAN,
-        "QLD": decode_mod.SM90_MMA16_LDMATRIX},
+        "QLD": decode_mod.SM90_MMA16_LDMATRIX, "EARLY": decode_mod.SM90_MMA8_EARLY},
         num_warps=k8.NUM_WARPS)
 
 

@@ -113,7 +113,10 @@ SM90_MMA16_STAGES = 2
 # accumulators' rescale on tiles where no row's max grew (A/B pending)
 SM90_MMA8_LEAN = True
 # the wide form reads qᵀ by ldmatrix (True) or by 4-byte loads (A/B pending)
-SM90_MMA16_LDMATRIX = True
+SM90_MMA16_LDMATRIX = False
+# the dense fp8 ≤ 16-row kernel issues each tile's copy at the top of the tile before (a CTA
+# barrier more a tile) instead of after that tile's P barrier (A/B pending)
+SM90_MMA8_EARLY = False
 
 
 def mma8_stages(rows: int) -> int:
@@ -655,7 +658,7 @@ class DecodePlan:
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, LEAN=SM90_MMA8_LEAN,
-                QLD=SM90_MMA16_LDMATRIX, num_warps=k8.NUM_WARPS)
+                QLD=SM90_MMA16_LDMATRIX, EARLY=SM90_MMA8_EARLY, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

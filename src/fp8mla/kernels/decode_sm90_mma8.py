@@ -351,6 +351,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, LEAN: gl.constexpr, QLD: gl.constexpr,
+        EARLY: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -426,6 +427,13 @@ if AVAILABLE:
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % NS
+            if EARLY:  # the next copy issued before this tile's work, not halfway through it
+                fence_async_shared()
+                _cta_barrier()  # every warp is past tile i − 1: its stage is free
+                nxt = i + NS - 1
+                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                       nxt < n_tiles)
+                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
             kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
             rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
@@ -465,11 +473,12 @@ if AVAILABLE:
             p_buf.store(p.to(gl.float16))
             fence_async_shared()
             _cta_barrier()  # P is whole; every warp is past tile i − 1: its stage is free
-            nxt = i + NS - 1
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                   nxt < n_tiles)
-            # the next copy's pool row, looked up a tile before its issue waits on it
-            row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+            if not EARLY:
+                nxt = i + NS - 1
+                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                       nxt < n_tiles)
+                # the next copy's pool row, looked up a tile before its issue waits on it
+                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
             if LEAN:
                 if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
                     acc0 = acc0 * alpha
