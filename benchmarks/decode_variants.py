@@ -71,23 +71,29 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # 106.0 / 106.2 µs, s_q 2 × 8 106.4 against 105.6, B=128 × 4K 106.9 against 107.5 (the 4-byte
 # loads kept); 3 or 6 splits instead of the scheduler's 4: 123.5 / 136.2; B=32 × 8K (16 tiles
 # a program) 66.0 against the Triton kernel's 65.7, B=16 × 8K (8) 47.0 against 42.1
-# (s21-1e438e4-decode-variants.json). Then each tile's copy issued at the top of the tile
-# before (`SM90_MMA8_EARLY`) against after its P barrier, ABAB.
+# (s21-1e438e4-decode-variants.json). Each tile's copy issued at the top of the tile before
+# against after its P barrier, ABAB: the wide form (2 stages) 105.0 / 105.7 against 107.3 /
+# 107.2 µs, s_q 2 × 8 106.0 against 107.1, B=128 × 4K 106.7 against 108.3, B=32 × 8K 63.8
+# against 66.5 (the Triton kernel: 65.6); the 8-row form (3 stages) 97.0 / 97.0 against 95.3 /
+# 95.3, B=1 × 128K 41.0 / 40.7 against 39.9 / 39.8 (s21-9271bf1-decode-variants.json): 2-stage
+# rings issue early since. Then the same for the fp8_ds_mla kernel's 2-stage ring, ABAB, and
+# the wide form at 8 tiles a program.
 TRITON = {"SM90_MMA8": False}
-W_TRITON = {"SM90_MMA16": False}
-W = {"SM90_MMA16": True, "SM90_MMA8_EARLY": False}
-WE = {"SM90_MMA16": True, "SM90_MMA8_EARLY": True}
-E_ABAB = [("triton", None, None, W_TRITON), ("mma", None, None, W),
-          ("mma early", None, None, WE), ("triton again", None, None, W_TRITON),
-          ("mma again", None, None, W), ("mma early again", None, None, WE)]
+DS_TRITON = {"SM90_MMA8_DS": False}
+DS_EARLY = {"SM90_MMA8_DS": True, "SM90_MMA8_DS_EARLY": True}
+DS_LATE = {"SM90_MMA8_DS": True, "SM90_MMA8_DS_EARLY": False}
+DS_ABAB = [("mma8 late", None, None, DS_LATE), ("mma8 early", None, None, DS_EARLY),
+           ("mma8 late again", None, None, DS_LATE), ("mma8 early again", None, None, DS_EARLY)]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", E_ABAB),
-    (DecodeCase(64, 8192, 8, s_q=2), "fp8", E_ABAB[:3]),
-    (DecodeCase(128, 4096, 16), "fp8", E_ABAB[:3]),
-    (DecodeCase(32, 8192, 16), "fp8", E_ABAB[:3]),
-    (DecodeCase(64, 8192, 8), "fp8", E_ABAB[1:3] + E_ABAB[4:]),
-    (DecodeCase(1, 131072, 8), "fp8", E_ABAB[1:3] + E_ABAB[4:]),
-    (DecodeCase(1, 4096, 8, pool_tokens=495_000), "fp8", E_ABAB[1:3]),
+    (DecodeCase(64, 8192, 8), "fp8_ds_mla", DS_ABAB),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", DS_ABAB),
+    (DecodeCase(64, 8192, 4, s_q=2), "fp8_ds_mla", DS_ABAB[:2]),
+    (DecodeCase(1, 4096, 8, pool_tokens=495_000), "fp8_ds_mla", DS_ABAB[:2]),
+    (DecodeCase(16, 8192, 16), "fp8", [("triton", None, None, {"SM90_MMA16": False}),
+                                       ("mma16", None, None, {"SM90_MMA16": True})]),
+    (DecodeCase(1, 131072, 16), "fp8", [("triton", None, None, {"SM90_MMA16": False}),
+                                        ("mma16", None, None, {"SM90_MMA16": True})]),
+    (DecodeCase(64, 8192, 16), "fp8", [("mma16", None, None, {"SM90_MMA16": True})]),
 ]
 
 

@@ -246,7 +246,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "LEAN": decode_mod.SM90_MMA8_LEAN,
-        "QLD": decode_mod.SM90_MMA16_LDMATRIX, "EARLY": decode_mod.SM90_MMA8_EARLY},
+        "QLD": decode_mod.SM90_MMA16_LDMATRIX},
         num_warps=k8.NUM_WARPS)
 
 
@@ -272,7 +272,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
            "num_slots": "i32"}
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
-        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES},
+        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "EARLY": decode_mod.SM90_MMA8_DS_EARLY},
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 

@@ -104,6 +104,7 @@ SPARSE_SM90_MMA8_STAGES = 2
 # SM) 43.0 / 43.2 at B=1 but 113.3 / 113.1 at B=64 (h200-20261202-s20-9673ca2-mma8-ds-*)
 SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
+SM90_MMA8_DS_EARLY = True  # (A/B pending) a 2-stage ring issues each copy a tile ahead
 # its wide form for dense fp8 plans of 9–16 query rows (s_q × heads: 16 heads, s_q 2 × 8): two
 # MMA column blocks, qᵀ read from shared memory every tile instead of held in registers, a ring
 # of `SM90_MMA16_STAGES` stages (two programs per SM). Not yet measured: off
@@ -114,9 +115,6 @@ SM90_MMA16_STAGES = 2
 SM90_MMA8_LEAN = True
 # the wide form reads qᵀ by ldmatrix (True) or by 4-byte loads (A/B pending)
 SM90_MMA16_LDMATRIX = False
-# the dense fp8 ≤ 16-row kernel issues each tile's copy at the top of the tile before (a CTA
-# barrier more a tile) instead of after that tile's P barrier (A/B pending)
-SM90_MMA8_EARLY = False
 
 
 def mma8_stages(rows: int) -> int:
@@ -644,7 +642,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                NS=self.ring_stages, num_warps=kd.NUM_WARPS)
+                NS=self.ring_stages, EARLY=SM90_MMA8_DS_EARLY, num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
@@ -658,7 +656,7 @@ class DecodePlan:
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, LEAN=SM90_MMA8_LEAN,
-                QLD=SM90_MMA16_LDMATRIX, EARLY=SM90_MMA8_EARLY, num_warps=k8.NUM_WARPS)
+                QLD=SM90_MMA16_LDMATRIX, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

@@ -351,7 +351,6 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, LEAN: gl.constexpr, QLD: gl.constexpr,
-        EARLY: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -427,7 +426,8 @@ if AVAILABLE:
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % NS
-            if EARLY:  # the next copy issued before this tile's work, not halfway through it
+            if NS == 2:  # a 2-stage ring: the next copy issued before this tile's work (a
+                # whole tile to land), not after its P barrier
                 fence_async_shared()
                 _cta_barrier()  # every warp is past tile i − 1: its stage is free
                 nxt = i + NS - 1
@@ -473,7 +473,7 @@ if AVAILABLE:
             p_buf.store(p.to(gl.float16))
             fence_async_shared()
             _cta_barrier()  # P is whole; every warp is past tile i − 1: its stage is free
-            if not EARLY:
+            if NS > 2:
                 nxt = i + NS - 1
                 _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
                        nxt < n_tiles)
