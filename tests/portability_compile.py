@@ -245,9 +245,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
-        "NS": stages or decode_mod.mma8_stages(rows), "LEAN": decode_mod.SM90_MMA8_LEAN,
-        "QLD": decode_mod.SM90_MMA16_LDMATRIX},
-        num_warps=k8.NUM_WARPS)
+        "NS": stages or decode_mod.mma8_stages(rows)}, num_warps=k8.NUM_WARPS)
 
 
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None):
@@ -272,7 +270,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
            "num_slots": "i32"}
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
-        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "EARLY": decode_mod.SM90_MMA8_DS_EARLY},
+        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES},
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 

@@ -102,29 +102,10 @@ def test_mma8_q_lanes_follow_the_k_order():
                 assert lanes(j * n + kk, r) == store(r, 4 * phys + j), (word_bits, kk, j, r)
 
 
-def _wide_q_conflicts(order, row_xor):
-    """decode_sm90_mma8's wide form (16 rows), qᵀ's lanes staged in the K order ``order`` with
-    row XOR ``row_xor``, read by ldmatrix: each 8 × 8 matrix is 8 rows' 16-byte runs of 8 K
-    indices, one shared-memory phase → the extra wavefronts over all matrices (per matrix, the
-    most runs one 16-byte bank group holds, minus one)."""
-    from fp8mla.kernels import decode_sm90_mma8 as k8
-
-    n = 1 << len(order)
-    lanes = bm.linear_shared(k8._q_wide_lanes_bases(order, row_xor), 2)
-    extra = 0
-    for j in range(4):
-        for unit in range(n // 8):
-            for block in (0, 8):
-                groups = [lanes(j * n + 8 * unit, block + r) // 16 % 8 for r in range(8)]
-                assert all(lanes(j * n + 8 * unit + e, block + r) == lanes(
-                    j * n + 8 * unit, block + r) + 2 * e for r in range(8) for e in range(8))
-                extra += max(groups.count(g) for g in groups) - 1
-    return extra
-
-
 def _wide_q_excess(order, row_xor):
-    """The same staging read by 4-byte loads (the m16n8k16 B operand, pairs along K, 4 warps
-    alike) → wavefronts beyond ideal."""
+    """decode_sm90_mma8's wide form (16 rows): qᵀ's lanes staged in word order ``order`` with
+    row XOR ``row_xor`` (`_q_wide_lanes_bases`), read as the m16n8k16 B operand (4-byte pairs
+    along K, 4 warps alike) → wavefronts beyond ideal."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
     n = 1 << len(order)
@@ -139,42 +120,34 @@ def _wide_q_excess(order, row_xor):
 
 
 def test_wide_q_reads_are_conflict_free():
-    """The wide form reads all of qᵀ from shared memory every tile, by ldmatrix
-    (`WIDE_LD`: K order) or by 4-byte loads (`WIDE_W`: stored order): each staging's row XOR
-    keeps its reads conflict-free; without it the latent's 256-byte rows would put all 8 runs
-    of an ldmatrix matrix in one bank group, the rope's 32-byte rows two in each, and the
-    4-byte loads would conflict too."""
+    """The wide form reads all of qᵀ from shared memory every tile: its row XOR (`WIDE_LAT`,
+    `WIDE_ROPE`) keeps every load conflict-free; the 8-row staging's (word ^ 8r) or none
+    would not."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
-    assert _wide_q_conflicts(*k8.WIDE_LD["lat"]) == 0
-    assert _wide_q_conflicts(*k8.WIDE_LD["rope"]) == 0
-    assert _wide_q_conflicts(k8.WIDE_LD["lat"][0], [0, 0, 0, 0]) == 4 * 16 * 2 * 7
-    assert _wide_q_conflicts(k8.WIDE_LD["rope"][0], [0, 0, 0, 0]) == 4 * 2 * 2 * 1
-    assert _wide_q_excess(*k8.WIDE_W["lat"]) == 0
-    assert _wide_q_excess(*k8.WIDE_W["rope"]) == 0
-    assert _wide_q_excess(k8.WIDE_W["lat"][0], [8, 16, 32, 64]) > 0  # the 8-row kernel's XOR
-    assert _wide_q_excess(k8.WIDE_W["rope"][0], [0, 0, 0, 0]) > 0
+    assert _wide_q_excess(*k8.WIDE_LAT) == 0
+    assert _wide_q_excess(*k8.WIDE_ROPE) == 0
+    assert _wide_q_excess(k8.WIDE_LAT[0], [8, 16, 32, 64]) > 0
+    assert _wide_q_excess(k8.WIDE_ROPE[0], [0, 0, 0, 0]) > 0
 
 
 def test_wide_q_lanes_follow_the_k_order():
-    """The wide form's qᵀ (both stagings), read through `_q_wide_lanes_bases`, holds at K
-    index k of lane j and row r (all 16) the q element the A operand's K index k multiplies
-    (as `test_mma8_q_lanes_follow_the_k_order`), q staged by `_q_wide_store_bases`."""
+    """The wide form's qᵀ, read through `_q_wide_lanes_bases`, holds at K index k of lane j and
+    row r (all 16) the q element the A operand's K index k multiplies (as
+    `test_mma8_q_lanes_follow_the_k_order`), q staged by `_q_wide_store_bases`."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
-    for staging in (k8.WIDE_LD, k8.WIDE_W):
-        for part, k_bits, a_bases in (("lat", k8.LAT_K_BITS, k8._k_words_bases),
-                                      ("rope", k8.ROPE_K_BITS, k8._r_words_bases)):
-            order, row_xor = staging[part]
-            word_bits = len(order)
-            a = bm.linear_shared(a_bases(k_bits), 4)
-            store = bm.linear_shared(k8._q_wide_store_bases(order, row_xor,
-                                                            k_bits[:word_bits]), 2)
-            lanes = bm.linear_shared(k8._q_wide_lanes_bases(order, row_xor), 2)
-            n = 1 << word_bits
-            for kk in range(n):
-                chunk, unit_word = divmod(a(0, kk) // 4, 2 * 64 * 16 if part == "lat" else 16)
-                phys = chunk * 32 + unit_word if part == "lat" else unit_word  # token 0
-                for j in range(4):
-                    for r in range(16):
-                        assert lanes(j * n + kk, r) == store(r, 4 * phys + j), (part, kk, j, r)
+    for (order, row_xor), k_bits, a_bases in (
+            (k8.WIDE_LAT, k8.LAT_K_BITS, k8._k_words_bases),
+            (k8.WIDE_ROPE, k8.ROPE_K_BITS, k8._r_words_bases)):
+        word_bits = len(order)
+        a = bm.linear_shared(a_bases(k_bits), 4)
+        store = bm.linear_shared(k8._q_wide_store_bases(order, row_xor, k_bits[:word_bits]), 2)
+        lanes = bm.linear_shared(k8._q_wide_lanes_bases(order, row_xor), 2)
+        n = 1 << word_bits
+        for kk in range(n):
+            chunk, unit_word = divmod(a(0, kk) // 4, 2 * 64 * 16 if word_bits == 7 else 16)
+            phys = chunk * 32 + unit_word if word_bits == 7 else unit_word  # token 0: unswizzled
+            for j in range(4):
+                for r in range(16):
+                    assert lanes(j * n + kk, r) == store(r, 4 * phys + j), (word_bits, kk, j, r)

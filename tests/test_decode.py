@@ -181,6 +181,7 @@ def test_narrow_sm90_kernels_serve_where_documented(monkeypatch):
     monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", False)  # it would take ≤ 8 heads
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)  # it would take 16 rows here
     plan = dense()
     assert plan.narrow and plan.sm90 and plan.programs_per_sm == 1
     assert plan.num_splits == decode_mod.choose_num_splits(64, 1, 8192, 132, kn.BLOCK_N)
@@ -228,7 +229,8 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
 
 def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 16-row kernel's wide form (`SM90_MMA16`) serves fp8 dense plans of 9–16 query
-    rows over pages of ≥ 64 tokens (the 8-row form keeps ≤ 8), its ring of
+    rows over pages of ≥ 64 tokens (the 8-row form keeps ≤ 8) whose schedule gives programs
+    `SM90_MMA16_MIN_TILES` tiles or more (forced split counts included), its ring of
     `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla and sparse plans stay
     at ≤ 8 rows; off, the Triton kernel serves 16 rows."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
@@ -238,12 +240,13 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
 
-    def dense(heads=16, s_q=1, page_size=64, fmt="fp8"):
-        return DecodePlan(batch=64, num_heads=heads, s_q=s_q, kv_format=fmt,
-                          page_size=page_size, max_seqlen=8192, device="cpu")
+    def dense(heads=16, s_q=1, page_size=64, fmt="fp8", batch=64, ctx=8192, splits=None):
+        return DecodePlan(batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt,
+                          page_size=page_size, max_seqlen=ctx, device="cpu",
+                          num_splits=splits)
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
+    assert decode_mod.SM90_MMA16 and decode_mod.SM90_MMA16_MIN_TILES == 16  # the defaults
     for stages, per_sm in ((2, 2), (3, 1)):
         monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", stages)
         plan = dense()
@@ -251,13 +254,21 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
         assert plan.ring_stages == stages and plan.programs_per_sm == per_sm
         assert plan.num_splits == decode_mod.choose_num_splits(64, 1, 8192, 132 * per_sm,
                                                                k8.BLOCK_N)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", 2)
+    assert dense().num_splits == 4  # 32 tiles a program
     assert dense(heads=8, s_q=2).kernel == dense(heads=3, s_q=3).kernel == "mma16"
+    assert dense(batch=32).kernel == "mma16"  # 8 splits: 16 tiles a program
+    assert dense(batch=16).kernel == dense(batch=1, ctx=131072).kernel == "triton"  # 8 tiles
+    assert dense(splits=16).kernel == "triton" and dense(batch=16, splits=8).kernel == "mma16"
     assert dense(heads=8).kernel == "mma8" and dense(heads=8).ring_stages == k8.STAGES
+    assert dense(heads=8, batch=1, ctx=131072).kernel == "mma8"  # no length rule at ≤ 8 rows
     assert not dense(heads=17).mma8 and not dense(heads=8, s_q=3).mma8  # 17 / 24 rows
     assert not dense(page_size=32).mma8
     assert not dense(fmt="fp8_ds_mla").mma8 and dense(heads=8, fmt="fp8_ds_mla").mma8
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
+    assert dense(batch=16).kernel == "mma16"
     monkeypatch.setattr(decode_mod, "SM90_MMA16", False)
-    assert dense().kernel != "mma16" and dense(heads=8).kernel == "mma8"
+    assert dense().kernel == "triton" and dense(heads=8).kernel == "mma8"
 
 
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):

@@ -171,9 +171,10 @@ def test_sm90_mma8_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
 
 def _mma16_only(monkeypatch, stages=None):
     """Switch the ≤ 16-row fp8 kernel's wide form on (`SM90_MMA16`, with ``stages`` ring
-    stages or its default); skip where it cannot serve."""
+    stages or its default) for programs of any length; skip where it cannot serve."""
     _mma8_only(monkeypatch)
     monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)  # short programs too
     if stages:
         monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", stages)
 

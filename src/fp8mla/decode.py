@@ -104,17 +104,18 @@ SPARSE_SM90_MMA8_STAGES = 2
 # SM) 43.0 / 43.2 at B=1 but 113.3 / 113.1 at B=64 (h200-20261202-s20-9673ca2-mma8-ds-*)
 SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
-SM90_MMA8_DS_EARLY = True  # (A/B pending) a 2-stage ring issues each copy a tile ahead
-# its wide form for dense fp8 plans of 9–16 query rows (s_q × heads: 16 heads, s_q 2 × 8): two
-# MMA column blocks, qᵀ read from shared memory every tile instead of held in registers, a ring
-# of `SM90_MMA16_STAGES` stages (two programs per SM). Not yet measured: off
-SM90_MMA16 = False
+# the fp8 kernel's wide form for dense plans of 9–16 query rows (s_q × heads: 16 heads, s_q
+# 2 × 8): two MMA column blocks, qᵀ read from shared memory every tile instead of held in
+# registers, a ring of `SM90_MMA16_STAGES` stages (two programs per SM), where the schedule
+# gives a program at least `SM90_MMA16_MIN_TILES` tiles (its fixed cost per program — q's
+# staging, the ring's fill — loses below). H200, ABAB against the Triton kernel (16-row
+# programs): B=64 × 8K × 16 heads 105.0 / 105.7 µs against 114.8 / 115.1, s_q 2 × 8 106.0
+# against 115.7, B=128 × 4K 106.7 against 115.9, B=32 × 8K (16 tiles a program) 63.8 against
+# 65.6 (h200-20261202-s21-9271bf1-decode-variants.json); B=16 × 8K and B=1 × 128K (8 tiles)
+# 45.5 / 45.7 against 42.3 / 42.6 (s21-42e9e38); 3 stages (one program per SM) 118.2 at B=64
+SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
-# the dense fp8 ≤ 16-row kernel skips the scores' mask on tiles every row sees whole and the
-# accumulators' rescale on tiles where no row's max grew (A/B pending)
-SM90_MMA8_LEAN = True
-# the wide form reads qᵀ by ldmatrix (True) or by 4-byte loads (A/B pending)
-SM90_MMA16_LDMATRIX = False
+SM90_MMA16_MIN_TILES = 16
 
 
 def mma8_stages(rows: int) -> int:
@@ -273,7 +274,7 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        self.mma8 = config is None and self._mma8_serves()
+        self.mma8 = config is None and self._mma8_serves(max_seqlen, num_splits)
         self.narrow = not self.mma8 and config is None and self._narrow_serves()
         self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
@@ -539,12 +540,13 @@ class DecodePlan:
             return k8.BLOCK_N
         return self.config.block_n
 
-    def _mma8_serves(self) -> bool:
+    def _mma8_serves(self, max_seqlen: int, num_splits: int | None) -> bool:
         """Whether a Gluon SM90 kernel of ≤ 16-row programs serves this plan: dense fp8 rows in
-        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`) or ≤ 16 (`SM90_MMA16`), dense
-        fp8_ds_mla rows with ≤ 8 (`SM90_MMA8_DS`), or sparse fp8_ds_mla rows over index lists
-        with ≤ 8 heads (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute
-        capability 9.0 and a Triton with Gluon."""
+        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`) or ≤ 16 where its schedule
+        (``num_splits``, the scheduler's where None) gives programs `SM90_MMA16_MIN_TILES`
+        tiles or more (`SM90_MMA16`), dense fp8_ds_mla rows with ≤ 8 (`SM90_MMA8_DS`), or
+        sparse fp8_ds_mla rows over index lists with ≤ 8 heads (`SPARSE_SM90_MMA8`); one
+        program for all heads, a GPU of compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.sparse:
@@ -555,9 +557,18 @@ class DecodePlan:
             return False
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
-        wide = SM90_MMA16 and self.fmt.name == "fp8" and not self.sparse
-        return (k8.AVAILABLE and self.s_q * self.num_heads <= (k8.WIDE_ROWS if wide else k8.ROWS)
-                and self.config.heads_per_block >= self.num_heads
+        rows = self.s_q * self.num_heads
+        if rows > k8.ROWS:  # the wide form: dense fp8, programs of enough tiles
+            if not (SM90_MMA16 and self.fmt.name == "fp8" and not self.sparse
+                    and rows <= k8.WIDE_ROWS):
+                return False
+            tiles = triton.cdiv(max(max_seqlen, 1), k8.BLOCK_N)
+            per_sm = k8.programs_per_sm(k8.WIDE_ROWS, SM90_MMA16_STAGES)
+            splits = num_splits or choose_num_splits(self.batch, 1, max_seqlen,
+                                                     self.target.num_sms * per_sm, k8.BLOCK_N)
+            if triton.cdiv(tiles, splits) < SM90_MMA16_MIN_TILES:
+                return False
+        return (k8.AVAILABLE and self.config.heads_per_block >= self.num_heads
                 and (self.sparse or self.page_size >= k8.BLOCK_N))
 
     def _narrow_serves(self) -> bool:
@@ -642,7 +653,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                NS=self.ring_stages, EARLY=SM90_MMA8_DS_EARLY, num_warps=kd.NUM_WARPS)
+                NS=self.ring_stages, num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
@@ -655,8 +666,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                R=self.mma_rows, NS=self.ring_stages, LEAN=SM90_MMA8_LEAN,
-                QLD=SM90_MMA16_LDMATRIX, num_warps=k8.NUM_WARPS)
+                R=self.mma_rows, NS=self.ring_stages, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

@@ -1,5 +1,6 @@
 """SM90 dense decode for programs of at most 8 query rows (s_q × heads: GLM-5 at TP8 is 8
-heads), in Gluon, on mma.sync with the operands swapped and q held in registers.
+heads), in Gluon, on mma.sync with the operands swapped and q held in registers; and its wide
+form for 9–16 rows, q read from shared memory (below).
 
 Why: the Triton kernel's 16-row program pads 8 heads to 16 MMA rows and reloads q, its A
 operand, from shared memory every tile. Here a tile's tokens are the MMA's M and the ≤ 8 query
@@ -30,6 +31,24 @@ combine), B=128 × 4K 93.6, s_q 2 × 4 heads 93.7, B=8 × 32K 59.0. Nsight Compu
 78% of peak, 8 warps an SM (two programs; 195–201 registers), the ALU pipe (conversions) 46%
 busy, tensor and shared 20%; stalls per issue led by the long scoreboard (1.23: TMA waits) and
 fixed-latency waits (0.91) — latency-bound with too few warps, not bound by any pipe.
+
+The wide form (``R`` = 16: 16 heads, s_q 2 × 8) runs the same tile with two MMA column blocks.
+qᵀ for 16 rows would take 144 registers, so it stays in shared memory, staged once
+(`WIDE_LAT`, `WIDE_ROPE`: conflict-free 4-byte loads) and read every tile — shared traffic the
+8-row form does not have, but no value converted more often than there. Its ring has two stages
+(two programs per SM: 96.5 KB of shared memory, 200–216 registers, no spills) and issues each
+copy at the top of the tile before, after a CTA barrier, so that the copy has a whole tile to
+land (issued after P's barrier it had half: 107.3 → 105.0 µs at B=64 × 8K × 16; the 8-row
+form's 3-stage ring lost 2% the same way, so keeps its copies after P's barrier). H200 (triton
+3.6; h200-20261202-s21-9271bf1-decode-variants.json): B=64 × 8K × 16 heads 105.0 / 105.7 µs
+against the Triton kernel's 114.8 / 115.1, s_q 2 × 8 106.0 against 115.7. Nsight Compute at
+B=64 (s21-9e84ea7): DRAM 64% of peak, ALU 38% and tensor 33% busy, stalls per issue led by
+fixed-latency waits (0.93) and the long scoreboard (0.75) — latency-bound at 8 warps an SM.
+Programs of few tiles lose to the Triton kernel (q's staging and the ring's fill per program):
+the launcher takes the wide form for programs of ≥ 16 tiles (`fp8mla.decode`).
+
+Both forms skip the scores' mask on tiles every row sees whole and the accumulators' rescale on
+tiles where no row's max grew (±0.3 µs).
 
 Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
 `_combine_splits_kernel`. Query row r is (s_q index r // HEADS, head r % HEADS); causal among
@@ -153,19 +172,18 @@ def _stored_word(k_index, k):
     return sum(1 << k.index(1 << b) for b in range(len(k)) if k_index >> b & 1)
 
 
-# The wide form's q, staged once as fp16 [lane j, row r (4 bits), 2**word_bits words] and read
-# every tile as qᵀ's B operands (two 8-row column blocks). Two stagings (A/B pending):
-# - by ldmatrix (`WIDE_LD`): the words in K order, [K unit u ^ X(r), 8 K indices]; each 8 × 8
-#   matrix is 8 rows' 16-byte runs of 8 K indices, and X(r) (row bits 0–2 → K bits 3–5 of the
-#   latent's 256-byte rows; row bit 2 → K bit 3 of the rope's 32-byte rows) puts them in
-#   distinct 16-byte bank groups;
-# - by 4-byte loads (`WIDE_W`): the words in stored order, w ^ X(r); in one load the lanes' K
-#   bits 1–2 pick stored bits (1, 4) of the latent, (1, 3) of the rope, and X(r) puts the 8 rows
-#   on the remaining bank bits (latent: row bits 0–2 → stored bits 2, 3, 5; rope: row bit 2 →
-#   stored bit 2).
-# Both conflict-free (tests/test_bank_model.py). (word order, row XOR in offset bits) a staging:
-WIDE_LD = {"lat": ([1, 2, 4, 8, 16, 32, 64], [8, 16, 32, 0]), "rope": ([1, 2, 4, 8], [0, 0, 8, 0])}
-WIDE_W = {"lat": (LAT_K_BITS, [4, 8, 32, 0]), "rope": (ROPE_K_BITS[:4], [0, 0, 4, 0])}
+# The wide form's q, staged once as fp16 [lane j, row r (4 bits), 2**word_bits stored words
+# w ^ X(r)] and read every tile as qᵀ's B operands (two 8-row column blocks), one 4-byte load
+# per register pair (K indices κ, κ + 1 of one lane and row). In one load the lanes' K bits 1–2
+# pick stored bits (1, 4) of the latent (`LAT_K_BITS`), (1, 3) of the rope, and X(r) puts the 8
+# rows of a column block on the remaining bank bits: the latent's 256-byte rows start at bank 0
+# (row bits 0–2 → stored bits 2, 3, 5), the rope's 32-byte rows at bank 8r (row bit 2 → stored
+# bit 2) — conflict-free (tests/test_bank_model.py). Reading qᵀ by ldmatrix instead (the words
+# in K order: 36 x4 loads a tile instead of 144) measured within 0.5 µs either way on the H200
+# (h200-20261202-s21-1e438e4-decode-variants.json). (word order: the K bit each offset bit
+# holds; row XOR in offset bits)
+WIDE_LAT = (LAT_K_BITS, [4, 8, 32, 0])
+WIDE_ROPE = (ROPE_K_BITS[:4], [0, 0, 4, 0])
 
 
 def _k_of_offset(x, order):
@@ -212,16 +230,14 @@ if AVAILABLE:
     Q_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(offset_bases=_q_store_bases(6)))
     Q_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
         offset_bases=_q_lanes_bases(6, ROPE_K_BITS)))
-    Q_WIDE = {name: (gl.SharedLinearLayout(offset_bases=_q_wide_store_bases(
-        *staging["lat"], LAT_K_BITS)), gl.SharedLinearLayout(offset_bases=_q_wide_lanes_bases(
-            *staging["lat"])), gl.SharedLinearLayout(offset_bases=_q_wide_store_bases(
-                *staging["rope"], ROPE_K_BITS[:4])), gl.SharedLinearLayout(
-                    offset_bases=_q_wide_lanes_bases(*staging["rope"])))
-              for name, staging in (("ld", WIDE_LD), ("w", WIDE_W))}
-    Q_WIDE_STORE_LAT, Q_WIDE_LANES_LAT, Q_WIDE_STORE_ROPE, Q_WIDE_LANES_ROPE = (
-        gl.constexpr(x) for x in Q_WIDE["ld"])
-    Q_W_STORE_LAT, Q_W_LANES_LAT, Q_W_STORE_ROPE, Q_W_LANES_ROPE = (
-        gl.constexpr(x) for x in Q_WIDE["w"])
+    Q_WIDE_STORE_LAT = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_store_bases(*WIDE_LAT, LAT_K_BITS)))
+    Q_WIDE_LANES_LAT = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_lanes_bases(*WIDE_LAT)))
+    Q_WIDE_STORE_ROPE = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_store_bases(*WIDE_ROPE, ROPE_K_BITS[:4])))
+    Q_WIDE_LANES_ROPE = gl.constexpr(gl.SharedLinearLayout(
+        offset_bases=_q_wide_lanes_bases(*WIDE_ROPE)))
     # P [64 tokens, 16 rows] fp16: rows of 32 bytes, the 16-byte units of each 4-row group
     # swapped every other group (the second product's transposed 8 × 8 reads)
     P_SHARED_WIDE = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, [1, 0]))
@@ -350,7 +366,7 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        R: gl.constexpr, NS: gl.constexpr, LEAN: gl.constexpr, QLD: gl.constexpr,
+        R: gl.constexpr, NS: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -361,12 +377,8 @@ if AVAILABLE:
             p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED)
         else:  # 16 rows: qᵀ stays in shared memory, read every tile
             p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED_WIDE)
-            if QLD:
-                q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
-                q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
-            else:
-                q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_W_STORE_LAT)
-                q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_W_STORE_ROPE)
+            q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
+            q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
         bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         for st in gl.static_range(NS):
             mbarrier.init(bars.index(st), count=1)
@@ -407,12 +419,8 @@ if AVAILABLE:
             q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
                                  S_Q, HEADS, R))
             _cta_barrier()
-            if QLD:
-                lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
-                rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
-            else:
-                lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_W_LANES_LAT)
-                rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_W_LANES_ROPE)
+            lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
+            rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
@@ -454,12 +462,8 @@ if AVAILABLE:
             s = (s0 + s1) + (s2 + s3)
             # online softmax down each column (base 2; a tile with nothing visible while
             # nothing was before leaves the state as it is)
-            if LEAN:
-                if n0 + BN - 1 <= last_all:  # every position visible to every row
-                    s = s * qk_scale
-                else:
-                    s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale,
-                                 float("-inf"))
+            if n0 + BN - 1 <= last_all:  # every position visible to every row: no mask
+                s = s * qk_scale
             else:
                 s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=0))
@@ -479,13 +483,7 @@ if AVAILABLE:
                        nxt < n_tiles)
                 # the next copy's pool row, looked up a tile before its issue waits on it
                 row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
-            if LEAN:
-                if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
-                    acc0 = acc0 * alpha
-                    acc1 = acc1 * alpha
-                    acc2 = acc2 * alpha
-                    acc3 = acc3 * alpha
-            else:
+            if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
                 acc0 = acc0 * alpha
                 acc1 = acc1 * alpha
                 acc2 = acc2 * alpha

@@ -111,7 +111,7 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, num_slots,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        NS: gl.constexpr, EARLY: gl.constexpr,
+        NS: gl.constexpr,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -145,14 +145,6 @@ if AVAILABLE:
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % NS
-            if NS == 2 and EARLY:  # a 2-stage ring: the next copy issued before this tile's
-                # work (a whole tile to land), not after its P barrier
-                fence_async_shared()
-                _cta_barrier()  # every warp is past tile i − 1 (q's staging at i = 0)
-                nxt = i + 1
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                       nxt < n_tiles)
-                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
             sn0, sn1, sn2, sn3 = _tile_scales(f32_ptr, bt_row, n0 + BN, end, page_shift,
                                               num_slots)
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
@@ -166,11 +158,10 @@ if AVAILABLE:
             # is past tile i − 1: its stage is free
             fence_async_shared()
             _cta_barrier()
-            if NS > 2 or not EARLY:
-                nxt = i + NS - 1
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                       nxt < n_tiles)
-                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+            nxt = i + NS - 1
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                   nxt < n_tiles)
+            row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
             acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base, alpha, acc0,
                                               acc1, acc2, acc3, end - n0)
             sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3
