@@ -256,6 +256,9 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
                                                                k8.BLOCK_N)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", 2)
     assert dense().num_splits == 4  # 32 tiles a program
+    from fp8mla.bench.harness import kernel_note  # what the benchmarks' records say
+
+    assert kernel_note(dense()).startswith("kernel=mma16 splits=4 rows=16 ring=2 ")
     assert dense(heads=8, s_q=2).kernel == dense(heads=3, s_q=3).kernel == "mma16"
     assert dense(batch=32).kernel == "mma16"  # 8 splits: 16 tiles a program
     assert dense(batch=16).kernel == dense(batch=1, ctx=131072).kernel == "triton"  # 8 tiles

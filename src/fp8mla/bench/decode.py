@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8mla import reference
-from fp8mla.bench.harness import Record, graphed, time_us
+from fp8mla.bench.harness import Record, graphed, kernel_note, time_us
 from fp8mla.cache import build_block_table
 from fp8mla.decode import DecodePlan, dense_decode
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
@@ -105,13 +105,7 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
                               kv_format=fmt, page_size=case.page_size, cache_seqlens=seqlens,
                               device=device, config=config, num_splits=num_splits)
             fn = lambda p=plan: p.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
-            c = plan.config
-            note = (f"kernel={plan.kernel} splits={plan.num_splits} block_n={c.block_n} heads/block="
-                    f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}"
-                    f" words_2d={c.words_2d} fold_scales={c.fold_scales} tma={plan.tma}"
-                    f" lookahead={c.lookahead} lazy={c.lazy_rescale} late_sum={c.late_sum}"
-                    f" pdl={plan._pdl and plan.num_splits > 1}"
-                    f" programs/SM={plan.programs_per_sm}")
+            note = kernel_note(plan)
             timed = [("fp8mla", fn)] + ([("fp8mla_graph", graphed(fn))] if device == "cuda"
                                         else [])
         else:

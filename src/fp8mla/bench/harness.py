@@ -99,3 +99,17 @@ def write_records(records: list[Record], path: str) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump([asdict(r) for r in records], f, indent=1)
+
+
+def kernel_note(plan) -> str:
+    """What serves ``plan`` (a `DecodePlan` or `SparsePlan`), for a record's note: the Gluon
+    ≤ 16-row kernels' rows and ring, else the Triton kernel's configuration."""
+    head = f"kernel={plan.kernel} splits={plan.num_splits}"
+    tail = f" pdl={plan._pdl and plan.num_splits > 1} programs/SM={plan.programs_per_sm}"
+    if plan.kernel.startswith("mma"):
+        return f"{head} rows={plan.mma_rows} ring={plan.ring_stages}{tail}"
+    c = plan.config
+    return (f"{head} block_n={c.block_n} heads/block={c.heads_per_block} warps={c.num_warps}"
+            f" stages={c.num_stages} words_2d={c.words_2d} fold_scales={c.fold_scales}"
+            f" tma={plan.tma} lookahead={c.lookahead} lazy={c.lazy_rescale}"
+            f" late_sum={c.late_sum}{tail}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from fp8mla import reference
-from fp8mla.bench.harness import Record, graphed, time_us
+from fp8mla.bench.harness import Record, graphed, kernel_note, time_us
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
 from fp8mla.indexer import indexer_logits_paged
@@ -86,10 +86,8 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     moved = t * topk * fmt.row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
     flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * t
     case = f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}"
-    c = plan.config
     return [_record(case, "fp8mla_graph", us, moved, flops, ceiling, env,
-                    note=f"kernel={plan.kernel} splits={plan.num_splits} block_n={c.block_n} heads/block="
-                         f"{c.heads_per_block} warps={c.num_warps} stages={c.num_stages}")]
+                    note=kernel_note(plan))]
 
 
 def _index_problem(batch, ctx, heads, device, page_size=64, seed=0):
