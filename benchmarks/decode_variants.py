@@ -66,7 +66,7 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # at 2 and 3 ring stages against the Triton kernel, ABAB (s21-9e84ea7-mma16-*: 2 stages 106.4 /
 # 107.0 µs against 114.3 / 114.0 at B=64 × 8K × 16; 3 stages 118.2; slower at B=1 × 128K ×
 # 16, 47.6 against 42.7, and B=8 × 32K, 67.9 against 67.3); with the mask and rescale skipped
-# where no row needs them (`SM90_MMA8_LEAN`) −0.3 µs there, ±0.1 µs on the 8-row kernel
+# where no row needs them (`SM90_MMA8_LEAN`, a switch since removed) −0.3 µs there, ±0.1 µs on the 8-row kernel
 # (s21-f104fcf-mma16-*); qᵀ by ldmatrix against 4-byte loads, ABAB: 106.6 / 106.9 against
 # 106.0 / 106.2 µs, s_q 2 × 8 106.4 against 105.6, B=128 × 4K 106.9 against 107.5 (the 4-byte
 # loads kept); 3 or 6 splits instead of the scheduler's 4: 123.5 / 136.2; B=32 × 8K (16 tiles
@@ -80,16 +80,23 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # 112.8 against 107.1 / 107.1 µs at B=64 × 8K × 8, 45.6 / 45.5 against 44.8 / 44.7 at B=1 ×
 # 128K (dropped); the wide form at 8 tiles a program: B=16 × 8K 45.5 against 42.3, B=1 × 128K
 # × 16 45.7 against 42.6 (s21-42e9e38-decode-variants.json), so it serves programs of ≥ 16
-# tiles. The plan: the wide form against the Triton kernel.
+# tiles (final code: 104.1 / 104.6 against 114.2 / 113.9, s21-13a6f39-decode-variants.json).
+# The plan: the fp8_ds_mla wide form (`SM90_MMA16_DS`, compiled, not yet run) against the
+# Triton kernel, ABAB, and the fp8 one's again.
 TRITON = {"SM90_MMA8": False}
 TRITON16 = {"SM90_MMA16": False}
 WIDE16 = {"SM90_MMA16": True}
 WIDE_ABAB = [("triton", None, None, TRITON16), ("mma16", None, None, WIDE16),
              ("triton again", None, None, TRITON16), ("mma16 again", None, None, WIDE16)]
+DS_TRITON16 = {"SM90_MMA16_DS": False}
+DS_WIDE = {"SM90_MMA16_DS": True}
+DS_WIDE_ABAB = [("triton", None, None, DS_TRITON16), ("mma16", None, None, DS_WIDE),
+                ("triton again", None, None, DS_TRITON16), ("mma16 again", None, None, DS_WIDE)]
 PLAN = [
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", DS_WIDE_ABAB),
+    (DecodeCase(64, 8192, 8, s_q=2), "fp8_ds_mla", DS_WIDE_ABAB[:2]),
+    (DecodeCase(32, 8192, 16), "fp8_ds_mla", DS_WIDE_ABAB[:2]),
     (DecodeCase(64, 8192, 16), "fp8", WIDE_ABAB),
-    (DecodeCase(64, 8192, 8, s_q=2), "fp8", WIDE_ABAB[:2]),
-    (DecodeCase(32, 8192, 16), "fp8", WIDE_ABAB[:2]),
 ]
 
 

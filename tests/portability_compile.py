@@ -248,12 +248,14 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
         "NS": stages or decode_mod.mma8_stages(rows)}, num_warps=k8.NUM_WARPS)
 
 
-def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None):
-    """The Gluon SM90 decode kernel of ≤ 8-row programs over fp8_ds_mla pages
+def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None):
+    """The Gluon SM90 decode kernel of ≤ 16-row programs over fp8_ds_mla pages
     (`fp8mla.kernels.decode_sm90_mma8_ds`) for sm_90, with ``stages`` ring stages (the
-    launcher's default where None); None where this Triton has no (such) Gluon."""
+    launcher's default where None) and ``rows`` program rows (from s_q × heads where None);
+    None where this Triton has no (such) Gluon."""
     import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90_mma8_ds as kd
+    from fp8mla.kernels.decode_sm90_mma8 import rows_for
 
     if not kd.AVAILABLE:
         return None
@@ -270,7 +272,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
            "num_slots": "i32"}
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
-        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES},
+        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "R": rows or rows_for(s_q * heads)},
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
@@ -388,6 +390,9 @@ def compile_target(cc):
             k = decode_mma8_ds_compile(direct)
             if k is not None:
                 lines.append(row(f"decode_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))
+            k = decode_mma8_ds_compile(direct, heads=16)
+            if k is not None:
+                lines.append(row(f"decode_mma16/fp8_ds_mla/H16{'-direct' * direct}", cc, k))
             k = sparse_mma8_compile(direct)
             if k is not None:
                 lines.append(row(f"sparse_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))

@@ -212,11 +212,13 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
     monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)  # 16 rows: the narrow kernel here
     plan = dense()
     assert plan.mma8 and plan.sm90 and not plan.narrow and plan.head_blocks == 1
-    assert plan.programs_per_sm == k8.PROGRAMS_PER_SM
-    assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072,
-                                                           132 * k8.PROGRAMS_PER_SM, k8.BLOCK_N)
+    per_sm = k8.programs_per_sm(k8.ROWS, k8.STAGES)
+    assert plan.programs_per_sm == per_sm == 2 and plan.ring_stages == k8.STAGES
+    assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072, 132 * per_sm,
+                                                           k8.BLOCK_N)
     assert dense(heads=4, s_q=2).mma8 and dense(heads=2, s_q=4).mma8 and dense(heads=1).mma8
     assert not dense(heads=16).mma8 and dense(heads=16).narrow  # 16 rows: the other kernel
     assert not dense(heads=3, s_q=3).mma8  # 9 rows
@@ -268,6 +270,15 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert not dense(heads=17).mma8 and not dense(heads=8, s_q=3).mma8  # 17 / 24 rows
     assert not dense(page_size=32).mma8
     assert not dense(fmt="fp8_ds_mla").mma8 and dense(heads=8, fmt="fp8_ds_mla").mma8
+    assert not decode_mod.SM90_MMA16_DS  # the fp8_ds_mla wide form: off until measured
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS", True)
+    ds = dense(fmt="fp8_ds_mla")
+    assert ds.kernel == "mma16" and ds.mma_rows == 16 and ds.programs_per_sm == 2
+    assert ds.ring_stages == decode_mod.SM90_MMA8_DS_STAGES == 2
+    assert dense(fmt="fp8_ds_mla", batch=16).kernel == "triton"  # 8 tiles a program
+    assert kernel_note(ds).startswith("kernel=mma16 splits=4 rows=16 ring=2 ")
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
+    assert dense(fmt="fp8_ds_mla").programs_per_sm == 1  # 146 KB
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
     assert dense(batch=16).kernel == "mma16"
     monkeypatch.setattr(decode_mod, "SM90_MMA16", False)

@@ -170,13 +170,16 @@ def test_sm90_mma8_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
 
 
 def _mma16_only(monkeypatch, stages=None):
-    """Switch the ≤ 16-row fp8 kernel's wide form on (`SM90_MMA16`, with ``stages`` ring
-    stages or its default) for programs of any length; skip where it cannot serve."""
+    """Switch the ≤ 16-row kernels' wide forms on (`SM90_MMA16`, `SM90_MMA16_DS`; with
+    ``stages`` ring stages or their defaults) for programs of any length; skip where they
+    cannot serve."""
     _mma8_only(monkeypatch)
     monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)  # short programs too
     if stages:
         monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", stages)
+        monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", stages)
 
 
 @pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
@@ -189,23 +192,27 @@ def _mma16_only(monkeypatch, stages=None):
     (9, 1, [65, 1, 200], 64, None),
     (5, 3, [129, 20000], 64, 2),
 ])
-@pytest.mark.parametrize("stages", [2, 3])
-def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits, stages,
-                                             monkeypatch):
-    """fp8 plans of 9–16 query rows on the wide form (qᵀ read from shared memory every tile;
-    switched on, 2 and 3 ring stages): odd row counts, causal s_q > 1, lengths around a tile,
-    empty requests, pages of 64–256, forced split counts, NaN page tails."""
+@pytest.mark.parametrize("fmt,policy,stages", [("fp8", None, 2), ("fp8", None, 3),
+                                               ("fp8_ds_mla", "pow2", 2),
+                                               ("fp8_ds_mla", "fp32", 3)])
+def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits, fmt, policy,
+                                             stages, monkeypatch):
+    """Plans of 9–16 query rows on the wide forms (qᵀ read from shared memory every tile;
+    switched on, 2 and 3 ring stages; fp8_ds_mla with both scale policies): odd row counts,
+    causal s_q > 1, lengths around a tile, empty requests, pages of 64–256, forced split
+    counts, NaN page tails (fp8_ds_mla: scales and rope too)."""
     _mma16_only(monkeypatch, stages)
-    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt, policy)
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
-def test_sm90_mma16_kernel_in_a_graph_and_second_pool(monkeypatch):
-    """The wide form captured once and replayed with new lengths and contents; one plan over
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_sm90_mma16_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
+    """The wide forms captured once and replayed with new lengths and contents; one plan over
     two pools in turn."""
     _mma16_only(monkeypatch)
-    assert _graph_replays("fp8", heads=16).kernel == "mma16"
-    assert _second_pool(heads=16).kernel == "mma16"
+    assert _graph_replays(fmt, heads=16).kernel == "mma16"
+    assert _second_pool(heads=16, fmt=fmt).kernel == "mma16"
 
 
 def test_sm90_gluon_kernel_in_a_graph():

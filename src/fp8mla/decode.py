@@ -106,7 +106,7 @@ SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
 # the fp8 kernel's wide form for dense plans of 9–16 query rows (s_q × heads: 16 heads, s_q
 # 2 × 8): two MMA column blocks, qᵀ read from shared memory every tile instead of held in
-# registers, a ring of `SM90_MMA16_STAGES` stages (two programs per SM), where the schedule
+# registers, a ring of `SM90_MMA16_STAGES` stages (2: two programs per SM), where the schedule
 # gives a program at least `SM90_MMA16_MIN_TILES` tiles (its fixed cost per program — q's
 # staging, the ring's fill — loses below). H200, ABAB against the Triton kernel (16-row
 # programs): B=64 × 8K × 16 heads 105.0 / 105.7 µs against 114.8 / 115.1, s_q 2 × 8 106.0
@@ -116,10 +116,18 @@ SM90_MMA8_DS_STAGES = 2
 SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
+# the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
+# read from shared memory every tile, one P, each copy issued a tile ahead; a ring of
+# `SM90_MMA8_DS_STAGES`), under the same length rule. Compiled for sm_90 only (255 registers;
+# no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB of shared memory: two programs per SM)
+# and not yet run on a GPU: off until its GPU tests and an ABAB against the Triton kernel
+# (fp8_ds_mla B=64 × 8K × 16 heads: 158.0 µs, bf16 157.6) have run
+SM90_MMA16_DS = False
 
 
 def mma8_stages(rows: int) -> int:
-    """Ring stages of the dense fp8 ≤ 16-row kernel for programs of ``rows`` (8 or 16)."""
+    """Ring stages of the dense fp8 ≤ 16-row kernel (`decode_sm90_mma8`) for programs of
+    ``rows`` (8 or 16)."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
     return k8.STAGES if rows == k8.ROWS else SM90_MMA16_STAGES
@@ -271,6 +279,8 @@ class DecodePlan:
         if max_seqlen is None:
             raise ValueError("cache_seqlens / max_seqlen: expected one of them, got neither")
         check_int("max_seqlen", max_seqlen, lo=0)
+        if num_splits is not None:
+            check_int("num_splits", num_splits, lo=1, hi=1024)
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
@@ -286,26 +296,11 @@ class DecodePlan:
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
         # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
-        # of shared memory, but the ≤ 8-row ones: `decode_sm90_mma8.PROGRAMS_PER_SM`, and
-        # their fp8_ds_mla and sparse forms by their ring depth, fixed here for the plan)
-        self.ring_stages = (SPARSE_SM90_MMA8_STAGES if self.sparse else SM90_MMA8_DS_STAGES)
-        self.mma_rows = 8  # the ≤ 16-row kernels' program rows (the dense fp8 one: 8 or 16)
-        if self.mma8 and self.sparse:
-            from fp8mla.kernels import decode_sm90_mma8_sparse as km
-
-            self.programs_per_sm = km.programs_per_sm(self.ring_stages)
-        elif self.mma8 and self.fmt.name == "fp8_ds_mla":
-            from fp8mla.kernels import decode_sm90_mma8_ds as kd
-
-            self.programs_per_sm = kd.programs_per_sm(self.ring_stages)
-        elif self.mma8:
-            from fp8mla.kernels import decode_sm90_mma8 as k8
-
-            self.mma_rows = k8.rows_for(self.s_q * self.num_heads)
-            self.ring_stages = mma8_stages(self.mma_rows)
-            self.programs_per_sm = k8.programs_per_sm(self.mma_rows, self.ring_stages)
-        else:
-            self.programs_per_sm = 1 if self.sm90 else self._programs_per_sm()
+        # of shared memory, but the ≤ 16-row ones by their rows and ring depth, fixed here for
+        # the plan: `_mma_schedule`)
+        self.mma_rows, self.ring_stages, self.programs_per_sm = (
+            self._mma_schedule() if self.mma8
+            else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
         self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
@@ -540,13 +535,33 @@ class DecodePlan:
             return k8.BLOCK_N
         return self.config.block_n
 
+    def _mma_schedule(self) -> tuple[int, int, int]:
+        """(program rows, ring stages, programs per SM) of the ≤ 16-row Gluon kernel for this
+        plan's format and s_q × heads: sparse fp8_ds_mla (8 rows, `SPARSE_SM90_MMA8_STAGES`),
+        dense fp8_ds_mla (8 or 16 rows, `SM90_MMA8_DS_STAGES`) or dense fp8 (`mma8_stages`)."""
+        from fp8mla.kernels import decode_sm90_mma8 as k8
+
+        if self.sparse:
+            from fp8mla.kernels import decode_sm90_mma8_sparse as km
+
+            return k8.ROWS, SPARSE_SM90_MMA8_STAGES, km.programs_per_sm(SPARSE_SM90_MMA8_STAGES)
+        rows = k8.rows_for(self.s_q * self.num_heads)
+        if self.fmt.name == "fp8_ds_mla":
+            from fp8mla.kernels import decode_sm90_mma8_ds as kd
+
+            return rows, SM90_MMA8_DS_STAGES, kd.programs_per_sm(SM90_MMA8_DS_STAGES, rows)
+        stages = mma8_stages(rows)
+        return rows, stages, k8.programs_per_sm(rows, stages)
+
     def _mma8_serves(self, max_seqlen: int, num_splits: int | None) -> bool:
-        """Whether a Gluon SM90 kernel of ≤ 16-row programs serves this plan: dense fp8 rows in
-        pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`) or ≤ 16 where its schedule
-        (``num_splits``, the scheduler's where None) gives programs `SM90_MMA16_MIN_TILES`
-        tiles or more (`SM90_MMA16`), dense fp8_ds_mla rows with ≤ 8 (`SM90_MMA8_DS`), or
-        sparse fp8_ds_mla rows over index lists with ≤ 8 heads (`SPARSE_SM90_MMA8`); one
-        program for all heads, a GPU of compute capability 9.0 and a Triton with Gluon."""
+        """Whether a Gluon SM90 kernel of ≤ 16-row programs (`decode_sm90_mma8` and its
+        fp8_ds_mla and sparse forms; `plan.mma8` covers all of them) serves this plan: dense fp8
+        rows in pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`), dense fp8_ds_mla rows
+        the same (`SM90_MMA8_DS`), either with 9–16 where the schedule (``num_splits``, the
+        scheduler's where None) gives programs `SM90_MMA16_MIN_TILES` tiles or more
+        (`SM90_MMA16`, `SM90_MMA16_DS`), or sparse fp8_ds_mla rows over index lists with ≤ 8
+        heads (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute capability 9.0
+        and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.sparse:
@@ -558,12 +573,13 @@ class DecodePlan:
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
         rows = self.s_q * self.num_heads
-        if rows > k8.ROWS:  # the wide form: dense fp8, programs of enough tiles
-            if not (SM90_MMA16 and self.fmt.name == "fp8" and not self.sparse
-                    and rows <= k8.WIDE_ROWS):
+        if rows > k8.ROWS:  # the wide form: dense, programs of enough tiles
+            wide = ((SM90_MMA16 and self.fmt.name == "fp8")
+                    or (SM90_MMA16_DS and self.fmt.name == "fp8_ds_mla"))
+            if not (wide and not self.sparse and rows <= k8.WIDE_ROWS):
                 return False
+            _, _, per_sm = self._mma_schedule()
             tiles = triton.cdiv(max(max_seqlen, 1), k8.BLOCK_N)
-            per_sm = k8.programs_per_sm(k8.WIDE_ROWS, SM90_MMA16_STAGES)
             splits = num_splits or choose_num_splits(self.batch, 1, max_seqlen,
                                                      self.target.num_sms * per_sm, k8.BLOCK_N)
             if triton.cdiv(tiles, splits) < SM90_MMA16_MIN_TILES:
@@ -572,10 +588,10 @@ class DecodePlan:
                 and (self.sparse or self.page_size >= k8.BLOCK_N))
 
     def _narrow_serves(self) -> bool:
-        """Whether a Gluon SM90 kernel of ≤ 16-row programs serves this plan: dense fp8 rows in
-        pages of ≥ 64 tokens (`SM90_NARROW`) or sparse fp8_ds_mla rows over index lists
-        (`SPARSE_SM90_NARROW`); s_q × heads per block ≤ 16, a GPU of compute capability 9.0
-        and a Triton with Gluon."""
+        """Whether the narrow Gluon SM90 kernel (`decode_sm90_narrow`, 128-token wgmma tiles of
+        ≤ 16 rows) serves this plan: dense fp8 rows in pages of ≥ 64 tokens (`SM90_NARROW`) or
+        sparse fp8_ds_mla rows over index lists (`SPARSE_SM90_NARROW`); s_q × heads per block
+        ≤ 16, a GPU of compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.sparse:
@@ -653,7 +669,7 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                NS=self.ring_stages, num_warps=kd.NUM_WARPS)
+                NS=self.ring_stages, R=self.mma_rows, num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8

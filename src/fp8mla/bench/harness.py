@@ -103,7 +103,8 @@ def write_records(records: list[Record], path: str) -> None:
 
 def kernel_note(plan) -> str:
     """What serves ``plan`` (a `DecodePlan` or `SparsePlan`), for a record's note: the Gluon
-    ≤ 16-row kernels' rows and ring, else the Triton kernel's configuration."""
+    ≤ 16-row kernels' rows and ring, else the plan's `DecodeConfig` (the Triton kernel's; the
+    64-head and narrow Gluon kernels take only their tile sizes from it)."""
     head = f"kernel={plan.kernel} splits={plan.num_splits}"
     tail = f" pdl={plan._pdl and plan.num_splits > 1} programs/SM={plan.programs_per_sm}"
     if plan.kernel.startswith("mma"):

@@ -17,13 +17,14 @@ registers, one per byte "lane" j): lane j of word w is dim 4w + j, so the first 
 per lane against qᵀ's dims 4w + j, and the second accumulates four Oᵀ lanes of 128 words.
 Each value is converted twice (once per product's operand layout), as in the Triton kernel.
 
-The ring holds STAGES tiles of 64 tokens (four [64, 128]-byte latent boxes and a [64, 64] rope
-box each, by TMA: pages of ≥ 64 tokens), read as int32 through shared linear layouts that undo
-the boxes' swizzle; the copy of tile i + STAGES − 1 is issued once every warp is past tile i − 1.
+The ring holds NS tiles of 64 tokens (`STAGES` = 3 in the 8-row form; four [64, 128]-byte latent
+boxes and a [64, 64] rope box each, by TMA: pages of ≥ 64 tokens), read as int32 through shared
+linear layouts that undo the boxes' swizzle; the copy of tile i + NS − 1 is issued once every
+warp is past tile i − 1 (after tile i's P barrier; a 2-stage ring at the top of tile i, below).
 The column softmax (over tokens, across the warps) keeps an exact running max and its sums per
-thread, reduced once at the end. P crosses the warps through shared memory (double-buffered:
-one CTA barrier a tile). Rows past a request's end: −inf scores and, in the partial last tile,
-zeroed words in the second product (a page's tail may hold NaN).
+thread, reduced once at the end. P crosses the warps through shared memory (double-buffered: one
+explicit CTA barrier a tile in a deeper ring). Rows past a request's end: −inf scores and, in
+the partial last tile, zeroed words in the second product (a page's tail may hold NaN).
 
 Measured on the H200 (triton 3.6; h200-20261201-s19-dc1cb31-*; ceiling 4.49 TB/s): B=64 × 8K
 × 8 heads 93.3 µs, 3.25 TB/s (the Triton kernel: 112.3), B=1 × 128K 39.6 µs (kernel and
@@ -78,8 +79,7 @@ if AVAILABLE:
 
 ROWS = 8  # query rows per program: the MMA's N (qᵀ in registers)
 BLOCK_N = 64  # tokens per tile (one TMA box per 128 latent bytes; pages of ≥ 64 tokens)
-STAGES = 3  # ring depth: 3 × 36 KB, two programs per SM
-PROGRAMS_PER_SM = 2  # what STAGES and the registers leave room for (checked offline)
+STAGES = 3  # the 8-row form's ring depth: 3 × 36 KB, two programs per SM
 NUM_WARPS = 4
 # the wide form: 16 query rows (two MMA column blocks), qᵀ read from shared memory every tile
 WIDE_ROWS = 16
@@ -87,8 +87,10 @@ SMEM_PER_SM = 227 * 1024
 
 
 def rows_for(rows: int) -> int:
-    """The program's row count (the kernel's ``R``) serving ``rows`` = s_q × heads query rows:
+    """The program's row count (the kernels' ``R``) serving ``rows`` = s_q × heads query rows:
     `ROWS` up to 8, `WIDE_ROWS` up to 16."""
+    if not 1 <= rows <= WIDE_ROWS:
+        raise ValueError(f"rows: expected 1–{WIDE_ROWS} query rows a program, got {rows}")
     return ROWS if rows <= ROWS else WIDE_ROWS
 
 
@@ -96,7 +98,7 @@ def programs_per_sm(rows: int, stages: int) -> int:
     """Programs of ``rows`` (`rows_for`) and a ring of ``stages`` one SM holds at once: the
     ring (36 KB a stage), P and, in the wide form, q (18 KB) in shared memory; the registers
     (≤ 255 a thread, 4 warps) allow two."""
-    per_program = stages * 36 * 1024 + (4 if rows == ROWS else 23) * 1024
+    per_program = stages * 36 * 1024 + (4 if rows == ROWS else 25) * 1024
     return max(1, min(2, SMEM_PER_SM // per_program))
 
 
@@ -287,9 +289,9 @@ if AVAILABLE:
 
     @gluon.jit
     def _q_lanes(lanes, row0, w0, WORDS: gl.constexpr, n: gl.constexpr):
-        """qᵀ's four lanes over words w0 … w0 + WORDS − 1 from the staged q (`Q_LANES_*` view
-        of ``n`` words a lane, its slot's rows from row0; lane j: fp16 [WORDS, 8], element
-        (w, r) = q[row r, dim 4w + j]) as B operands."""
+        """qᵀ's four lanes over words w0 … w0 + WORDS − 1 from the staged q (a `Q_LANES_*` or
+        `Q_WIDE_LANES_*` view of ``n`` words a lane, its slot's rows from row0; lane j: fp16
+        [WORDS, R], element (w, r) = q[row r, dim 4w + j]) as B operands."""
         return (lanes.slice(row0 + w0, WORDS, dim=0).load(QB),
                 lanes.slice(row0 + n + w0, WORDS, dim=0).load(QB),
                 lanes.slice(row0 + 2 * n + w0, WORDS, dim=0).load(QB),
@@ -368,6 +370,14 @@ if AVAILABLE:
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr,
     ):
+        """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
+        form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
+        pool's uint8 [slots, 576] rows; bt_ptr: int32 [batch, pages] block table; seqlens_ptr:
+        int32 [batch]; scale_ptr: float32 [1] (the pool's per-tensor scale); out bf16 [batch,
+        s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the float32
+        workspace partials; NS ≥ 2 ring stages."""
+        gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
+        gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)
         split = gl.program_id(1)
 
@@ -397,7 +407,7 @@ if AVAILABLE:
 
         if R == NR:
             # qᵀ in registers, per 32-word latent chunk and the rope's 16 words: staged through
-            # the ring's last stage, whose first copy is issued after tile 0's barrier
+            # the ring's last stage, whose first copy is issued after a barrier in tile 0
             free = lat_buf.index(NS - 1)  # latent q in slot 0 (8 KB), the rope's in slot 2
             _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
                 _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q,
@@ -476,7 +486,7 @@ if AVAILABLE:
             p_buf = p_s.index(i % 2)
             p_buf.store(p.to(gl.float16))
             fence_async_shared()
-            _cta_barrier()  # P is whole; every warp is past tile i − 1: its stage is free
+            _cta_barrier()  # P is whole (and, NS > 2, every warp past tile i − 1: its stage free)
             if NS > 2:
                 nxt = i + NS - 1
                 _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,

@@ -1,7 +1,8 @@
 """SM90 dense decode of fp8_ds_mla pages for programs of at most 8 query rows (s_q × heads:
-GLM-5 at TP8), in Gluon: the sparse ≤ 8-row kernel's tile (`decode_sm90_mma8_sparse`: per-chunk
-scaled score chains, one Oᵀ accumulator per 128-dim scale chunk, P stored scaled per chunk) fed
-by tensor-memory copies instead of a gather, as `decode_sm90_mma8` feeds fp8 rows.
+GLM-5 at TP8) — and, not yet run on a GPU, 16 (below) — in Gluon: the sparse ≤ 8-row kernel's
+tile (`decode_sm90_mma8_sparse`: per-chunk scaled score chains, one Oᵀ accumulator per 128-dim
+scale chunk, P stored scaled per chunk) fed by tensor-memory copies instead of a gather, as
+`decode_sm90_mma8` feeds fp8 rows.
 
 Why: a request's positions are whole 64-token runs of one page (pages of ≥ 64 tokens), so each
 tile is two TMA boxes over the 656-byte rows (`descriptors`): the latent's [4, 64, 128] bytes
@@ -17,6 +18,12 @@ hold NaN). A block-table entry outside the pool (reachable only unchecked: ``che
 never read: TMA fills its rows with zeros and its scales load as 0, so its positions score 0.
 Outputs as `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
 `_combine_splits_kernel`.
+
+The wide form (``R`` = 16; `fp8mla.decode.SM90_MMA16_DS`, off) follows `decode_sm90_mma8`'s:
+qᵀ's latent staged once in its own buffer (16 KB) and read every tile, the rope's bf16 [64, 16]
+operand in registers, one P (the barrier at the top of each tile orders its reuse) and each
+copy issued at the top of the tile before. sm_90: 255 registers, no spills on triton 3.9 (24–32
+bytes on 3.6), 106 KB of shared memory (two programs per SM). Only compiled so far.
 
 Measured on the H200 (triton 3.6; h200-20261202-s20-9673ca2-mma8-ds-decode-variants.json,
 ceiling 4.48 TB/s): B=1 × 128K × 8 heads 44.1 µs against the Triton kernel's 56.7 (16-row
@@ -34,10 +41,11 @@ NUM_WARPS = 4
 SMEM_PER_SM = 227 * 1024
 
 
-def programs_per_sm(stages: int) -> int:
-    """Programs one SM holds at once: the ring (40 KB a stage) and P (8 KB) in shared memory;
-    the registers (240–249 a thread, 4 warps) allow two."""
-    return max(1, min(2, SMEM_PER_SM // (stages * 40 * 1024 + 9 * 1024)))
+def programs_per_sm(stages: int, rows: int = 8) -> int:
+    """Programs of ``rows`` (8, or 16: the wide form) one SM holds at once: the ring (40 KB a
+    stage), P (8 KB) and, in the wide form, q's latent (16 KB) in shared memory; the registers
+    (240–255 a thread, 4 warps) allow two."""
+    return max(1, min(2, SMEM_PER_SM // (stages * 40 * 1024 + (9 if rows == 8 else 26) * 1024)))
 
 
 def descriptors(flat):
@@ -73,11 +81,17 @@ if AVAILABLE:
         MMA,
         NR,
         P_SHARED,
+        P_SHARED_WIDE,
+        Q_WIDE_LANES_LAT,
+        Q_WIDE_STORE_LAT,
         _fresh_state,
         _last_positions,
+        _q_rows,
+        _view,
     )
     from fp8mla.kernels.decode_sm90_mma8_sparse import (
         _q_operands,
+        _q_rope_operand,
         _store_p,
         _tile_pv,
         _tile_softmax,
@@ -111,14 +125,20 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, num_slots,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        NS: gl.constexpr,
+        NS: gl.constexpr, R: gl.constexpr,
     ):
+        gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
+        gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)
         split = gl.program_id(1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], rope_desc.layout)
-        p_s = gl.allocate_shared_memory(gl.float16, [2 * 4, BN, NR], P_SHARED)  # two P
+        if R == NR:
+            p_s = gl.allocate_shared_memory(gl.float16, [2 * 4, BN, R], P_SHARED)  # two P
+        else:  # the wide form: one P (the top barrier orders its reuse), qᵀ's latent staged
+            p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED_WIDE)
+            q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
         bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         for st in gl.static_range(NS):
             mbarrier.init(bars.index(st), count=1)
@@ -134,34 +154,52 @@ if AVAILABLE:
         sc0, sc1, sc2, sc3 = _tile_scales(f32_ptr, bt_row, start, end, page_shift, num_slots)
         qk_scale = softmax_scale * LOG2E
 
-        # qᵀ (the ring's last stage is free until tile 0's barrier)
-        qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, stride_qs,
-                                 stride_qh, num_heads, S_Q, HEADS)
+        if R == NR:  # qᵀ (the ring's last stage is free until tile 0's barrier)
+            qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, stride_qs,
+                                     stride_qh, num_heads, S_Q, HEADS)
+        else:  # the latent's lanes read every tile from their own buffer
+            q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
+                                S_Q, HEADS, R))
+            q_rope = _q_rope_operand(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, S_Q,
+                                     HEADS, R)
+            _cta_barrier()
+            qs = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
 
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, NR)
-        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(NR)
+        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % NS
+            if R > NR:  # the wide form issues the next copy before this tile's work
+                fence_async_shared()
+                _cta_barrier()  # every warp is past tile i − 1: its stage and P are free
+                nxt = i + NS - 1
+                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                       nxt < n_tiles)
+                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
             sn0, sn1, sn2, sn3 = _tile_scales(f32_ptr, bt_row, n0 + BN, end, page_shift,
                                               num_slots)
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
             p, alpha, m_i, l_acc = _tile_softmax(
                 lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0, sc1, sc2, sc3,
-                (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc)
-            p_base = 4 * (i % 2)
+                (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc, R > NR)
+            if R == NR:
+                p_base = 4 * (i % 2)
+            else:
+                p_base = 0
             _store_p(p_s, p_base, p, sc0, sc1, sc2, sc3)
             # the generic proxy's reads of the stage copied into next (tile i − 1's, or q's
             # staging at i = 0) ordered before the TMA's writes; then P is whole and every warp
             # is past tile i − 1: its stage is free
             fence_async_shared()
             _cta_barrier()
-            nxt = i + NS - 1
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                   nxt < n_tiles)
-            row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+            if R == NR:
+                nxt = i + NS - 1
+                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                       nxt < n_tiles)
+                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
             acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base, alpha, acc0,
                                               acc1, acc2, acc3, end - n0)
             sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3

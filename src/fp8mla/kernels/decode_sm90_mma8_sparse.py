@@ -133,28 +133,30 @@ if AVAILABLE:
         return mma_v2(_chunk_operand(words), pk, acc)
 
     @gluon.jit
-    def _scaled_scores(kw, qs, sc, c: gl.constexpr, s):
-        """s += the tile's chunk-c scores K_c · q_cᵀ (four lane chains), times its scales."""
+    def _scaled_scores(kw, qs, sc, c: gl.constexpr, s, WIDE: gl.constexpr):
+        """s += the tile's chunk-c scores K_c · q_cᵀ (four lane chains), times its scales; qᵀ
+        from registers (``qs``: `_q_operands`' four chunks) or, ``WIDE``, read from the staged
+        lanes view ``qs`` (`decode_sm90_mma8`'s wide form)."""
         z = gl.zeros_like(s)
-        t0, t1, t2, t3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qs[c], z, z, z, z)
+        if WIDE:
+            qt = _q_lanes(qs, 0, 32 * c, 32, 128)
+        else:
+            qt = qs[c]
+        t0, t1, t2, t3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt, z, z, z, z)
         return s + ((t0 + t1) + (t2 + t3)) * sc[:, None]
 
     @gluon.jit
     def _q_operands(free, q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads,
                     S_Q: gl.constexpr, HEADS: gl.constexpr):
         """qᵀ's B operands: the latent's lanes per 32-word chunk, staged through the free ring
-        stage ``free`` (as `decode_sm90_mma8`), and the rope's bf16 [64, 8] straight from
-        global memory. The caller must pass a CTA barrier (and, before a TMA copy, a proxy
-        fence) before anything is copied into ``free``: the lanes' loads end this function."""
+        stage ``free`` (as `decode_sm90_mma8`), and the rope's (`_q_rope_operand`). The caller
+        must pass a CTA barrier (and, before a TMA copy, a proxy fence) before anything is
+        copied into ``free``: the lanes' loads end this function."""
         _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
             _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q, HEADS,
-                   NR))
-        k = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_ROPE))
-        qi, head, ok = _rows(gl.arange(0, NR, layout=gl.SliceLayout(0, Q_ROPE)), num_heads,
-                             S_Q, HEADS)
-        row = b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh + 512
-        q_rope = gl.load(q_ptr + row[None, :] + k[:, None], mask=ok[None, :], other=0.0)
-        q_rope = gl.convert_layout(q_rope, QB)
+                    NR))
+        q_rope = _q_rope_operand(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, S_Q,
+                                 HEADS, NR)
         _cta_barrier()
         lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
         qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
@@ -162,18 +164,31 @@ if AVAILABLE:
         return qs, q_rope
 
     @gluon.jit
+    def _q_rope_operand(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads,
+                        S_Q: gl.constexpr, HEADS: gl.constexpr, R: gl.constexpr):
+        """qᵀ's rope, the bf16 [64, R] B operand of the rope product, straight from global
+        memory (zeros where a row does not exist)."""
+        k = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_ROPE))
+        qi, head, ok = _rows(gl.arange(0, R, layout=gl.SliceLayout(0, Q_ROPE)), num_heads,
+                             S_Q, HEADS)
+        row = b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh + 512
+        q_rope = gl.load(q_ptr + row[None, :] + k[:, None], mask=ok[None, :], other=0.0)
+        return gl.convert_layout(q_rope, QB)
+
+    @gluon.jit
     def _tile_softmax(lat, rope, qs, q_rope, sc0, sc1, sc2, sc3, visible, qk_scale, m_i,
-                      l_acc):
-        """One tile's scores Sᵀ [64 entries, 8 rows] from a ring stage (``lat``, ``rope``),
+                      l_acc, WIDE: gl.constexpr):
+        """One tile's scores Sᵀ [64 entries, R rows] from a ring stage (``lat``, ``rope``; qᵀ
+        as `_scaled_scores` takes it, ``WIDE`` or not; q_rope: bf16 [64, R]),
         −inf where not ``visible``, and the online softmax down each column (base 2; a tile
         with nothing visible while nothing was before leaves the state as it is): (P, the
         accumulators' factor, the new max, P's per-thread sums)."""
         kw = _view(lat, gl.int32, [BN, 128], K_WORDS)
-        s = gl.zeros([BN, NR], gl.float32, layout=MMA)
-        s = _scaled_scores(kw, qs, sc0, 0, s)
-        s = _scaled_scores(kw, qs, sc1, 1, s)
-        s = _scaled_scores(kw, qs, sc2, 2, s)
-        s = _scaled_scores(kw, qs, sc3, 3, s)
+        s = gl.zeros([BN, q_rope.shape[1]], gl.float32, layout=MMA)
+        s = _scaled_scores(kw, qs, sc0, 0, s, WIDE)
+        s = _scaled_scores(kw, qs, sc1, 1, s, WIDE)
+        s = _scaled_scores(kw, qs, sc2, 2, s, WIDE)
+        s = _scaled_scores(kw, qs, sc3, 3, s, WIDE)
         s = mma_v2(_view(rope, gl.bfloat16, [BN, 64], SH16).load(KA), q_rope, s)
         s = gl.where(visible, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=0))
@@ -185,7 +200,7 @@ if AVAILABLE:
     @gluon.jit
     def _store_p(p_s, base, p, sc0, sc1, sc2, sc3):
         """P scaled per chunk, in fp16, into ``p_s.index(base + c)`` (``p_s``: [4 chunks per
-        buffer, 64 entries, 8 rows])."""
+        buffer, 64 entries, R rows])."""
         p_s.index(base).store((p * sc0[:, None]).to(gl.float16))
         p_s.index(base + 1).store((p * sc1[:, None]).to(gl.float16))
         p_s.index(base + 2).store((p * sc2[:, None]).to(gl.float16))
@@ -265,7 +280,7 @@ if AVAILABLE:
 
             p, alpha, m_i, l_acc = _tile_softmax(lat_buf.index(stage), rope_buf.index(stage),
                                                  qs, q_rope, sc0, sc1, sc2, sc3, keep[:, None],
-                                                 qk_scale, m_i, l_acc)
+                                                 qk_scale, m_i, l_acc, False)
             _store_p(p_s, 0, p, sc0, sc1, sc2, sc3)
             _cta_barrier()  # P is whole (and read before the next tile's barrier)
             acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha, acc0, acc1,
