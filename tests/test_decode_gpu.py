@@ -206,6 +206,27 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
+@pytest.mark.parametrize("fmt,heads", [("fp8", 4), ("fp8", 8), ("fp8_ds_mla", 4),
+                                       ("fp8_ds_mla", 8)])
+def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, monkeypatch):
+    """s_q 2, not causal, on the ≤ 16-row kernels (8 rows; 16: the wide forms, switched on):
+    each query sees the whole context, as s_q = 1 — the path where the kernels skip the mask
+    on every tile but a request's last."""
+    _mma16_only(monkeypatch)
+    lens = [3000, 65, 64, 1]
+    cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=heads)
+    q = torch.randn(len(lens), 2, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=2, kv_format=cache.fmt,
+                      page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
+    assert plan.kernel == ("mma8" if heads == 4 else "mma16")
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    for i in range(2):
+        ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,
+                                            576 ** -0.5)
+        assert_close(out[:, i:i + 1], ro, name=f"query {i}")
+        assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
+
+
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
 def test_sm90_mma16_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
     """The wide forms captured once and replayed with new lengths and contents; one plan over
