@@ -81,8 +81,9 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # 128K (dropped); the wide form at 8 tiles a program: B=16 × 8K 45.5 against 42.3, B=1 × 128K
 # × 16 45.7 against 42.6 (s21-42e9e38-decode-variants.json), so it serves programs of ≥ 16
 # tiles (final code: 104.1 / 104.6 against 114.2 / 113.9, s21-13a6f39-decode-variants.json).
-# The plan: the fp8_ds_mla wide form (`SM90_MMA16_DS`, compiled, not yet run) against the
-# Triton kernel, ABAB, and the fp8 one's again.
+# The plan: split partials in bf16 (`PARTIALS_BF16`, not yet run) against fp32, ABAB; the
+# fp8_ds_mla wide form (`SM90_MMA16_DS`, compiled, not yet run) against the Triton kernel,
+# ABAB, and the fp8 one's again.
 TRITON = {"SM90_MMA8": False}
 TRITON16 = {"SM90_MMA16": False}
 WIDE16 = {"SM90_MMA16": True}
@@ -92,7 +93,14 @@ DS_TRITON16 = {"SM90_MMA16_DS": False}
 DS_WIDE = {"SM90_MMA16_DS": True}
 DS_WIDE_ABAB = [("triton", None, None, DS_TRITON16), ("mma16", None, None, DS_WIDE),
                 ("triton again", None, None, DS_TRITON16), ("mma16 again", None, None, DS_WIDE)]
+BF16P = [("partials fp32", None, None, {"PARTIALS_BF16": False}),
+         ("partials bf16", None, None, {"PARTIALS_BF16": True}),
+         ("partials fp32 again", None, None, {"PARTIALS_BF16": False}),
+         ("partials bf16 again", None, None, {"PARTIALS_BF16": True})]
 PLAN = [
+    (DecodeCase(64, 8192, 16), "fp8", BF16P),
+    (DecodeCase(1, 131072, 8), "fp8", BF16P),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", BF16P[:2]),
     (DecodeCase(64, 8192, 16), "fp8_ds_mla", DS_WIDE_ABAB),
     (DecodeCase(64, 8192, 8, s_q=2), "fp8_ds_mla", DS_WIDE_ABAB[:2]),
     (DecodeCase(32, 8192, 16), "fp8_ds_mla", DS_WIDE_ABAB[:2]),

@@ -365,6 +365,30 @@ def test_plan_workspace_independent_of_pool_and_lengths(device):
     assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 + 2) * 4
 
 
+@pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 4, 1), ("fp8_ds_mla", 3, 2), ("bf16", 16, 1)])
+def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
+    """`PARTIALS_BF16`: split partials stored in bfloat16 (half the workspace) still match the
+    reference at the bf16 output's tolerance, and their error stays within a few bf16 roundings
+    of the float32 partials' result."""
+    cache, table, seqlens = paged_cache(fmt, [300, 70, 0, 129], 16, device=device, seed=heads)
+    q = _q(4, s_q, heads, device, 5)
+    results = {}
+    for bf16 in (False, True):
+        monkeypatch.setattr(decode_mod, "PARTIALS_BF16", bf16)
+        plan = DecodePlan(batch=4, num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                          page_size=16, cache_seqlens=seqlens, device=device, num_splits=3)
+        assert plan.part_out.dtype == (torch.bfloat16 if bf16 else torch.float32)
+        results[bf16] = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+        results[bf16, "bytes"] = plan.workspace_bytes
+    assert results[True, "bytes"] == 4 * 3 * s_q * heads * (512 * 2 + 2 * 4)
+    assert results[False, "bytes"] == 4 * 3 * s_q * heads * (512 + 2) * 4
+    _check(cache, table, seqlens, q, *results[True], 576 ** -0.5)
+    ro, _ = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    err = {k: (results[k][0].float() - ro).abs().max().item() for k in (False, True)}
+    scale = ro.abs().max().item()
+    assert err[True] <= err[False] + 3 * 2 ** -8 * scale, err  # one bf16 rounding more, at most
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 @pytest.fixture

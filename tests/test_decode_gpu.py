@@ -206,6 +206,19 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
+@pytest.mark.parametrize("fmt,heads,kernel", [("fp8", 8, "mma8"), ("fp8", 16, "mma16"),
+                                              ("fp8_ds_mla", 8, "mma8"), ("fp8", 128, "sm90"),
+                                              ("bf16", 16, "triton")])
+def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
+    """`PARTIALS_BF16` (split partials in bfloat16) through the Gluon kernels' and the Triton
+    kernel's partial stores and the combine: forced splits, NaN page tails."""
+    _mma16_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "PARTIALS_BF16", True)
+    plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, 5, fmt,
+                                 "pow2" if fmt == "fp8_ds_mla" else None)
+    assert plan.kernel == kernel and plan.part_out.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize("fmt,heads", [("fp8", 4), ("fp8", 8), ("fp8_ds_mla", 4),
                                        ("fp8_ds_mla", 8)])
 def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, monkeypatch):

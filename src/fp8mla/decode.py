@@ -54,6 +54,12 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # two-kernel graph replay, h200-20261130-s10-*-decode-phases); benchmarks/decode_variants.py
 # times it by setting this to True
 PDL = False
+# split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
+# the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
+# heads × 4 splits) — for one more bf16 rounding of each partial before the LSE-weighted sum
+# (the output is bf16 anyway). Off: not yet measured on a GPU (predicted 2–3 µs of the 16-head
+# case's 3.7 µs combine and partial writes); benchmarks/decode_variants.py times it
+PARTIALS_BF16 = False
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -309,7 +315,8 @@ class DecodePlan:
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
             self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
-                                        dtype=torch.float32, device=self.device)
+                                        dtype=torch.bfloat16 if PARTIALS_BF16 else torch.float32,
+                                        device=self.device)
             self.part_lse = torch.empty(batch, self.num_splits, s_q, num_heads,
                                         dtype=torch.float32, device=self.device)
             self.part_max = torch.empty_like(self.part_lse)
@@ -334,7 +341,8 @@ class DecodePlan:
         """Bytes of split partials (independent of the pool and of the lengths)."""
         if self.num_splits == 1:
             return 0
-        return (self.part_out.numel() + self.part_lse.numel() + self.part_max.numel()) * 4
+        return (self.part_out.numel() * self.part_out.element_size()
+                + (self.part_lse.numel() + self.part_max.numel()) * 4)
 
     def run(
         self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
