@@ -233,8 +233,9 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 16-row kernel's wide form (`SM90_MMA16`) serves fp8 dense plans of 9–16 query
     rows over pages of ≥ 64 tokens (the 8-row form keeps ≤ 8) whose schedule gives programs
     `SM90_MMA16_MIN_TILES` tiles or more (forced split counts included), its ring of
-    `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla and sparse plans stay
-    at ≤ 8 rows; off, the Triton kernel serves 16 rows."""
+    `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla plans take their wide
+    form only when `SM90_MMA16_DS` is on (off by default), sparse ones stay at ≤ 8 rows; off,
+    the Triton kernel serves 16 rows."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
     from fp8mla.runtime import Target
 

@@ -84,9 +84,9 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
 
 
 def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy=None):
-    """An fp8 or fp8_ds_mla plan's run against the reference with every byte of the rows a
-    page holds past its request's end 0x7F (e4m3 NaN in the latent; fp8_ds_mla's scales and
-    rope NaN too), so a partial tile that read them would poison the output; out / lse
+    """An fp8, fp8_ds_mla or bf16 plan's run against the reference with the rows a page holds
+    past its request's end NaN (every byte 0x7F, e4m3 NaN, in the latent — 0xFF in bf16 rows;
+    fp8_ds_mla's scales and rope NaN too), so a partial tile that read them would poison the output; out / lse
     written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with +inf for empty
     requests; max_logits checked where one split writes them. Returns the plan."""
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device="cuda",
@@ -96,7 +96,7 @@ def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy
         end = -(-n // page_size) * page_size
         pos = torch.arange(n, end, device="cuda")
         tail = table[b, pos // page_size].long() * page_size + pos % page_size
-        rows[tail] = 0x7F
+        rows[tail] = 0xFF if cache.fmt.name == "bf16" else 0x7F  # NaN: bf16 0xFFFF, e4m3 0x7F
         if cache.fmt.name == "fp8_ds_mla":  # scales and rope NaN too, not just large
             rows[tail, 512:528] = torch.full((len(tail), 4), float("nan"),
                                              device="cuda").view(torch.uint8)
@@ -207,11 +207,13 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
 
 
 @pytest.mark.parametrize("fmt,heads,kernel", [("fp8", 8, "mma8"), ("fp8", 16, "mma16"),
-                                              ("fp8_ds_mla", 8, "mma8"), ("fp8", 128, "sm90"),
+                                              ("fp8_ds_mla", 8, "mma8"),
+                                              ("fp8_ds_mla", 16, "mma16"), ("fp8", 128, "sm90"),
                                               ("bf16", 16, "triton")])
 def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
-    """`PARTIALS_BF16` (split partials in bfloat16) through the Gluon kernels' and the Triton
-    kernel's partial stores and the combine: forced splits, NaN page tails."""
+    """`PARTIALS_BF16` (split partials in bfloat16) through the dense Gluon kernels' and the
+    Triton kernel's partial stores and the combine: forced splits, NaN page tails (the sparse
+    kernels': tests/test_sparse_gpu.py)."""
     _mma16_only(monkeypatch)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16", True)
     plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, 5, fmt,
@@ -223,8 +225,8 @@ def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
                                        ("fp8_ds_mla", 8)])
 def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, monkeypatch):
     """s_q 2, not causal, on the ≤ 16-row kernels (8 rows; 16: the wide forms, switched on):
-    each query sees the whole context, as s_q = 1 — the path where the kernels skip the mask
-    on every tile but a request's last."""
+    each query sees the whole context, as s_q = 1 — for fp8, the path where the kernel skips
+    the mask on every tile but a request's last."""
     _mma16_only(monkeypatch)
     lens = [3000, 65, 64, 1]
     cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=heads)

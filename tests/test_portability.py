@@ -53,7 +53,10 @@ def _expected():
                      "topk_chunked/_topk_finish_kernel/sampled1"):
             yield what, cc
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
-            for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128"):
+            for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
+                         "decode_narrow/fp8/H16", "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
+                         "decode_mma8/fp8_ds_mla/H8", "decode_mma16/fp8_ds_mla/H16",
+                         "sparse_mma8/fp8_ds_mla/H8", "sparse_narrow/fp8_ds_mla/H16"):
                 yield what, cc
                 yield f"{what}-direct", cc
         if cc >= pc.PDL_CC:

@@ -123,7 +123,8 @@ SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
-# read from shared memory every tile, one P, each copy issued a tile ahead; a ring of
+# read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of
+# tile i; a ring of
 # `SM90_MMA8_DS_STAGES`), under the same length rule. Compiled for sm_90 only (255 registers;
 # no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB of shared memory: two programs per SM)
 # and not yet run on a GPU: off until its GPU tests and an ABAB against the Triton kernel
@@ -327,7 +328,8 @@ class DecodePlan:
     @property
     def kernel(self) -> str:
         """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
-        (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (its wide form),
+        (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (the wide forms, fp8
+        and fp8_ds_mla),
         "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
         (`_mla_decode_kernel`)."""
         if self.mma8:
@@ -495,6 +497,8 @@ class DecodePlan:
         table = torch.empty(self.batch, 16, dtype=torch.int32, device=dev)
         lens = torch.empty(self.batch, dtype=torch.int32, device=dev)
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
+        if PARTIALS_BF16:  # the partials' store type is part of the kernel compiled
+            self.part_out = torch.empty(1, dtype=torch.bfloat16, device=dev)
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))

@@ -37,9 +37,9 @@ The wide form (``R`` = 16: 16 heads, s_q 2 × 8) runs the same tile with two MMA
 qᵀ for 16 rows would take 144 registers, so it stays in shared memory, staged once
 (`WIDE_LAT`, `WIDE_ROPE`: conflict-free 4-byte loads) and read every tile — shared traffic the
 8-row form does not have, but no value converted more often than there. Its ring has two stages
-(two programs per SM: 96.5 KB of shared memory, 200–216 registers, no spills) and issues each
-copy at the top of the tile before, after a CTA barrier, so that the copy has a whole tile to
-land (issued after P's barrier it had half: 107.3 → 105.0 µs at B=64 × 8K × 16; the 8-row
+(two programs per SM: 96.5 KB of shared memory, 200–216 registers, no spills) and issues the
+copy of tile i + 1 at the top of tile i, after a CTA barrier, so that the copy has a whole tile
+to land (issued after P's barrier it had half: 107.3 → 105.0 µs at B=64 × 8K × 16; the 8-row
 form's 3-stage ring lost 2% the same way, so keeps its copies after P's barrier). H200 (triton
 3.6; h200-20261202-s21-9271bf1-decode-variants.json): B=64 × 8K × 16 heads 105.0 / 105.7 µs
 against the Triton kernel's 114.8 / 115.1, s_q 2 × 8 106.0 against 115.7. Nsight Compute at
@@ -374,8 +374,9 @@ if AVAILABLE:
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
         pool's uint8 [slots, 576] rows; bt_ptr: int32 [batch, pages] block table; seqlens_ptr:
         int32 [batch]; scale_ptr: float32 [1] (the pool's per-tensor scale); out bf16 [batch,
-        s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the float32
-        workspace partials; NS ≥ 2 ring stages."""
+        s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the
+        workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16`); NS ≥ 2 ring
+        stages."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)

@@ -21,8 +21,8 @@ Outputs as `_mla_decode_kernel`'s: the final rows (one split) or the split's par
 
 The wide form (``R`` = 16; `fp8mla.decode.SM90_MMA16_DS`, off) follows `decode_sm90_mma8`'s:
 qᵀ's latent staged once in its own buffer (16 KB) and read every tile, the rope's bf16 [64, 16]
-operand in registers, one P (the barrier at the top of each tile orders its reuse) and each
-copy issued at the top of the tile before. sm_90: 255 registers, no spills on triton 3.9 (24–32
+operand in registers, one P (the barrier at the top of each tile orders its reuse) and the copy
+of tile i + NS − 1 issued at the top of tile i. sm_90: 255 registers, no spills on triton 3.9 (24–32
 bytes on 3.6), 106 KB of shared memory (two programs per SM). Only compiled so far.
 
 Measured on the H200 (triton 3.6; h200-20261202-s20-9673ca2-mma8-ds-decode-variants.json,
@@ -190,11 +190,12 @@ if AVAILABLE:
             else:
                 p_base = 0
             _store_p(p_s, p_base, p, sc0, sc1, sc2, sc3)
-            # the generic proxy's reads of the stage copied into next (tile i − 1's, or q's
-            # staging at i = 0) ordered before the TMA's writes; then P is whole and every warp
-            # is past tile i − 1: its stage is free
-            fence_async_shared()
-            _cta_barrier()
+            if R == NR:
+                # the generic proxy's reads of the stage copied into next (tile i − 1's, or
+                # q's staging at i = 0) ordered before the TMA's writes; then P is whole and
+                # every warp is past tile i − 1: its stage is free
+                fence_async_shared()
+            _cta_barrier()  # (the wide form: P is whole)
             if R == NR:
                 nxt = i + NS - 1
                 _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
