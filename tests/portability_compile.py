@@ -370,35 +370,21 @@ def compile_target(cc):
         if cc == GATHER_CC:
             lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
                 cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))
-    if cc == SM90_CC:  # the Gluon kernels of 64-head programs (where Triton has Gluon)
+    if cc == SM90_CC:  # the Gluon kernels (where Triton has them): 64-head and ≤ 16-row programs
+        gluon = [("decode_sm90/fp8/H128", decode_sm90_compile, {}),
+                 ("sparse_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {}),
+                 ("decode_narrow/fp8/H16", decode_narrow_compile, {}),
+                 ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
+                 ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
+                 ("decode_mma8/fp8_ds_mla/H8", decode_mma8_ds_compile, {}),
+                 ("decode_mma16/fp8_ds_mla/H16", decode_mma8_ds_compile, {"heads": 16}),
+                 ("sparse_mma8/fp8_ds_mla/H8", sparse_mma8_compile, {}),
+                 ("sparse_narrow/fp8_ds_mla/H16", sparse_narrow_compile, {})]
         for direct in (False, True):
-            k = decode_sm90_compile(direct)
-            if k is not None:
-                lines.append(row(f"decode_sm90/fp8/H128{'-direct' * direct}", cc, k))
-            k = sparse_sm90_compile(direct)
-            if k is not None:
-                lines.append(row(f"sparse_sm90/fp8_ds_mla/H128{'-direct' * direct}", cc, k))
-            k = decode_narrow_compile(direct)
-            if k is not None:
-                lines.append(row(f"decode_narrow/fp8/H16{'-direct' * direct}", cc, k))
-            k = decode_mma8_compile(direct)
-            if k is not None:
-                lines.append(row(f"decode_mma8/fp8/H8{'-direct' * direct}", cc, k))
-            k = decode_mma8_compile(direct, heads=16)
-            if k is not None:
-                lines.append(row(f"decode_mma16/fp8/H16{'-direct' * direct}", cc, k))
-            k = decode_mma8_ds_compile(direct)
-            if k is not None:
-                lines.append(row(f"decode_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))
-            k = decode_mma8_ds_compile(direct, heads=16)
-            if k is not None:
-                lines.append(row(f"decode_mma16/fp8_ds_mla/H16{'-direct' * direct}", cc, k))
-            k = sparse_mma8_compile(direct)
-            if k is not None:
-                lines.append(row(f"sparse_mma8/fp8_ds_mla/H8{'-direct' * direct}", cc, k))
-            k = sparse_narrow_compile(direct)
-            if k is not None:
-                lines.append(row(f"sparse_narrow/fp8_ds_mla/H16{'-direct' * direct}", cc, k))
+            for name, compile_fn, kw in gluon:
+                k = compile_fn(direct, **kw)
+                if k is not None:
+                    lines.append(row(f"{name}{'-direct' * direct}", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

@@ -1,5 +1,7 @@
 """Dense decode against the float32 reference: odd shapes, every format, poisoned pools."""
 
+import functools
+
 import pytest
 import torch
 
@@ -37,6 +39,12 @@ def _check(cache, table, seqlens, q, out, lse, scale, policy=None, folded=True):
     # per element, lse errors up to ~1.1e-3 measured here (pow2: exact, ~5e-7)
     atol = 3e-3 if policy == "fp32" and not folded else 1e-3
     assert_close(lse, rl, atol=atol, rtol=1e-3, name="lse")
+
+
+def _dense_plan(heads=8, s_q=1, page_size=64, fmt="fp8", batch=1, ctx=131072, splits=None):
+    """A dense plan built on the CPU (the serving-rule tests fake an SM90 target)."""
+    return DecodePlan(batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt, page_size=page_size,
+                      max_seqlen=ctx, device="cpu", num_splits=splits)
 
 
 @pytest.mark.parametrize("fmt,policy", FORMATS)
@@ -169,9 +177,7 @@ def test_narrow_sm90_kernels_serve_where_documented(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
 
-    def dense(heads=16, s_q=1, page_size=64, fmt="fp8"):
-        return DecodePlan(batch=64, num_heads=heads, s_q=s_q, kv_format=fmt,
-                          page_size=page_size, max_seqlen=8192, device="cpu")
+    dense = functools.partial(_dense_plan, heads=16, batch=64, ctx=8192)
 
     def sparse(heads=8, fmt="fp8_ds_mla"):
         return SparsePlan(num_queries=64, num_heads=heads, topk=2048, kv_format=fmt,
@@ -206,9 +212,7 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
 
-    def dense(heads=8, s_q=1, page_size=64, fmt="fp8", batch=1):
-        return DecodePlan(batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt,
-                          page_size=page_size, max_seqlen=131072, device="cpu")
+    dense = _dense_plan
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
     monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
@@ -243,10 +247,7 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
 
-    def dense(heads=16, s_q=1, page_size=64, fmt="fp8", batch=64, ctx=8192, splits=None):
-        return DecodePlan(batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt,
-                          page_size=page_size, max_seqlen=ctx, device="cpu",
-                          num_splits=splits)
+    dense = functools.partial(_dense_plan, heads=16, batch=64, ctx=8192)
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
     assert decode_mod.SM90_MMA16 and decode_mod.SM90_MMA16_MIN_TILES == 16  # the defaults
@@ -297,9 +298,7 @@ def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
 
-    def dense(heads=8, s_q=1, page_size=64, fmt="fp8_ds_mla"):
-        return DecodePlan(batch=1, num_heads=heads, s_q=s_q, kv_format=fmt,
-                          page_size=page_size, max_seqlen=131072, device="cpu")
+    dense = functools.partial(_dense_plan, fmt="fp8_ds_mla")
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 2)

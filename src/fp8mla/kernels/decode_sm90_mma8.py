@@ -261,13 +261,45 @@ if AVAILABLE:
             return buf._reinterpret(dtype, shape, layout)
 
     @gluon.jit
-    def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, stage, row0, pred):
+    def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, stage, row0, pred,
+               ROPE_COL: gl.constexpr):
         """Copy the tile at pool row ``row0`` into ring stage ``stage`` (when ``pred``): one
-        [4, 64, 128]-byte latent box (`descriptors`) and one [64, 64]-byte rope box."""
+        [4, 64, 128]-byte latent box (`descriptors`) and one rope box from byte ``ROPE_COL`` of
+        each row ([64, 64] bytes of fp8 rows at 512; [64, 128] of fp8_ds_mla's bf16 at 528)."""
         bar = bars.index(stage)
-        mbarrier.expect(bar, BN * 576, pred=pred)
+        mbarrier.expect(bar, BN * (512 + rope_buf.shape[2]), pred=pred)
         _tma_load(lat_desc, [0, row0, 0], bar, lat_buf.index(stage), pred=pred)
-        _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
+        _tma_load(rope_desc, [row0, ROPE_COL], bar, rope_buf.index(stage), pred=pred)
+
+    @gluon.jit
+    def _ring_start(lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt,
+                    b, split, num_splits, page_shift, max_len, NS: gl.constexpr,
+                    ROPE_COL: gl.constexpr):
+        """A dense program's start: the ring's barriers, its token chunk (from the device-side
+        length, bounded by the table's row) and the ring's first NS − 1 copies in flight →
+        (barriers, seqlen, start, end, n_tiles, the request's block-table row)."""
+        bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        for st in gl.static_range(NS):
+            mbarrier.init(bars.index(st), count=1)
+        fence_async_shared()  # the initialised barriers, before the async proxy
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        for st in gl.static_range(NS - 1):
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
+                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles, ROPE_COL)
+        return bars, seqlen, start, end, n_tiles, bt_row
+
+    @gluon.jit
+    def _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles, row_next,
+                    bt_row, start, end, page_shift, NS: gl.constexpr, ROPE_COL: gl.constexpr):
+        """In tile i, once every warp is past tile i − 1: copy tile i + NS − 1 (pool row
+        ``row_next``) into tile i − 1's stage → the pool row of the copy after it (looked up a
+        tile before its issue waits on it)."""
+        nxt = i + NS - 1
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next, nxt < n_tiles,
+               ROPE_COL)
+        return _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
 
     @gluon.jit
     def _rows(r, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr):
@@ -390,19 +422,10 @@ if AVAILABLE:
             p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED_WIDE)
             q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
             q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
-        bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-        for st in gl.static_range(NS):
-            mbarrier.init(bars.index(st), count=1)
-        fence_async_shared()  # the initialised barriers, before the async proxy
-
-        # this program's token chunk, from the device-side length (bounded by the table's row),
-        # and the ring's first NS − 1 tiles in flight before q is loaded
-        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
-        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        for st in gl.static_range(NS - 1):
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
-                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles)
+        # this program's token chunk and the ring's first NS − 1 tiles in flight before q
+        bars, seqlen, start, end, n_tiles, bt_row = _ring_start(
+            lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt, b, split,
+            num_splits, page_shift, max_len, NS, 512)
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
 
@@ -449,10 +472,8 @@ if AVAILABLE:
                 # whole tile to land), not after its P barrier
                 fence_async_shared()
                 _cta_barrier()  # every warp is past tile i − 1: its stage is free
-                nxt = i + NS - 1
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                       nxt < n_tiles)
-                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+                row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
+                                       row_next, bt_row, start, end, page_shift, NS, 512)
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
             kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
             rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
@@ -489,11 +510,8 @@ if AVAILABLE:
             fence_async_shared()
             _cta_barrier()  # P is whole (and, NS > 2, every warp past tile i − 1: its stage free)
             if NS > 2:
-                nxt = i + NS - 1
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                       nxt < n_tiles)
-                # the next copy's pool row, looked up a tile before its issue waits on it
-                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+                row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
+                                       row_next, bt_row, start, end, page_shift, NS, 512)
             if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
                 acc0 = acc0 * alpha
                 acc1 = acc1 * alpha

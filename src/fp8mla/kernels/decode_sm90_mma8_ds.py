@@ -37,6 +37,7 @@ issue led by the long scoreboard (1.66) and fixed-latency waits (1.05), the ALU 
 from fp8mla.kernels.decode_sm90 import AVAILABLE
 
 BLOCK_N = 64  # tokens per tile: one page run (pages of ≥ 64 tokens)
+ROPE_BYTE = 528  # where a 656-byte row's bf16 rope starts (after 512 e4m3 bytes, 4 scales)
 NUM_WARPS = 4
 SMEM_PER_SM = 227 * 1024
 
@@ -68,9 +69,7 @@ if AVAILABLE:
     from fp8mla.kernels.decode_sm90 import (
         LOG2E,
         _cta_barrier,
-        _split_range,
         _tile_row,
-        _tma_load,
         fence_async_shared,
         gl,
         gluon,
@@ -85,8 +84,10 @@ if AVAILABLE:
         Q_WIDE_LANES_LAT,
         Q_WIDE_STORE_LAT,
         _fresh_state,
+        _issue_next,
         _last_positions,
         _q_rows,
+        _ring_start,
         _view,
     )
     from fp8mla.kernels.decode_sm90_mma8_sparse import (
@@ -98,13 +99,7 @@ if AVAILABLE:
         _write_chunks,
     )
 
-    @gluon.jit
-    def _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, stage, row0, pred):
-        """Copy the tile at pool row ``row0`` into ring stage ``stage`` (when ``pred``)."""
-        bar = bars.index(stage)
-        mbarrier.expect(bar, BN * 640, pred=pred)
-        _tma_load(lat_desc, [0, row0, 0], bar, lat_buf.index(stage), pred=pred)
-        _tma_load(rope_desc, [row0, 528], bar, rope_buf.index(stage), pred=pred)
+    ROPE_COL = gl.constexpr(ROPE_BYTE)
 
     @gluon.jit
     def _tile_scales(f32_ptr, bt_row, n0, end, page_shift, num_slots):
@@ -139,18 +134,10 @@ if AVAILABLE:
         else:  # the wide form: one P (the top barrier orders its reuse), qᵀ's latent staged
             p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED_WIDE)
             q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
-        bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-        for st in gl.static_range(NS):
-            mbarrier.init(bars.index(st), count=1)
-        fence_async_shared()  # the initialised barriers, before the async proxy
-
         # this program's token chunk; the ring's first NS − 1 tiles in flight before q is read
-        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
-        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        for st in gl.static_range(NS - 1):
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
-                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles)
+        bars, seqlen, start, end, n_tiles, bt_row = _ring_start(
+            lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt, b, split,
+            num_splits, page_shift, max_len, NS, ROPE_COL)
         sc0, sc1, sc2, sc3 = _tile_scales(f32_ptr, bt_row, start, end, page_shift, num_slots)
         qk_scale = softmax_scale * LOG2E
 
@@ -175,10 +162,8 @@ if AVAILABLE:
             if R > NR:  # the wide form issues the next copy before this tile's work
                 fence_async_shared()
                 _cta_barrier()  # every warp is past tile i − 1: its stage and P are free
-                nxt = i + NS - 1
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                       nxt < n_tiles)
-                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+                row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
+                                       row_next, bt_row, start, end, page_shift, NS, ROPE_COL)
             sn0, sn1, sn2, sn3 = _tile_scales(f32_ptr, bt_row, n0 + BN, end, page_shift,
                                               num_slots)
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
@@ -197,10 +182,8 @@ if AVAILABLE:
                 fence_async_shared()
             _cta_barrier()  # (the wide form: P is whole)
             if R == NR:
-                nxt = i + NS - 1
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                       nxt < n_tiles)
-                row_next = _tile_row(bt_row, start + (nxt + 1) * BN, end, page_shift)
+                row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
+                                       row_next, bt_row, start, end, page_shift, NS, ROPE_COL)
             acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base, alpha, acc0,
                                               acc1, acc2, acc3, end - n0)
             sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3
