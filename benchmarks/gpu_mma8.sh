@@ -6,7 +6,8 @@
 # and the counters of both kernels at B=64 × 8 heads × topk 2048. Dense fp8_ds_mla
 # (`SM90_MMA8_DS`): the dense GPU tests (-k mma8 unless TESTS), the variants, the counters of
 # both kernels at B=1 × 128K × 8 heads. The fp8 wide form (`SM90_MMA16`, 9–16 rows): every
-# GPU test, the variants, the counters of both kernels at B=64 × 8K × 16 heads. Usage:
+# GPU test, the variants, the counters of the fp8_ds_mla wide form (`SM90_MMA16_DS`) and of the
+# 8-row fp8_ds_mla kernel at B=64 × 8K × 16 heads. Usage:
 # [TESTS=pytest -k expression] bash benchmarks/gpu_mma8.sh [sparse|ds|wide]
 set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"
@@ -35,8 +36,8 @@ elif [ "${1:-}" = wide ]; then
     -k "${TESTS:-not nothing}"
   run variants 200 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
   for k in 1 0; do
-    run "ncu_$k" 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma16$k-fp8-B64-H16.txt" fp8 64 8192 16 \
-      SM90_MMA16=$k
+    run "ncu_$k" 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma16ds$k-B64-H16.txt" fp8_ds_mla 64 8192 \
+      16 SM90_MMA16_DS=$k
   done
 else
   gpu_setup mma8
