@@ -237,9 +237,9 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 16-row kernel's wide form (`SM90_MMA16`) serves fp8 dense plans of 9–16 query
     rows over pages of ≥ 64 tokens (the 8-row form keeps ≤ 8) whose schedule gives programs
     `SM90_MMA16_MIN_TILES` tiles or more (forced split counts included), its ring of
-    `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla plans take their wide
-    form only when `SM90_MMA16_DS` is on (off by default), sparse ones stay at ≤ 8 rows; off,
-    the Triton kernel serves 16 rows."""
+    `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla plans take theirs
+    (`SM90_MMA16_DS`, ring of `SM90_MMA8_DS_STAGES`) under the same rule, sparse ones stay at
+    ≤ 8 rows; off, the Triton kernel serves 16 rows."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
     from fp8mla.runtime import Target
 
@@ -271,9 +271,8 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(heads=8, batch=1, ctx=131072).kernel == "mma8"  # no length rule at ≤ 8 rows
     assert not dense(heads=17).mma8 and not dense(heads=8, s_q=3).mma8  # 17 / 24 rows
     assert not dense(page_size=32).mma8
-    assert not dense(fmt="fp8_ds_mla").mma8 and dense(heads=8, fmt="fp8_ds_mla").mma8
-    assert not decode_mod.SM90_MMA16_DS  # the fp8_ds_mla wide form: off until measured
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS", True)
+    assert dense(heads=8, fmt="fp8_ds_mla").kernel == "mma8"
+    assert decode_mod.SM90_MMA16_DS  # the fp8_ds_mla wide form: on by default
     ds = dense(fmt="fp8_ds_mla")
     assert ds.kernel == "mma16" and ds.mma_rows == 16 and ds.programs_per_sm == 2
     assert ds.ring_stages == decode_mod.SM90_MMA8_DS_STAGES == 2
@@ -283,6 +282,8 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(fmt="fp8_ds_mla").programs_per_sm == 1  # 146 KB
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
     assert dense(batch=16).kernel == "mma16"
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS", False)
+    assert dense(fmt="fp8_ds_mla").kernel == "triton" and dense().kernel == "mma16"
     monkeypatch.setattr(decode_mod, "SM90_MMA16", False)
     assert dense().kernel == "triton" and dense(heads=8).kernel == "mma8"
 
@@ -309,7 +310,8 @@ def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
     assert dense().programs_per_sm == 1 == kd.programs_per_sm(3)  # 129 KB
     assert dense(heads=4, s_q=2).mma8 and dense(heads=1, s_q=4).mma8
-    assert not dense(heads=16).mma8 and not dense(heads=3, s_q=3).mma8  # > 8 rows
+    assert dense(heads=16).kernel != "mma8" != dense(heads=3, s_q=3).kernel  # > 8 rows
+    assert not dense(heads=17).mma8
     assert not dense(page_size=32).mma8  # a 64-token box would span pages
     monkeypatch.setattr(decode_mod, "SM90_MMA8", False)  # the fp8 kernel's switch: its own
     assert dense().mma8 and not dense(fmt="fp8").mma8

@@ -56,9 +56,11 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 PDL = False
 # split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
 # the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
-# heads × 4 splits) — for one more bf16 rounding of each partial before the LSE-weighted sum
-# (the output is bf16 anyway). Off: not yet measured on a GPU (predicted 2–3 µs of the 16-head
-# case's 3.7 µs combine and partial writes); benchmarks/decode_variants.py times it
+# heads × 4 splits) — for one more bf16 rounding of each partial before the LSE-weighted sum.
+# Off: measured on the H200 (ABAB, h200-20261202-s22-e8f3867-wide-ds-decode-variants.json) it
+# loses where it was meant to win — B=64 × 8K × 16 heads fp8 105.2 / 105.5 µs against 104.1 /
+# 104.3 (predicted 2–3 µs faster) — and gains 1.2 µs at B=1 × 128K × 8 (fp8 38.6 against 39.8,
+# fp8_ds_mla 43.9 against 45.1): not worth the extra rounding on every plan
 PARTIALS_BF16 = False
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
@@ -124,12 +126,12 @@ SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
 # read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of
-# tile i; a ring of
-# `SM90_MMA8_DS_STAGES`), under the same length rule. Compiled for sm_90 only (255 registers;
-# no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB of shared memory: two programs per SM)
-# and not yet run on a GPU: off until its GPU tests and an ABAB against the Triton kernel
-# (fp8_ds_mla B=64 × 8K × 16 heads: 158.0 µs, bf16 157.6) have run
-SM90_MMA16_DS = False
+# tile i; a ring of `SM90_MMA8_DS_STAGES`), under the same length rule; compiled for sm_90 only
+# (255 registers; no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB of shared memory: two
+# programs per SM). H200, ABAB against the Triton kernel (16-row programs): B=64 × 8K × 16
+# heads 125.3 / 125.3 µs against 156.8 / 156.9 (bf16: 157.6), s_q 2 × 8 124.3 against 157.1,
+# B=32 × 8K 74.1 against 92.7 (h200-20261202-s22-e8f3867-wide-ds-decode-variants.json)
+SM90_MMA16_DS = True
 
 
 def mma8_stages(rows: int) -> int:
