@@ -18,7 +18,7 @@ from dataclasses import asdict, replace
 import torch
 
 import fp8mla.decode as decode_mod
-from fp8mla.bench.decode import DecodeCase, run_case
+from fp8mla.bench.decode import POOL_CASE, DecodeCase, run_case
 from fp8mla.bench.harness import announced_ceiling, env_info
 from fp8mla.runtime import decode_config
 
@@ -85,7 +85,9 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # against 104.1 / 104.3, B=1 × 128K 38.6 / 38.6 against 39.8 / 39.8 (kept off); the fp8_ds_mla
 # wide form (`SM90_MMA16_DS`) against the Triton kernel: B=64 × 8K × 16 125.3 / 125.3 against
 # 156.8 / 156.9, s_q 2 × 8 124.3 against 157.1, B=32 74.1 against 92.7 (switched on;
-# s22-e8f3867-wide-ds-decode-variants.json). The plan: the same again.
+# s22-e8f3867-wide-ds-decode-variants.json). The plan: the split combine as a programmatic
+# dependent launch (`PDL`; session 11: within noise on the Triton kernel) against the default,
+# ABAB, on the Gluon kernels' cases.
 TRITON = {"SM90_MMA8": False}
 TRITON16 = {"SM90_MMA16": False}
 WIDE16 = {"SM90_MMA16": True}
@@ -99,14 +101,13 @@ BF16P = [("partials fp32", None, None, {"PARTIALS_BF16": False}),
          ("partials bf16", None, None, {"PARTIALS_BF16": True}),
          ("partials fp32 again", None, None, {"PARTIALS_BF16": False}),
          ("partials bf16 again", None, None, {"PARTIALS_BF16": True})]
+PDL_ABAB = [("pdl", None, None, {"PDL": True}), ("no pdl", None, None, {"PDL": False}),
+            ("pdl again", None, None, {"PDL": True}), ("no pdl again", None, None, {"PDL": False})]
 PLAN = [
-    (DecodeCase(64, 8192, 16), "fp8", BF16P),
-    (DecodeCase(1, 131072, 8), "fp8", BF16P),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", BF16P[:2]),
-    (DecodeCase(64, 8192, 16), "fp8_ds_mla", DS_WIDE_ABAB),
-    (DecodeCase(64, 8192, 8, s_q=2), "fp8_ds_mla", DS_WIDE_ABAB[:2]),
-    (DecodeCase(32, 8192, 16), "fp8_ds_mla", DS_WIDE_ABAB[:2]),
-    (DecodeCase(64, 8192, 16), "fp8", WIDE_ABAB),
+    (DecodeCase(64, 8192, 16), "fp8", PDL_ABAB),
+    (DecodeCase(1, 131072, 8), "fp8", PDL_ABAB),
+    (DecodeCase(64, 8192, 16), "fp8_ds_mla", PDL_ABAB[:2]),
+    (POOL_CASE, "fp8", PDL_ABAB[:2]),
 ]
 
 

@@ -1,0 +1,108 @@
+"""What the timer's L2 flush charges a decode, on a GPU.
+
+    python benchmarks/l2_state.py OUT.json
+
+`fp8mla.bench.harness.time_us` is `triton.testing.do_bench`, which before every timed call
+zeroes a 256 MB buffer: the L2 starts each call full of dirty lines, which the decode must
+write back to DRAM as its reads evict them — a cost no serving step pays (its previous kernels
+write megabytes, not the L2's 50). Session 21's `decode_phases` found 8–9 µs between a
+replay's time and its kernels' GPU time at B=64 × 8K × 16 heads and B=1 × 128K, 5 µs in the
+small pool case. This times each case's CUDA-graph replay, one decode and ten in one graph,
+with events around each call after three flushes: `zero` (do_bench's), `read` (a sum over the
+same 256 MB: the L2 left holding clean lines) and `none`; and, per flush, each kernel's GPU time
+(the profiler, 20 calls). Each case is checked against the reference first.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import sys
+
+import torch
+
+from fp8mla.bench.decode import POOL_CASE, DecodeCase, _check, make_problem
+from fp8mla.bench.harness import announced_ceiling, env_info, graphed
+from fp8mla.decode import DecodePlan
+
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"), (POOL_CASE, "fp8"),
+         (DecodeCase(64, 8192, 16), "fp8_ds_mla")]
+FLUSH_BYTES = 256 * 2**20
+
+
+def flushes() -> dict:
+    buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    return {"zero": buf.zero_, "read": lambda: buf.sum(), "none": lambda: None}
+
+
+def event_median_us(fn, flush, reps: int = 200, calls: int = 1) -> float:
+    """Median over ``reps`` of the event time around ``fn()``, each after ``flush()``, / calls."""
+    for _ in range(10):
+        flush()
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends, strict=True):
+        flush()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return 1000 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) / calls
+
+
+def kernel_us(fn, flush, calls: int = 1, reps: int = 20) -> dict[str, float]:
+    """GPU µs per call of each kernel launched by ``fn`` (not the flush's), each rep after
+    ``flush()``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        flush()
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush()
+            fn()
+        torch.cuda.synchronize()
+    return {e.key[:40]: round(e.device_time_total / (reps * calls), 2)
+            for e in prof.key_averages()
+            if e.device_type.name == "CUDA" and e.count and ("mla" in e.key or "combine" in e.key)}
+
+
+def call_n(fn, n: int) -> None:
+    for _ in range(n):
+        fn()
+
+
+def main() -> int:
+    out_path = sys.argv[1]
+    env = env_info()
+    ceiling = announced_ceiling(env)
+    modes = flushes()
+    rows = []
+    for case, fmt_name in CASES:
+        fmt, kv, table, seqlens, q, scale = make_problem(case, fmt_name)
+        plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q, kv_format=fmt,
+                          page_size=case.page_size, cache_seqlens=seqlens, device="cuda")
+        fn = functools.partial(plan.run, q, kv, table, seqlens, fp8_scale=scale, check=False)
+        _check(case, fmt, kv, table, seqlens, q, scale, *fn())
+        one, ten = graphed(fn), graphed(functools.partial(call_n, fn, 10))
+        for mode, flush in modes.items():
+            row = {"case": case.name(f"dense_decode/{fmt_name}", fmt_name), "kernel": plan.kernel,
+                   "splits": plan.num_splits, "flush": mode,
+                   "us": round(event_median_us(one, flush), 2),
+                   "us_per_call_in_10": round(event_median_us(ten, flush, reps=50, calls=10), 2),
+                   "kernels_us": kernel_us(one, flush),
+                   "kernels_us_in_10": kernel_us(ten, flush, calls=10)}
+            row["gaps_us"] = round(row["us"] - sum(row["kernels_us"].values()), 2)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            with open(out_path, "w") as f:
+                json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
