@@ -363,7 +363,7 @@ def compile_target(cc):
         lines.append(row(f"combine/D{block_d}", cc, compile_for(
             _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d,
                                                   "BLOCK_S": block_s, "PDL": False}, cc)))
-    if cc >= PDL_CC:  # programmatic dependent launch (griddepcontrol: SM90+), not yet a default
+    if cc >= PDL_CC:  # programmatic dependent launch (griddepcontrol: SM90+; the default on SM90)
         lines.append(row("combine/D512-pdl", cc, compile_for(
             _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": 512,
                                                   "BLOCK_S": 8, "PDL": True}, cc)))

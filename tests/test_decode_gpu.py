@@ -314,15 +314,19 @@ def test_tma_tiles_match_reference_past_page_tails(heads, s_q, lens, narrow, mon
     assert_close(lse[full], rl[full], atol=1e-3, rtol=1e-3, name="lse")
 
 
-def test_programmatic_dependent_combine_in_a_graph(monkeypatch):
+@pytest.mark.parametrize("fmt,heads", [("fp8", 8), ("fp8", 16), ("fp8_ds_mla", 16), ("fp8", 128),
+                                       ("bf16", 16)])
+def test_programmatic_dependent_combine_in_a_graph(monkeypatch, fmt, heads):
     """fp8mla.decode.PDL (the split combine launched as a programmatic dependent of the decode
-    kernel, SM90): captured in a CUDA graph and replayed with new lengths and contents, the
-    result still matches the reference — the combine reads every split's finished partials."""
+    kernel, SM90; on by default): behind each kernel family (the ≤ 8-row and wide Gluon
+    mma.sync kernels, the 64-row Gluon kernel, the Triton kernel), captured in a CUDA graph and
+    replayed with new lengths and contents, the result still matches the reference — the
+    combine reads every split's finished partials."""
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the launcher takes programmatic dependent launch on SM90 only")
     monkeypatch.setattr(decode_mod, "PDL", True)
-    plan = _graph_replays("fp8")
+    plan = _graph_replays(fmt, heads)
     assert plan.num_splits > 1 and plan._pdl  # the combine ran, as a dependent launch
 
 

@@ -50,10 +50,12 @@ COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (3
 COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
 # SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
-# following it. Off: not yet measured (session 10 measured 5.6–9.1 µs of launch gaps per
-# two-kernel graph replay, h200-20261130-s10-*-decode-phases); benchmarks/decode_variants.py
-# times it by setting this to True
-PDL = False
+# following it (it waits in `gdc_wait` for the grid's writes). A small, consistent gain: H200,
+# ABAB, every pair faster with it — B=64 × 8K × 16 heads fp8 104.8 / 104.8 µs against 105.1 /
+# 105.2, B=1 × 128K 39.5 / 39.7 against 39.8 / 40.0, fp8_ds_mla 126.6 against 126.7, the pool
+# case 12.9 against 13.2 (h200-20261202-s22-87b29d9-pdl-decode-variants.json); session 11's
+# four pairs on the Triton kernel likewise (0.2–0.9 µs)
+PDL = True
 # split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
 # the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
 # heads × 4 splits) — for one more bf16 rounding of each partial before the LSE-weighted sum.
