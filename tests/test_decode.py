@@ -238,8 +238,8 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     rows over pages of ≥ 64 tokens (the 8-row form keeps ≤ 8) whose schedule gives programs
     `SM90_MMA16_MIN_TILES` tiles or more (forced split counts included), its ring of
     `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla plans take theirs
-    (`SM90_MMA16_DS`, ring of `SM90_MMA8_DS_STAGES`) under the same rule, sparse ones stay at
-    ≤ 8 rows; off, the Triton kernel serves 16 rows."""
+    (`SM90_MMA16_DS`, ring of `SM90_MMA8_DS_STAGES`) from `SM90_MMA16_DS_MIN_TILES` tiles,
+    sparse ones stay at ≤ 8 rows; off, the Triton kernel serves 16 rows."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
     from fp8mla.runtime import Target
 
@@ -276,7 +276,10 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     ds = dense(fmt="fp8_ds_mla")
     assert ds.kernel == "mma16" and ds.mma_rows == 16 and ds.programs_per_sm == 2
     assert ds.ring_stages == decode_mod.SM90_MMA8_DS_STAGES == 2
-    assert dense(fmt="fp8_ds_mla", batch=16).kernel == "triton"  # 8 tiles a program
+    assert decode_mod.SM90_MMA16_DS_MIN_TILES == 8  # measured: the ds form wins at 8 tiles
+    assert dense(fmt="fp8_ds_mla", batch=16).kernel == "mma16"  # 8 tiles a program
+    assert dense(fmt="fp8_ds_mla", batch=1, ctx=131072).kernel == "mma16"
+    assert dense(fmt="fp8_ds_mla", batch=8).kernel == "triton"  # 4 tiles: not measured
     assert kernel_note(ds).startswith("kernel=mma16 splits=4 rows=16 ring=2 ")
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
     assert dense(fmt="fp8_ds_mla").programs_per_sm == 1  # 146 KB

@@ -177,6 +177,7 @@ def _mma16_only(monkeypatch, stages=None):
     monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_DS", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)  # short programs too
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS_MIN_TILES", 0)
     if stages:
         monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", stages)
         monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", stages)

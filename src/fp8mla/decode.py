@@ -128,12 +128,17 @@ SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
 # read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of
-# tile i; a ring of `SM90_MMA8_DS_STAGES`), under the same length rule; compiled for sm_90 only
+# tile i; a ring of `SM90_MMA8_DS_STAGES`), where programs get `SM90_MMA16_DS_MIN_TILES` tiles
+# or more; compiled for sm_90 only
 # (255 registers; no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB of shared memory: two
 # programs per SM). H200, ABAB against the Triton kernel (16-row programs): B=64 × 8K × 16
 # heads 125.3 / 125.3 µs against 156.8 / 156.9 (bf16: 157.6), s_q 2 × 8 124.3 against 157.1,
-# B=32 × 8K 74.1 against 92.7 (h200-20261202-s22-e8f3867-wide-ds-decode-variants.json)
+# B=32 × 8K 74.1 against 92.7 (h200-20261202-s22-e8f3867-wide-ds-decode-variants.json). Unlike
+# the fp8 form it wins at 8 tiles a program too (the fp8_ds_mla Triton kernel is further
+# behind): B=16 × 8K 50.0 / 50.0 against 61.0 / 61.1, B=1 × 128K × 16 heads 50.7 / 50.7 against
+# 63.2 / 63.2 (s22-1380eb4-decode-variants.json); shorter programs not yet measured
 SM90_MMA16_DS = True
+SM90_MMA16_DS_MIN_TILES = 8
 
 
 def mma8_stages(rows: int) -> int:
@@ -574,10 +579,10 @@ class DecodePlan:
         fp8_ds_mla and sparse forms; `plan.mma8` covers all of them) serves this plan: dense fp8
         rows in pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`), dense fp8_ds_mla rows
         the same (`SM90_MMA8_DS`), either with 9–16 where the schedule (``num_splits``, the
-        scheduler's where None) gives programs `SM90_MMA16_MIN_TILES` tiles or more
-        (`SM90_MMA16`, `SM90_MMA16_DS`), or sparse fp8_ds_mla rows over index lists with ≤ 8
-        heads (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute capability 9.0
-        and a Triton with Gluon."""
+        scheduler's where None) gives programs enough tiles (`SM90_MMA16_MIN_TILES`,
+        `SM90_MMA16_DS_MIN_TILES`; switches `SM90_MMA16`, `SM90_MMA16_DS`), or sparse
+        fp8_ds_mla rows over index lists with ≤ 8 heads (`SPARSE_SM90_MMA8`); one program for
+        all heads, a GPU of compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.sparse:
@@ -598,7 +603,8 @@ class DecodePlan:
             tiles = triton.cdiv(max(max_seqlen, 1), k8.BLOCK_N)
             splits = num_splits or choose_num_splits(self.batch, 1, max_seqlen,
                                                      self.target.num_sms * per_sm, k8.BLOCK_N)
-            if triton.cdiv(tiles, splits) < SM90_MMA16_MIN_TILES:
+            least = SM90_MMA16_MIN_TILES if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
+            if triton.cdiv(tiles, splits) < least:
                 return False
         return (k8.AVAILABLE and self.config.heads_per_block >= self.num_heads
                 and (self.sparse or self.page_size >= k8.BLOCK_N))
