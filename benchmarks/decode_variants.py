@@ -90,7 +90,10 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # ABAB, on the Gluon kernels' cases: every pair faster with it, by 0.1–0.4 µs (switched on;
 # s22-87b29d9-pdl-decode-variants.json). The plan: the fp8_ds_mla wide form at 8 tiles a
 # program (the length rule measured on fp8, whose Triton kernel is closer) against the Triton
-# kernel, ABAB.
+# kernel, ABAB: B=16 × 8K 50.0 / 50.0 against 61.0 / 61.1, B=1 × 128K × 16 50.7 / 50.7 against
+# 63.2 / 63.2, and fp8 B=1 × 128K × 16 45.9 against 42.2 (s22-1380eb4-decode-variants.json;
+# `SM90_MMA16_DS_MIN_TILES` = 8). The plan: shorter programs still — the fp8_ds_mla wide form at
+# 4, 2 and 1 tiles a program, the fp8 one at 12 — against the Triton kernel.
 TRITON = {"SM90_MMA8": False}
 TRITON16 = {"SM90_MMA16": False}
 WIDE16 = {"SM90_MMA16": True}
@@ -106,14 +109,17 @@ BF16P = [("partials fp32", None, None, {"PARTIALS_BF16": False}),
          ("partials bf16 again", None, None, {"PARTIALS_BF16": True})]
 PDL_ABAB = [("pdl", None, None, {"PDL": True}), ("no pdl", None, None, {"PDL": False}),
             ("pdl again", None, None, {"PDL": True}), ("no pdl again", None, None, {"PDL": False})]
+DS_SHORT = {"SM90_MMA16_DS_MIN_TILES": 0}
 SHORT_WIDE = {"SM90_MMA16_MIN_TILES": 0}
-DS_SHORT_ABAB = [("mma16 at 8 tiles", None, None, SHORT_WIDE), ("triton", None, None, {}),
-                 ("mma16 at 8 tiles again", None, None, SHORT_WIDE),
-                 ("triton again", None, None, {})]
+DS_SHORTER_ABAB = [("mma16", None, None, DS_SHORT), ("triton", None, None, {}),
+                   ("mma16 again", None, None, DS_SHORT), ("triton again", None, None, {})]
+FP8_SHORT_ABAB = [("mma16", None, None, SHORT_WIDE), ("triton", None, None, {}),
+                  ("mma16 again", None, None, SHORT_WIDE), ("triton again", None, None, {})]
 PLAN = [
-    (DecodeCase(16, 8192, 16), "fp8_ds_mla", DS_SHORT_ABAB),
-    (DecodeCase(1, 131072, 16), "fp8_ds_mla", DS_SHORT_ABAB),
-    (DecodeCase(1, 131072, 16), "fp8", DS_SHORT_ABAB[:2]),
+    (DecodeCase(8, 8192, 16), "fp8_ds_mla", DS_SHORTER_ABAB),  # 4 tiles a program
+    (DecodeCase(4, 8192, 16), "fp8_ds_mla", DS_SHORTER_ABAB[:2]),  # 2
+    (DecodeCase(1, 4096, 16), "fp8_ds_mla", DS_SHORTER_ABAB[:2]),  # 1
+    (DecodeCase(24, 8192, 16), "fp8", FP8_SHORT_ABAB),  # 12
 ]
 
 

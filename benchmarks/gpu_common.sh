@@ -1,6 +1,6 @@
 # Sourced by the gpu_*.sh scripts: `gpu_setup NAME` makes $W = $OUT/NAME with the GPU, driver,
-# clocks and torch/triton versions in $W/gpu.txt; `run NAME TIMEOUT COMMAND...` logs the
-# command to $W/NAME.log (progress bars dropped), its exit status and seconds to $W/status.txt,
+# clocks and torch/triton versions in $W/gpu.txt, and $PYTEST_N the GPU tests' xdist flag;
+# `run NAME TIMEOUT COMMAND...` logs the command to $W/NAME.log (progress bars dropped), its exit status and seconds to $W/status.txt,
 # and prints the log's last $TAIL_LINES lines (default 3; 0: none).
 gpu_setup() {
   OUT=${OUT:-.out}; W=$OUT/$1; mkdir -p "$W"
@@ -8,6 +8,9 @@ gpu_setup() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
     --format=csv > "$W/gpu.txt"
   python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$W/gpu.txt"
+  # the GPU tests in four processes where pytest-xdist is installed (compiling dominates: the
+  # suite took 117 s so on the H200 in session 22, and over 250 s in one process)
+  PYTEST_N=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
 }
 run() {
   local name=$1 t=$2; shift 2

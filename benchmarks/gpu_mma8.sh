@@ -13,7 +13,7 @@ set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"
 if [ "${1:-}" = sparse ]; then
   gpu_setup mma8-sparse
-  run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sparse_gpu.py -rA \
+  run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -m gpu tests/test_sparse_gpu.py -rA \
     -k "${TESTS:-not nothing}"
   run variants 240 python3 benchmarks/sparse_variants.py "$W/sparse-variants.json"
   export NCU_DRIVER=benchmarks/profile_sparse.py
@@ -23,7 +23,7 @@ if [ "${1:-}" = sparse ]; then
   done
 elif [ "${1:-}" = ds ]; then
   gpu_setup mma8-ds
-  run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode_gpu.py -rA \
+  run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -m gpu tests/test_decode_gpu.py -rA \
     -k "${TESTS:-mma8}"
   run variants 240 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
   for k in 1 0; do
@@ -32,7 +32,7 @@ elif [ "${1:-}" = ds ]; then
   done
 elif [ "${1:-}" = wide ]; then
   gpu_setup mma16
-  run gpu_tests 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rA \
+  run gpu_tests 300 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -m gpu tests -rA \
     -k "${TESTS:-not nothing}"
   run variants 200 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
   for k in 1 0; do
@@ -41,7 +41,7 @@ elif [ "${1:-}" = wide ]; then
   done
 else
   gpu_setup mma8
-  run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rA \
+  run gpu_tests 200 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -m gpu tests -rA \
     -k "${TESTS:-not nothing}"
   run variants 220 python3 benchmarks/decode_variants.py "$W/decode-variants.json"
   run ncu_mma8 80 bash benchmarks/ncu_decode.sh "$W/ncu-mma8-fp8-B64-H8.txt" fp8 64 8192 8 SM90_MMA8=1

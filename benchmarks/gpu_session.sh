@@ -11,7 +11,7 @@ run sparse 150 python3 -m fp8mla.cli bench sparse --out "$W/sparse.json"
 run compat 100 python3 benchmarks/compat_overhead.py "$W/compat.json"
 run demo 150 python3 -m fp8mla.cli demo --out "$W/demo"
 run soak 40 python3 benchmarks/soak.py "$W/soak.json" --steps 10000
-run gpu_tests 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rA
+run gpu_tests 300 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -m gpu tests -rA
 if [ "${1:-}" = sweep ]; then
   run sweep 200 python3 -m fp8mla.cli bench decode --formats "${SWEEP_FORMATS:-fp8,fp8_ds_mla}" \
     --sweep --out "$W/sweep-results.json" --sweep-out "$W/sweep.json"
