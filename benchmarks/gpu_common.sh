@@ -1,7 +1,8 @@
 # Sourced by the gpu_*.sh scripts: `gpu_setup NAME` makes $W = $OUT/NAME with the GPU, driver,
 # clocks and torch/triton versions in $W/gpu.txt, and $PYTEST_N the GPU tests' xdist flag;
-# `run NAME TIMEOUT COMMAND...` logs the command to $W/NAME.log (progress bars dropped), its exit status and seconds to $W/status.txt,
-# and prints the log's last $TAIL_LINES lines (default 3; 0: none).
+# `run NAME TIMEOUT COMMAND...` logs the command to $W/NAME.log (progress bars dropped), its
+# exit status and seconds to $W/status.txt, and prints the log's last $TAIL_LINES lines
+# (default 3; 0: none).
 gpu_setup() {
   OUT=${OUT:-.out}; W=$OUT/$1; mkdir -p "$W"
   export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
