@@ -93,7 +93,9 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # kernel, ABAB: B=16 × 8K 50.0 / 50.0 against 61.0 / 61.1, B=1 × 128K × 16 50.7 / 50.7 against
 # 63.2 / 63.2, and fp8 B=1 × 128K × 16 45.9 against 42.2 (s22-1380eb4-decode-variants.json;
 # `SM90_MMA16_DS_MIN_TILES` = 8). The plan: shorter programs still — the fp8_ds_mla wide form at
-# 4, 2 and 1 tiles a program, the fp8 one at 12 — against the Triton kernel.
+# 4, 2 and 1 tiles a program, the fp8 one at 12 — against the Triton kernel: ds B=8 37.1 / 37.0
+# against 46.4 / 46.7, B=4 29.6 against 37.6, B=1 × 4K 16.1 against 16.8 (no length rule since);
+# fp8 B=24 55.3 / 55.4 against 53.4 / 53.4 (16 tiles stays; s22-0fa10af-decode-variants.json).
 TRITON = {"SM90_MMA8": False}
 TRITON16 = {"SM90_MMA16": False}
 WIDE16 = {"SM90_MMA16": True}

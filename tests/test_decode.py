@@ -276,10 +276,13 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     ds = dense(fmt="fp8_ds_mla")
     assert ds.kernel == "mma16" and ds.mma_rows == 16 and ds.programs_per_sm == 2
     assert ds.ring_stages == decode_mod.SM90_MMA8_DS_STAGES == 2
-    assert decode_mod.SM90_MMA16_DS_MIN_TILES == 8  # measured: the ds form wins at 8 tiles
+    assert decode_mod.SM90_MMA16_DS_MIN_TILES == 0  # measured: the ds form wins at 1–8 tiles
     assert dense(fmt="fp8_ds_mla", batch=16).kernel == "mma16"  # 8 tiles a program
     assert dense(fmt="fp8_ds_mla", batch=1, ctx=131072).kernel == "mma16"
-    assert dense(fmt="fp8_ds_mla", batch=8).kernel == "triton"  # 4 tiles: not measured
+    assert dense(fmt="fp8_ds_mla", batch=1, ctx=4096).kernel == "mma16"  # 1 tile
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS_MIN_TILES", 8)
+    assert dense(fmt="fp8_ds_mla", batch=8).kernel == "triton"  # 4 tiles
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS_MIN_TILES", 0)
     assert kernel_note(ds).startswith("kernel=mma16 splits=4 rows=16 ring=2 ")
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
     assert dense(fmt="fp8_ds_mla").programs_per_sm == 1  # 146 KB

@@ -118,7 +118,8 @@ SM90_MMA8_DS_STAGES = 2
 # 2 × 8): two MMA column blocks, qᵀ read from shared memory every tile instead of held in
 # registers, a ring of `SM90_MMA16_STAGES` stages (2: two programs per SM), where the schedule
 # gives a program at least `SM90_MMA16_MIN_TILES` tiles (its fixed cost per program — q's
-# staging, the ring's fill — loses below). H200, ABAB against the Triton kernel (16-row
+# staging, the ring's fill — loses below: B=24 × 8K, 12 tiles, 55.3 / 55.4 against 53.4 / 53.4,
+# s22-0fa10af-decode-variants.json). H200, ABAB against the Triton kernel (16-row
 # programs): B=64 × 8K × 16 heads 105.0 / 105.7 µs against 114.8 / 115.1, s_q 2 × 8 106.0
 # against 115.7, B=128 × 4K 106.7 against 115.9, B=32 × 8K (16 tiles a program) 63.8 against
 # 65.6 (h200-20261202-s21-9271bf1-decode-variants.json); B=16 × 8K and B=1 × 128K (8 tiles)
@@ -128,17 +129,19 @@ SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
 # read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of
-# tile i; a ring of `SM90_MMA8_DS_STAGES`), where programs get `SM90_MMA16_DS_MIN_TILES` tiles
-# or more; compiled for sm_90 only
+# tile i; a ring of `SM90_MMA8_DS_STAGES`; `SM90_MMA16_DS_MIN_TILES`: 0, no length rule);
+# compiled for sm_90 only
 # (255 registers; no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB of shared memory: two
 # programs per SM). H200, ABAB against the Triton kernel (16-row programs): B=64 × 8K × 16
 # heads 125.3 / 125.3 µs against 156.8 / 156.9 (bf16: 157.6), s_q 2 × 8 124.3 against 157.1,
 # B=32 × 8K 74.1 against 92.7 (h200-20261202-s22-e8f3867-wide-ds-decode-variants.json). Unlike
-# the fp8 form it wins at 8 tiles a program too (the fp8_ds_mla Triton kernel is further
-# behind): B=16 × 8K 50.0 / 50.0 against 61.0 / 61.1, B=1 × 128K × 16 heads 50.7 / 50.7 against
-# 63.2 / 63.2 (s22-1380eb4-decode-variants.json); shorter programs not yet measured
+# the fp8 form it wins on short programs too (the fp8_ds_mla Triton kernel is further behind),
+# so it has no length rule: 8 tiles a program (B=16 × 8K) 50.0 / 50.0 against 61.0 / 61.1, B=1
+# × 128K × 16 heads 50.7 / 50.7 against 63.2 / 63.2 (s22-1380eb4-decode-variants.json); 4 tiles
+# (B=8) 37.1 / 37.0 against 46.4 / 46.7, 2 (B=4) 29.6 against 37.6, 1 (B=1 × 4K) 16.1 against
+# 16.8 (s22-0fa10af-decode-variants.json)
 SM90_MMA16_DS = True
-SM90_MMA16_DS_MIN_TILES = 8
+SM90_MMA16_DS_MIN_TILES = 0
 
 
 def mma8_stages(rows: int) -> int:

@@ -46,7 +46,9 @@ against the Triton kernel's 114.8 / 115.1, s_q 2 × 8 106.0 against 115.7. Nsigh
 B=64 (s21-9e84ea7): DRAM 64% of peak, ALU 38% and tensor 33% busy, stalls per issue led by
 fixed-latency waits (0.93) and the long scoreboard (0.75) — latency-bound at 8 warps an SM.
 Programs of few tiles lose to the Triton kernel (q's staging and the ring's fill per program):
-the launcher takes the wide form for programs of ≥ 16 tiles (`fp8mla.decode`).
+the launcher takes the wide form for programs of ≥ 16 tiles (`fp8mla.decode`; 12 tiles: 55.3
+against 53.4 µs, B=24 × 8K, s22-0fa10af). The fp8_ds_mla wide form has no such rule: its
+Triton kernel is further behind (`decode_sm90_mma8_ds`).
 
 Both forms skip the scores' mask on tiles every row sees whole and the accumulators' rescale on
 tiles where no row's max grew (±0.3 µs).

@@ -22,12 +22,13 @@ Outputs as `_mla_decode_kernel`'s: the final rows (one split) or the split's par
 The wide form (``R`` = 16; `fp8mla.decode.SM90_MMA16_DS`) follows `decode_sm90_mma8`'s:
 qᵀ's latent staged once in its own buffer (16 KB) and read every tile, the rope's bf16 [64, 16]
 operand in registers, one P (the barrier at the top of each tile orders its reuse) and the copy
-of tile i + NS − 1 issued at the top of tile i. sm_90: 255 registers, no spills on triton 3.9 (24–32
-bytes on 3.6), 106 KB of shared memory (two programs per SM). H200 (triton 3.6,
+of tile i + NS − 1 issued at the top of tile i. sm_90: 255 registers, no spills on triton 3.9
+(24–32 bytes on 3.6), 106 KB of shared memory (two programs per SM). H200 (triton 3.6,
 h200-20261202-s22-e8f3867-wide-ds-*): B=64 × 8K × 16 heads 125.3 µs (2.76 TB/s) against the
-Triton kernel's 156.8; Nsight Compute there: DRAM 62% of peak (Triton: 48%), 198K cycles
-against 263K, 393 KB of local traffic from 3.6's spills, stalls per issue led by fixed-latency
-waits (0.98) and the short scoreboard (0.51).
+Triton kernel's 156.8, and on programs of 1–8 tiles too (B=8 × 8K, 4 tiles: 37.1 against 46.4;
+B=1 × 4K, 1 tile: 16.1 against 16.8), so it serves every length. Nsight Compute at B=64: DRAM
+62% of peak (Triton: 48%), 198K cycles against 263K, 393 KB of local traffic from 3.6's spills,
+stalls per issue led by fixed-latency waits (0.98) and the short scoreboard (0.51).
 
 Measured on the H200 (triton 3.6; h200-20261202-s20-9673ca2-mma8-ds-decode-variants.json,
 ceiling 4.48 TB/s): B=1 × 128K × 8 heads 44.1 µs against the Triton kernel's 56.7 (16-row
