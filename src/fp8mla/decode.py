@@ -130,9 +130,8 @@ SM90_MMA16_MIN_TILES = 16
 # the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
 # read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of
 # tile i; a ring of `SM90_MMA8_DS_STAGES`; `SM90_MMA16_DS_MIN_TILES`: 0, no length rule);
-# compiled for sm_90 only
-# (255 registers; no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB of shared memory: two
-# programs per SM). H200, ABAB against the Triton kernel (16-row programs): B=64 × 8K × 16
+# compiled for sm_90 only (255 registers; no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB
+# of shared memory: two programs per SM). H200, ABAB against the Triton kernel (16-row programs): B=64 × 8K × 16
 # heads 125.3 / 125.3 µs against 156.8 / 156.9 (bf16: 157.6), s_q 2 × 8 124.3 against 157.1,
 # B=32 × 8K 74.1 against 92.7 (h200-20261202-s22-e8f3867-wide-ds-decode-variants.json). Unlike
 # the fp8 form it wins on short programs too (the fp8_ds_mla Triton kernel is further behind),
