@@ -10,12 +10,15 @@ replay's time and its kernels' GPU time at B=64 × 8K × 16 heads and B=1 × 128
 small pool case. This times each case's CUDA-graph replay, one decode and ten in one graph,
 with events around each call after three flushes: `zero` (do_bench's), `read` (a sum over the
 same 256 MB: the L2 left holding clean lines) and `none`; and, per flush, each kernel's GPU time
-(the profiler, 20 calls). Each case is checked against the reference first.
+(the profiler, 20 calls). Each case is checked against the reference first. Session 22's
+run (87b29d9): the zeroing flush costs 3.6 µs at B=64 × 16 heads and 6.3 µs at B=1 × 128K
+(BENCHMARKS.md). `SPARSE_CASES`: #4's B=64 × 8 heads × topk 2048 (added after that run).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import statistics
 import sys
@@ -24,10 +27,16 @@ import torch
 
 from fp8mla.bench.decode import POOL_CASE, DecodeCase, _check, make_problem
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed
+from fp8mla.bench.sparse import sparse_problem
 from fp8mla.decode import DecodePlan
+from fp8mla.formats import KV_DIM, dequantize_kv, kv_format
+from fp8mla.reference import sparse_mla
+from fp8mla.sparse import SparsePlan
+from fp8mla.testing import assert_close
 
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"), (POOL_CASE, "fp8"),
          (DecodeCase(64, 8192, 16), "fp8_ds_mla")]
+SPARSE_CASES = [(64, 8, 2048)]  # (queries, heads, topk), fp8_ds_mla, s_q 1
 FLUSH_BYTES = 256 * 2**20
 
 
@@ -76,22 +85,42 @@ def call_n(fn, n: int) -> None:
         fn()
 
 
-def main() -> int:
-    out_path = sys.argv[1]
-    env = env_info()
-    ceiling = announced_ceiling(env)
-    modes = flushes()
-    rows = []
+def dense_cases():
+    """(name, plan, checked call) of each dense case."""
     for case, fmt_name in CASES:
         fmt, kv, table, seqlens, q, scale = make_problem(case, fmt_name)
         plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q, kv_format=fmt,
                           page_size=case.page_size, cache_seqlens=seqlens, device="cuda")
         fn = functools.partial(plan.run, q, kv, table, seqlens, fp8_scale=scale, check=False)
         _check(case, fmt, kv, table, seqlens, q, scale, *fn())
+        yield case.name(f"dense_decode/{fmt_name}", fmt_name), plan, fn
+
+
+def sparse_cases():
+    """The same for the sparse cases (the first two queries checked)."""
+    fmt = kv_format("fp8_ds_mla")
+    for batch, heads, topk in SPARSE_CASES:
+        rows, idx, q = sparse_problem(batch, heads, topk, 1, fmt, "cuda")
+        plan = SparsePlan(num_queries=batch, num_heads=heads, topk=topk, kv_format=fmt,
+                          device="cuda")
+        fn = functools.partial(plan.run, q, rows, idx, check=False)
+        out, _ = fn()
+        kv = dequantize_kv(rows[idx[:2].flatten().long()], fmt)
+        local = torch.arange(2 * topk, device="cuda").view(2, topk)
+        assert_close(out[:2], sparse_mla(q[:2], kv, local, KV_DIM ** -0.5)[0], name="sparse out")
+        yield f"sparse_decode/fp8_ds_mla/B{batch}-H{heads}-topk{topk}-sq1", plan, fn
+
+
+def main() -> int:
+    out_path = sys.argv[1]
+    env = env_info()
+    ceiling = announced_ceiling(env)
+    modes = flushes()
+    rows = []
+    for name, plan, fn in itertools.chain(dense_cases(), sparse_cases()):
         one, ten = graphed(fn), graphed(functools.partial(call_n, fn, 10))
         for mode, flush in modes.items():
-            row = {"case": case.name(f"dense_decode/{fmt_name}", fmt_name), "kernel": plan.kernel,
-                   "splits": plan.num_splits, "flush": mode,
+            row = {"case": name, "kernel": plan.kernel, "splits": plan.num_splits, "flush": mode,
                    "us": round(event_median_us(one, flush), 2),
                    "us_per_call_in_10": round(event_median_us(ten, flush, reps=50, calls=10), 2),
                    "kernels_us": kernel_us(one, flush),

@@ -340,8 +340,7 @@ class DecodePlan:
     def kernel(self) -> str:
         """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
         (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (the wide forms, fp8
-        and fp8_ds_mla),
-        "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
+        and fp8_ds_mla), "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
         (`_mla_decode_kernel`)."""
         if self.mma8:
             return "mma8" if self.mma_rows == 8 else "mma16"
