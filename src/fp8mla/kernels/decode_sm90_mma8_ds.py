@@ -1,5 +1,5 @@
 """SM90 dense decode of fp8_ds_mla pages for programs of at most 8 query rows (s_q × heads:
-GLM-5 at TP8) — and, not yet run on a GPU, 16 (below) — in Gluon: the sparse ≤ 8-row kernel's
+GLM-5 at TP8) — and of 9–16 (the wide form, below) — in Gluon: the sparse ≤ 8-row kernel's
 tile (`decode_sm90_mma8_sparse`: per-chunk scaled score chains, one Oᵀ accumulator per 128-dim
 scale chunk, P stored scaled per chunk) fed by tensor-memory copies instead of a gather, as
 `decode_sm90_mma8` feeds fp8 rows.
