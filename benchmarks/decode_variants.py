@@ -85,42 +85,34 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # against 104.1 / 104.3, B=1 × 128K 38.6 / 38.6 against 39.8 / 39.8 (kept off); the fp8_ds_mla
 # wide form (`SM90_MMA16_DS`) against the Triton kernel: B=64 × 8K × 16 125.3 / 125.3 against
 # 156.8 / 156.9, s_q 2 × 8 124.3 against 157.1, B=32 74.1 against 92.7 (switched on;
-# s22-e8f3867-wide-ds-decode-variants.json). The plan: the split combine as a programmatic
+# s22-e8f3867-wide-ds-decode-variants.json). The split combine as a programmatic
 # dependent launch (`PDL`; session 11: within noise on the Triton kernel) against the default,
 # ABAB, on the Gluon kernels' cases: every pair faster with it, by 0.1–0.4 µs (switched on;
-# s22-87b29d9-pdl-decode-variants.json). The plan: the fp8_ds_mla wide form at 8 tiles a
+# s22-87b29d9-pdl-decode-variants.json). The fp8_ds_mla wide form at 8 tiles a
 # program (the length rule measured on fp8, whose Triton kernel is closer) against the Triton
 # kernel, ABAB: B=16 × 8K 50.0 / 50.0 against 61.0 / 61.1, B=1 × 128K × 16 50.7 / 50.7 against
 # 63.2 / 63.2, and fp8 B=1 × 128K × 16 45.9 against 42.2 (s22-1380eb4-decode-variants.json;
-# `SM90_MMA16_DS_MIN_TILES` = 8). The plan: shorter programs still — the fp8_ds_mla wide form at
+# `SM90_MMA16_DS_MIN_TILES` = 8). Shorter programs still — the fp8_ds_mla wide form at
 # 4, 2 and 1 tiles a program, the fp8 one at 12 — against the Triton kernel: ds B=8 37.1 / 37.0
 # against 46.4 / 46.7, B=4 29.6 against 37.6, B=1 × 4K 16.1 against 16.8 (no length rule since);
 # fp8 B=24 55.3 / 55.4 against 53.4 / 53.4 (16 tiles stays; s22-0fa10af-decode-variants.json).
-TRITON = {"SM90_MMA8": False}
-TRITON16 = {"SM90_MMA16": False}
-WIDE16 = {"SM90_MMA16": True}
-WIDE_ABAB = [("triton", None, None, TRITON16), ("mma16", None, None, WIDE16),
-             ("triton again", None, None, TRITON16), ("mma16 again", None, None, WIDE16)]
-DS_TRITON16 = {"SM90_MMA16_DS": False}
-DS_WIDE = {"SM90_MMA16_DS": True}
-DS_WIDE_ABAB = [("triton", None, None, DS_TRITON16), ("mma16", None, None, DS_WIDE),
-                ("triton again", None, None, DS_TRITON16), ("mma16 again", None, None, DS_WIDE)]
-BF16P = [("partials fp32", None, None, {"PARTIALS_BF16": False}),
-         ("partials bf16", None, None, {"PARTIALS_BF16": True}),
-         ("partials fp32 again", None, None, {"PARTIALS_BF16": False}),
-         ("partials bf16 again", None, None, {"PARTIALS_BF16": True})]
-PDL_ABAB = [("pdl", None, None, {"PDL": True}), ("no pdl", None, None, {"PDL": False}),
-            ("pdl again", None, None, {"PDL": True}), ("no pdl again", None, None, {"PDL": False})]
-DS_SHORT = {"SM90_MMA16_DS_MIN_TILES": 0}
-SHORT_WIDE = {"SM90_MMA16_MIN_TILES": 0}
-DS_SHORTER_ABAB = [("mma16", None, None, DS_SHORT), ("triton", None, None, {}),
-                   ("mma16 again", None, None, DS_SHORT), ("triton again", None, None, {})]
-FP8_SHORT_ABAB = [("mma16", None, None, SHORT_WIDE), ("triton", None, None, {}),
-                  ("mma16 again", None, None, SHORT_WIDE), ("triton again", None, None, {})]
+# The plan is that last A/B.
+
+
+def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
+    """Arms a, b, a again, b again (`fp8mla.decode` attributes set per arm; the launcher's
+    configuration and split count): the ABAB of every A/B above."""
+    return [(a, None, None, patch_a), (b, None, None, patch_b),
+            (f"{a} again", None, None, patch_a), (f"{b} again", None, None, patch_b)]
+
+
+# both wide forms on shorter programs (no length rule) against the Triton kernel (wide form off)
+DS_SHORT_ABAB = abab("mma16", {"SM90_MMA16_DS_MIN_TILES": 0}, "triton", {"SM90_MMA16_DS": False})
+FP8_SHORT_ABAB = abab("mma16", {"SM90_MMA16_MIN_TILES": 0}, "triton", {"SM90_MMA16": False})
 PLAN = [
-    (DecodeCase(8, 8192, 16), "fp8_ds_mla", DS_SHORTER_ABAB),  # 4 tiles a program
-    (DecodeCase(4, 8192, 16), "fp8_ds_mla", DS_SHORTER_ABAB[:2]),  # 2
-    (DecodeCase(1, 4096, 16), "fp8_ds_mla", DS_SHORTER_ABAB[:2]),  # 1
+    (DecodeCase(8, 8192, 16), "fp8_ds_mla", DS_SHORT_ABAB),  # 4 tiles a program
+    (DecodeCase(4, 8192, 16), "fp8_ds_mla", DS_SHORT_ABAB[:2]),  # 2
+    (DecodeCase(1, 4096, 16), "fp8_ds_mla", DS_SHORT_ABAB[:2]),  # 1
     (DecodeCase(24, 8192, 16), "fp8", FP8_SHORT_ABAB),  # 12
 ]
 
