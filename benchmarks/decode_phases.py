@@ -21,14 +21,11 @@ import sys
 
 import torch
 
-from fp8mla.bench.decode import POOL_CASE, DecodeCase, _check, make_problem
+from fp8mla.bench.decode import POOL_CASE, DecodeCase, checked_plan
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed, time_us
-from fp8mla.bench.sparse import sparse_problem
-from fp8mla.decode import DecodePlan
-from fp8mla.formats import KV_DIM, dequantize_kv, kv_format
-from fp8mla.reference import sparse_mla
+from fp8mla.bench.sparse import check_sparse, sparse_problem
+from fp8mla.formats import kv_format
 from fp8mla.sparse import SparsePlan
-from fp8mla.testing import assert_close
 
 CASES = [  # (case, format, split counts to sweep; None = the scheduler's)
     (POOL_CASE, "fp8", [None, 16, 32]),
@@ -90,11 +87,7 @@ def sparse_rows(batch, heads, topk, sweep):
                           device="cuda", num_splits=splits)
         plan.requested_splits = splits
         fn = functools.partial(plan.run, q, rows, idx, check=False)
-        out, lse = fn()
-        kv = dequantize_kv(rows[idx[:2].flatten().long()], fmt)  # the listed rows, in order
-        local = torch.arange(2 * topk, device="cuda").view(2, topk)
-        ro, _ = sparse_mla(q[:2], kv, local, KV_DIM ** -0.5)
-        assert_close(out[:2], ro, name="sparse out")
+        check_sparse(fn()[0], q, rows, idx, fmt)
         chunk = math.ceil(topk / plan.num_splits)
         yield measure(name, plan, fn, math.ceil(chunk / plan.config.block_n), streamed=True)
 
@@ -112,19 +105,12 @@ def main() -> int:
             json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
 
     for case, fmt_name, sweep in CASES:
-        fmt, kv, table, seqlens, q, scale = make_problem(case, fmt_name)
         name = case.name(f"dense_decode/{fmt_name}", fmt_name)
         for splits in sweep:
-            plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q,
-                              kv_format=fmt, page_size=case.page_size, cache_seqlens=seqlens,
-                              device="cuda", num_splits=splits)
+            plan, fn = checked_plan(case, fmt_name, num_splits=splits)
             plan.requested_splits = splits
-            fn = functools.partial(plan.run, q, kv, table, seqlens, fp8_scale=scale,
-                                   check=False)
-            o, lse = fn()
-            _check(case, fmt, kv, table, seqlens, q, scale, o, lse)
             chunk = math.ceil(case.context / plan.num_splits)
-            streamed = case.kv_bytes(fmt.row_bytes) > 64 * 2**20  # H200: 50 MB of L2
+            streamed = case.kv_bytes(plan.fmt.row_bytes) > 64 * 2**20  # H200: 50 MB of L2
             emit(measure(name, plan, fn, math.ceil(chunk / plan.config.block_n), streamed))
     for (batch, heads, topk), sweep in SPARSE_CASES:
         for row in sparse_rows(batch, heads, topk, sweep):

@@ -25,14 +25,11 @@ import sys
 
 import torch
 
-from fp8mla.bench.decode import POOL_CASE, DecodeCase, _check, make_problem
+from fp8mla.bench.decode import POOL_CASE, DecodeCase, checked_plan
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed
-from fp8mla.bench.sparse import sparse_problem
-from fp8mla.decode import DecodePlan
-from fp8mla.formats import KV_DIM, dequantize_kv, kv_format
-from fp8mla.reference import sparse_mla
+from fp8mla.bench.sparse import check_sparse, sparse_problem
+from fp8mla.formats import kv_format
 from fp8mla.sparse import SparsePlan
-from fp8mla.testing import assert_close
 
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"), (POOL_CASE, "fp8"),
          (DecodeCase(64, 8192, 16), "fp8_ds_mla")]
@@ -88,12 +85,8 @@ def call_n(fn, n: int) -> None:
 def dense_cases():
     """(name, plan, checked call) of each dense case."""
     for case, fmt_name in CASES:
-        fmt, kv, table, seqlens, q, scale = make_problem(case, fmt_name)
-        plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q, kv_format=fmt,
-                          page_size=case.page_size, cache_seqlens=seqlens, device="cuda")
-        fn = functools.partial(plan.run, q, kv, table, seqlens, fp8_scale=scale, check=False)
-        _check(case, fmt, kv, table, seqlens, q, scale, *fn())
-        yield case.name(f"dense_decode/{fmt_name}", fmt_name), plan, fn
+        yield (case.name(f"dense_decode/{fmt_name}", fmt_name),
+               *checked_plan(case, fmt_name))
 
 
 def sparse_cases():
@@ -104,10 +97,7 @@ def sparse_cases():
         plan = SparsePlan(num_queries=batch, num_heads=heads, topk=topk, kv_format=fmt,
                           device="cuda")
         fn = functools.partial(plan.run, q, rows, idx, check=False)
-        out, _ = fn()
-        kv = dequantize_kv(rows[idx[:2].flatten().long()], fmt)
-        local = torch.arange(2 * topk, device="cuda").view(2, topk)
-        assert_close(out[:2], sparse_mla(q[:2], kv, local, KV_DIM ** -0.5)[0], name="sparse out")
+        check_sparse(fn()[0], q, rows, idx, fmt)
         yield f"sparse_decode/fp8_ds_mla/B{batch}-H{heads}-topk{topk}-sq1", plan, fn
 
 

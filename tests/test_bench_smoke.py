@@ -33,6 +33,9 @@ def test_decode_cases_smoke(device):
         "fp8mla", "gather_cast", "full_cast"), kind="pool_cast/one_layer", device=device)
     assert {r.case for r in recs} == {"pool_cast/one_layer/B1-ctx100-pool1024"}
     assert [r.backend for r in recs][-2:] == ["gather_cast", "full_cast"]
+    # the checked plan the phase and L2 scripts time (a forced split count reaches it)
+    plan, fn = bench_decode.checked_plan(case, "fp8_ds_mla", num_splits=3, device=device)
+    assert plan.num_splits == 3 and fn()[0].shape == (2, 2, 16, 512)
 
 
 def test_sparse_case_smoke(device):

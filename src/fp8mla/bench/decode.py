@@ -19,7 +19,7 @@ from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantiz
 from fp8mla.runtime import DecodeConfig
 from fp8mla.testing import assert_close
 
-__all__ = ["DecodeCase", "DECODE_CASES", "POOL_CASE", "make_problem", "run_case"]
+__all__ = ["DecodeCase", "DECODE_CASES", "POOL_CASE", "make_problem", "checked_plan", "run_case"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,20 @@ def _check(case, fmt, rows, table, seqlens, q, scale, out, lse, max_check: int =
     ro, rl = reference.dense_mla_decode(q[:b], kv, table[:b], seqlens[:b], KV_DIM ** -0.5)
     assert_close(out[:b], ro, name=f"{case} {fmt} out")
     assert_close(lse[:b], rl, atol=1e-3, rtol=1e-3, name=f"{case} {fmt} lse")
+
+
+def checked_plan(case: DecodeCase, fmt_name: str, *, num_splits: int | None = None,
+                 device: str = "cuda") -> tuple[DecodePlan, functools.partial]:
+    """``case``'s plan (the launcher's configuration; ``num_splits`` or the scheduler's) and its
+    call on the case's problem (`make_problem`), the call's result checked against the
+    reference once: (plan, call)."""
+    fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name, device)
+    plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q, kv_format=fmt,
+                      page_size=case.page_size, cache_seqlens=seqlens, device=device,
+                      num_splits=num_splits)
+    fn = functools.partial(plan.run, q, rows, table, seqlens, fp8_scale=scale, check=False)
+    _check(case, fmt, rows, table, seqlens, q, scale, *fn())
+    return plan, fn
 
 
 def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,

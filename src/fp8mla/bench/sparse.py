@@ -25,7 +25,7 @@ from fp8mla.testing import assert_close
 from fp8mla.topk import default_chunk, topk_indices
 
 __all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk",
-           "sparse_problem"]
+           "sparse_problem", "check_sparse"]
 
 SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64, 8, 2048, 1)]
 INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
@@ -65,6 +65,16 @@ def sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens=POOL_TOKENS
     return rows, idx, q
 
 
+def check_sparse(out, q, rows, idx, fmt, queries: int = 2) -> None:
+    """The first ``queries`` queries' outputs (``out`` bfloat16 [queries · s_q, heads, 512]) of
+    `sparse_problem`'s inputs against the float32 softmax over the rows each lists."""
+    n = min(q.shape[0], queries)
+    kv = dequantize_kv(rows[idx[:n].flatten().long()], fmt).view(n, idx.shape[1], KV_DIM)
+    for r in range(n):
+        s = (q[r].float() @ kv[r].T) * KV_DIM ** -0.5
+        assert_close(out[r], torch.softmax(s, -1) @ kv[r][:, :LATENT_DIM], name="sparse out")
+
+
 def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
                device="cuda", pool_tokens=POOL_TOKENS, config=None,
                num_splits=None) -> list[Record]:
@@ -76,12 +86,7 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     plan = SparsePlan(num_queries=t, num_heads=heads, topk=topk, kv_format=fmt, device=device,
                       config=config, num_splits=num_splits)
     fn = lambda: plan.run(q, rows, idx, check=False)
-    out, lse = fn()
-    n_ref = min(t, 2)  # the reference on the first queries
-    kv = dequantize_kv(rows[idx[:n_ref].flatten().long()], fmt).view(n_ref, topk, KV_DIM)
-    for r in range(n_ref):
-        s = (q[r].float() @ kv[r].T) * KV_DIM ** -0.5
-        assert_close(out[r], torch.softmax(s, -1) @ kv[r][:, :LATENT_DIM], name="sparse out")
+    check_sparse(fn()[0], q, rows, idx, fmt)
     us = time_us(_timed(fn, device))
     moved = t * topk * fmt.row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
     flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * t
