@@ -86,9 +86,10 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
 def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy=None):
     """An fp8, fp8_ds_mla or bf16 plan's run against the reference with the rows a page holds
     past its request's end NaN (every byte 0x7F, e4m3 NaN, in the latent — 0xFF in bf16 rows;
-    fp8_ds_mla's scales and rope NaN too), so a partial tile that read them would poison the output; out / lse
-    written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with +inf for empty
-    requests; max_logits checked where one split writes them. Returns the plan."""
+    fp8_ds_mla's scales and rope NaN too), so a partial tile that read them would poison the
+    output; out / lse written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with
+    +inf for empty requests; max_logits checked where one split writes them. Returns the
+    plan."""
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device="cuda",
                                         seed=21 + s_q)
     rows = cache.layer(0).view(-1, cache.fmt.row_bytes)

@@ -131,9 +131,10 @@ SM90_MMA16_MIN_TILES = 16
 # read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of
 # tile i; a ring of `SM90_MMA8_DS_STAGES`; `SM90_MMA16_DS_MIN_TILES`: 0, no length rule);
 # compiled for sm_90 only (255 registers; no spills on triton 3.9, 24–32 bytes on 3.6; 106 KB
-# of shared memory: two programs per SM). H200, ABAB against the Triton kernel (16-row programs): B=64 × 8K × 16
-# heads 125.3 / 125.3 µs against 156.8 / 156.9 (bf16: 157.6), s_q 2 × 8 124.3 against 157.1,
-# B=32 × 8K 74.1 against 92.7 (h200-20261202-s22-e8f3867-wide-ds-decode-variants.json). Unlike
+# of shared memory: two programs per SM). H200, ABAB against the Triton kernel (16-row
+# programs): B=64 × 8K × 16 heads 125.3 / 125.3 µs against 156.8 / 156.9 (bf16: 157.6), s_q
+# 2 × 8 124.3 against 157.1, B=32 × 8K 74.1 against 92.7
+# (h200-20261202-s22-e8f3867-wide-ds-decode-variants.json). Unlike
 # the fp8 form it wins on short programs too (the fp8_ds_mla Triton kernel is further behind),
 # so it has no length rule: 8 tiles a program (B=16 × 8K) 50.0 / 50.0 against 61.0 / 61.1, B=1
 # × 128K × 16 heads 50.7 / 50.7 against 63.2 / 63.2 (s22-1380eb4-decode-variants.json); 4 tiles
@@ -319,7 +320,7 @@ class DecodePlan:
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             self._mma_schedule() if self.mma8
             else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
-        self.num_splits = (check_int("num_splits", num_splits, lo=1, hi=1024) if num_splits
+        self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
                                                   self._tile_tokens()))
