@@ -97,7 +97,8 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # against 46.4 / 46.7, B=4 29.6 against 37.6, B=1 × 4K 16.1 against 16.8 (no length rule since);
 # fp8 B=24 55.3 / 55.4 against 53.4 / 53.4 (16 tiles stays; s22-0fa10af-decode-variants.json).
 # The plan is that last A/B.
-
+# Session 23: B=1 × 128K's split count again (sessions 18–19: 128 splits 0.3–1.6 µs faster than
+# the scheduler's 256 in three runs, left as is), ABAB, and one program per SM (132).
 
 def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
     """Arms a, b, a again, b again (`fp8mla.decode` attributes set per arm; the launcher's
@@ -106,14 +107,11 @@ def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
             (f"{a} again", None, None, patch_a), (f"{b} again", None, None, patch_b)]
 
 
-# both wide forms on shorter programs (no length rule) against the Triton kernel (wide form off)
-DS_SHORT_ABAB = abab("mma16", {"SM90_MMA16_DS_MIN_TILES": 0}, "triton", {"SM90_MMA16_DS": False})
-FP8_SHORT_ABAB = abab("mma16", {"SM90_MMA16_MIN_TILES": 0}, "triton", {"SM90_MMA16": False})
+B1_SPLITS = [("128 splits", None, 128), ("default again", None, None),
+             ("128 splits again", None, 128), ("132 splits", None, 132)]
 PLAN = [
-    (DecodeCase(8, 8192, 16), "fp8_ds_mla", DS_SHORT_ABAB),  # 4 tiles a program
-    (DecodeCase(4, 8192, 16), "fp8_ds_mla", DS_SHORT_ABAB[:2]),  # 2
-    (DecodeCase(1, 4096, 16), "fp8_ds_mla", DS_SHORT_ABAB[:2]),  # 1
-    (DecodeCase(24, 8192, 16), "fp8", FP8_SHORT_ABAB),  # 12
+    (DecodeCase(1, 131072, 8), "fp8", B1_SPLITS),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", B1_SPLITS[:3]),
 ]
 
 

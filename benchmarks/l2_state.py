@@ -13,6 +13,7 @@ same 256 MB: the L2 left holding clean lines) and `none`; and, per flush, each k
 (the profiler, 20 calls). Each case is checked against the reference first. Session 22's
 run (87b29d9): the zeroing flush costs 3.6 µs at B=64 × 16 heads and 6.3 µs at B=1 × 128K
 (BENCHMARKS.md). `SPARSE_CASES`: #4's B=64 × 8 heads × topk 2048 (added after that run).
+A second argument ``dense`` or ``sparse`` runs only those cases.
 """
 
 from __future__ import annotations
@@ -106,8 +107,10 @@ def main() -> int:
     env = env_info()
     ceiling = announced_ceiling(env)
     modes = flushes()
+    which = sys.argv[2] if len(sys.argv) > 2 else "all"
     rows = []
-    for name, plan, fn in itertools.chain(dense_cases(), sparse_cases()):
+    for name, plan, fn in itertools.chain(dense_cases() if which != "sparse" else (),
+                                          sparse_cases() if which != "dense" else ()):
         one, ten = graphed(fn), graphed(functools.partial(call_n, fn, 10))
         for mode, flush in modes.items():
             row = {"case": name, "kernel": plan.kernel, "splits": plan.num_splits, "flush": mode,

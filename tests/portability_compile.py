@@ -245,7 +245,8 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
-        "NS": stages or decode_mod.mma8_stages(rows)}, num_warps=k8.NUM_WARPS)
+        "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False},
+        num_warps=k8.NUM_WARPS)
 
 
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None):

@@ -336,6 +336,9 @@ class DecodePlan:
         else:
             self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
+        # debug: int64 [batch × num_splits, 12] that the dense fp8 ≤ 16-row kernel fills with
+        # each program's timeline when set (`benchmarks/timeline.py`); None: no stamps
+        self.timeline: torch.Tensor | None = None
 
     @property
     def kernel(self) -> str:
@@ -706,7 +709,8 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                R=self.mma_rows, NS=self.ring_stages, num_warps=k8.NUM_WARPS)
+                R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
+                TIMELINE=self.timeline is not None, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

@@ -191,6 +191,17 @@ if AVAILABLE:
                 gl.full([HEADS], 0.0, gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)), acc, p_s)
 
     @gluon.jit
+    def _stamp(stamp_ptr, k: gl.constexpr):
+        """Debug timeline (``TIMELINE`` kernels; `benchmarks/timeline.py` reads it): the global
+        timer (ns) into stamp_ptr[2k] and this SM's clock into stamp_ptr[2k + 1]."""
+        now = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
+                                        is_pure=False, pack=1)
+        clk = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64,
+                                        is_pure=False, pack=1)
+        gl.store(stamp_ptr + 2 * k, now)
+        gl.store(stamp_ptr + 2 * k + 1, clk)
+
+    @gluon.jit
     def _split_range(seqlen, split, num_splits, BN: gl.constexpr):
         """(start, end, tiles) of split ``split``'s token chunk: whole tiles per split, as
         `_mla_decode_kernel` takes them, from the device-side length."""

@@ -71,6 +71,7 @@ if AVAILABLE:
         REINTERPRET_NEW,
         _cta_barrier,
         _split_range,
+        _stamp,
         _tile_row,
         _tma_load,
         fence_async_shared,
@@ -402,7 +403,7 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        R: gl.constexpr, NS: gl.constexpr,
+        R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -410,11 +411,15 @@ if AVAILABLE:
         int32 [batch]; scale_ptr: float32 [1] (the pool's per-tensor scale); out bf16 [batch,
         s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the
         workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16`); NS ≥ 2 ring
-        stages."""
+        stages. TIMELINE: a debug timeline into int64 ``stamp_ptr`` [programs, 12]
+        (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM)."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)
         split = gl.program_id(1)
+        if TIMELINE:
+            stamp_ptr += (b * num_splits + split).to(gl.int64) * 12
+            _stamp(stamp_ptr, 0)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
@@ -467,6 +472,8 @@ if AVAILABLE:
         tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
+        if TIMELINE:
+            _stamp(stamp_ptr, 1)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % NS
@@ -477,6 +484,9 @@ if AVAILABLE:
                 row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
                                        row_next, bt_row, start, end, page_shift, NS, 512)
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
+            if TIMELINE:
+                if i == 0:
+                    _stamp(stamp_ptr, 2)
             kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
             rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
             s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
@@ -532,6 +542,8 @@ if AVAILABLE:
                 acc3 = mma_v2(v3, pk, acc3)
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
+        if TIMELINE:
+            _stamp(stamp_ptr, 3)
 
         # acc_j's row m: dim 4m + j
         _write_rows(acc0, acc1, acc2, acc3, 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA)),
@@ -539,3 +551,8 @@ if AVAILABLE:
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
                     lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
+        if TIMELINE:
+            _stamp(stamp_ptr, 4)
+            smid = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32,
+                                             is_pure=False, pack=1)
+            gl.store(stamp_ptr + 10, smid.to(gl.int64))
