@@ -11,6 +11,7 @@ compile or to match the reference is recorded with its error, not dropped.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from dataclasses import asdict, replace
@@ -98,7 +99,11 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # fp8 B=24 55.3 / 55.4 against 53.4 / 53.4 (16 tiles stays; s22-0fa10af-decode-variants.json).
 # The plan is that last A/B.
 # Session 23: B=1 × 128K's split count again (sessions 18–19: 128 splits 0.3–1.6 µs faster than
-# the scheduler's 256 in three runs, left as is), ABAB, and one program per SM (132).
+# the scheduler's 256 in three runs, left as is), ABAB: 37.5 / 37.6 against 38.8 / 39.2 µs;
+# fp8_ds_mla 50.9 / 50.9 against 44.9 / 44.9; 132 splits 39.2 (s23-7900be9-decode-variants.json).
+# `benchmarks/timeline.py` (s23-7900be9-timeline.json) showed why: in one wave of two programs
+# an SM the programs the block scheduler placed second leave ~2.5 µs after their SM's first.
+# The plan: the 8-row forms at one program per SM at several batches.
 
 def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
     """Arms a, b, a again, b again (`fp8mla.decode` attributes set per arm; the launcher's
@@ -107,11 +112,31 @@ def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
             (f"{a} again", None, None, patch_a), (f"{b} again", None, None, patch_b)]
 
 
-B1_SPLITS = [("128 splits", None, 128), ("default again", None, None),
-             ("128 splits again", None, 128), ("132 splits", None, 132)]
+# the 8-row fp8 form at one program per SM: half the splits, or a 4-stage ring (148 KB: the
+# scheduler then fills one program per SM); fp8_ds_mla's at 3 stages (one per SM)
+ONE_PER_SM = {"decode_sm90_mma8.STAGES": 4}
+DS3 = {"SM90_MMA8_DS_STAGES": 3}
+
+
+def one_per_sm(splits: int) -> list:
+    """``splits`` (one program an SM), the 4-stage ring, each twice with the default between."""
+    return [(f"{splits} splits", None, splits), ("4 stages", None, None, ONE_PER_SM),
+            ("default again", None, None), (f"{splits} splits again", None, splits),
+            ("4 stages again", None, None, ONE_PER_SM)]
+
+
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8", B1_SPLITS),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", B1_SPLITS[:3]),
+    (DecodeCase(1, 131072, 8), "fp8", one_per_sm(128)),
+    (DecodeCase(64, 8192, 8), "fp8", one_per_sm(2)),
+    (DecodeCase(128, 4096, 8), "fp8", one_per_sm(1)),
+    (DecodeCase(8, 32768, 8), "fp8", one_per_sm(16)[:2]),
+    (DecodeCase(1, 32768, 8), "fp8", one_per_sm(128)[:2]),
+    (DecodeCase(1, 4096, 8), "fp8", one_per_sm(64)[1:2]),
+    (DecodeCase(64, 8192, 2, s_q=4), "fp8", one_per_sm(2)[:2]),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("3 stages", None, None, DS3),
+                                               ("default again", None, None),
+                                               ("3 stages again", None, None, DS3)]),
+    (DecodeCase(64, 8192, 8), "fp8_ds_mla", [("3 stages", None, None, DS3)]),
 ]
 
 
@@ -136,6 +161,15 @@ def kernel_resources() -> dict:
         return {"resources_error": str(e)[:100]}
 
 
+def _owner(key: str) -> tuple:
+    """(module, attribute) a variant's patch key names: ``NAME`` in `fp8mla.decode`,
+    ``kernel_module.NAME`` in `fp8mla.kernels`."""
+    if "." not in key:
+        return decode_mod, key
+    mod, name = key.rsplit(".", 1)
+    return importlib.import_module(f"fp8mla.kernels.{mod}"), name
+
+
 def main() -> int:
     out_path = sys.argv[1]
     quick = "--quick" in sys.argv
@@ -146,10 +180,10 @@ def main() -> int:
         for label, cfg, splits, patch in variants(case, fmt, extra):
             row = {"case": case.name(f"dense_decode/{fmt}", fmt), "variant": label,
                    "config": asdict(cfg) if cfg else None, "splits": splits, "patch": patch}
-            saved = {k: getattr(decode_mod, k) for k in patch}
+            saved = {k: getattr(*_owner(k)) for k in patch}
             try:
                 for k, v in patch.items():
-                    setattr(decode_mod, k, v)
+                    setattr(*_owner(k), v)
                 rec = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)[-1]
                 row.update(kernel_resources())
                 row.update(us=rec.us, TBps=rec.TBps, TFLOPS=rec.TFLOPS,
@@ -162,7 +196,7 @@ def main() -> int:
                 print(f"{row['case']:<42} {label:<28} ERROR {row['error'][:120]}", flush=True)
             finally:
                 for k, v in saved.items():
-                    setattr(decode_mod, k, v)
+                    setattr(*_owner(k), v)
             rows.append(row)
             with open(out_path, "w") as f:  # after every row: a run cut short keeps its rows
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
