@@ -220,7 +220,7 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     plan = dense()
     assert plan.mma8 and plan.sm90 and not plan.narrow and plan.head_blocks == 1
     per_sm = k8.programs_per_sm(k8.ROWS, k8.STAGES)
-    assert plan.programs_per_sm == per_sm == 2 and plan.ring_stages == k8.STAGES
+    assert plan.programs_per_sm == per_sm == 1 and plan.ring_stages == k8.STAGES == 4
     assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072, 132 * per_sm,
                                                            k8.BLOCK_N)
     assert dense(heads=4, s_q=2).mma8 and dense(heads=2, s_q=4).mma8 and dense(heads=1).mma8

@@ -17,10 +17,11 @@ registers, one per byte "lane" j): lane j of word w is dim 4w + j, so the first 
 per lane against qᵀ's dims 4w + j, and the second accumulates four Oᵀ lanes of 128 words.
 Each value is converted twice (once per product's operand layout), as in the Triton kernel.
 
-The ring holds NS tiles of 64 tokens (`STAGES` = 3 in the 8-row form; four [64, 128]-byte latent
-boxes and a [64, 64] rope box each, by TMA: pages of ≥ 64 tokens), read as int32 through shared
-linear layouts that undo the boxes' swizzle; the copy of tile i + NS − 1 is issued once every
-warp is past tile i − 1 (after tile i's P barrier; a 2-stage ring at the top of tile i, below).
+The ring holds NS tiles of 64 tokens (`STAGES` = 4 in the 8-row form, below; four [64,
+128]-byte latent boxes and a [64, 64] rope box each, by TMA: pages of ≥ 64 tokens), read as
+int32 through shared linear layouts that undo the boxes' swizzle; the copy of tile i + NS − 1
+is issued once every warp is past tile i − 1 (after tile i's P barrier; a 2-stage ring at the
+top of tile i, below).
 The column softmax (over tokens, across the warps) keeps an exact running max and its sums per
 thread, reduced once at the end. P crosses the warps through shared memory (double-buffered: one
 explicit CTA barrier a tile in a deeper ring). Rows past a request's end: −inf scores and, in
@@ -32,6 +33,15 @@ combine), B=128 × 4K 93.6, s_q 2 × 4 heads 93.7, B=8 × 32K 59.0. Nsight Compu
 78% of peak, 8 warps an SM (two programs; 195–201 registers), the ALU pipe (conversions) 46%
 busy, tensor and shared 20%; stalls per issue led by the long scoreboard (1.23: TMA waits) and
 fixed-latency waits (0.91) — latency-bound with too few warps, not bound by any pipe.
+
+One program per SM, at 4 stages (148 KB; until session 23 two programs at 3). In one wave of two
+programs an SM the program the block scheduler placed second leaves ~2.5 µs after its SM's first
+(B=1 × 128K, `benchmarks/timeline.py`, h200-20261202-s23-7900be9-timeline.json), and the SM
+then runs half-empty; one program with three tiles in flight streams as fast without that tail.
+H200, against 3 stages and two programs an SM (s23-7b97f72-decode-variants.json, µs): B=1 ×
+128K 38.1 / 37.8 against 38.8 / 39.2, B=128 × 4K 92.0 / 92.1 against 94.4 / 94.5, B=8 × 32K
+57.5 against 59.1, B=1 × 32K 20.9 against 23.2, B=64 × 8K 94.3 / 94.4 against 94.4 / 94.4,
+s_q 4 × 2 heads 94.0 against 94.4.
 
 The wide form (``R`` = 16: 16 heads, s_q 2 × 8) runs the same tile with two MMA column blocks.
 qᵀ for 16 rows would take 144 registers, so it stays in shared memory, staged once
@@ -82,7 +92,7 @@ if AVAILABLE:
 
 ROWS = 8  # query rows per program: the MMA's N (qᵀ in registers)
 BLOCK_N = 64  # tokens per tile (one TMA box per 128 latent bytes; pages of ≥ 64 tokens)
-STAGES = 3  # the 8-row form's ring depth: 3 × 36 KB, two programs per SM
+STAGES = 4  # the 8-row form's ring depth: 4 × 36 KB, one program per SM (module docstring)
 NUM_WARPS = 4
 # the wide form: 16 query rows (two MMA column blocks), qᵀ read from shared memory every tile
 WIDE_ROWS = 16
