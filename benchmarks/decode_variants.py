@@ -106,7 +106,10 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # The 8-row forms at one program per SM (s23-7b97f72-decode-variants.json): fp8 at 4 stages
 # faster or level everywhere (the default since: `decode_sm90_mma8.STAGES`); fp8_ds_mla at 3
 # stages 42.6 / 42.6 against 44.8 / 44.6 at B=1 × 128K but 113.0 against 109.1 at B=64 × 8K.
-# The plan: a 5-stage fp8 ring, and fp8_ds_mla's 3 stages at more batches.
+# A 5-stage fp8 ring: slower (B=64 × 8K 97.5 against 94.8, B=128 × 4K 94.6 against 92.3);
+# fp8_ds_mla at 3 stages at more batches (s23-36e7d63-decode-variants.json): faster where
+# programs at one an SM have ≤ 32 tiles (`SM90_MMA8_DS_DEEP_MAX_TILES`, the rule since).
+# The plan: that rule against 2 stages everywhere, ABAB; the fp8 wide form at 8 splits.
 
 def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
     """Arms a, b, a again, b again (`fp8mla.decode` attributes set per arm; the launcher's
@@ -115,18 +118,14 @@ def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
             (f"{a} again", None, None, patch_a), (f"{b} again", None, None, patch_b)]
 
 
-FIVE = {"decode_sm90_mma8.STAGES": 5}  # the 8-row fp8 form's ring one stage deeper (184 KB)
-DS3 = {"SM90_MMA8_DS_STAGES": 3}  # fp8_ds_mla's 8-row form at 3 stages: one program per SM
+SHALLOW = {"SM90_MMA8_DS_DEEP_MAX_TILES": 0}  # fp8_ds_mla's 8-row form: always 2 stages
 PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8", [("5 stages", None, None, FIVE), ("default again", None, None),
-                                       ("5 stages again", None, None, FIVE)]),
-    (DecodeCase(64, 8192, 8), "fp8", [("5 stages", None, None, FIVE)]),
-    (DecodeCase(128, 4096, 8), "fp8", [("5 stages", None, None, FIVE)]),
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("3 stages", None, None, DS3)]),
-    (DecodeCase(1, 65536, 8), "fp8_ds_mla", [("3 stages", None, None, DS3)]),
-    (DecodeCase(8, 32768, 8), "fp8_ds_mla", [("3 stages", None, None, DS3)]),
-    (DecodeCase(16, 8192, 8), "fp8_ds_mla", [("3 stages", None, None, DS3)]),
-    (DecodeCase(128, 4096, 8), "fp8_ds_mla", [("3 stages", None, None, DS3)]),
+    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("2 stages", None, None, SHALLOW),
+                                               ("default again", None, None),
+                                               ("2 stages again", None, None, SHALLOW)]),
+    (DecodeCase(16, 8192, 8), "fp8_ds_mla", [("2 stages", None, None, SHALLOW)]),
+    (DecodeCase(1, 4096, 8), "fp8_ds_mla", [("2 stages", None, None, SHALLOW)]),
+    (DecodeCase(64, 8192, 16), "fp8", [("8 splits", None, 8), ("default again", None, None)]),
 ]
 
 

@@ -114,6 +114,16 @@ SPARSE_SM90_MMA8_STAGES = 2
 # SM) 43.0 / 43.2 at B=1 but 113.3 / 113.1 at B=64 (h200-20261202-s20-9673ca2-mma8-ds-*)
 SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
+# ... and at 3 stages, one program per SM, where that schedule gives programs of at most
+# `SM90_MMA8_DS_DEEP_MAX_TILES` tiles: with two programs an SM the one the block scheduler
+# placed second leaves well after the first (`benchmarks/timeline.py`), a tail that long
+# programs amortise and short ones do not. H200 (ABAB, µs; h200-20261202-s23-7b97f72- and
+# -36e7d63-decode-variants.json): B=1 × 128K 42.6 / 42.6 / 43.2 against 44.8 / 44.6 / 44.9
+# (16 tiles a program at one an SM), B=1 × 64K 29.5 against 31.2 (8), B=16 × 8K 43.7 against
+# 45.0 (16), B=8 × 32K 67.3 against 67.7 (32); slower at 64 tiles: B=64 × 8K 113.0 against
+# 109.1, B=128 × 4K 110.8 against 109.5
+SM90_MMA8_DS_DEEP_STAGES = 3
+SM90_MMA8_DS_DEEP_MAX_TILES = 32
 # the fp8 kernel's wide form for dense plans of 9–16 query rows (s_q × heads: 16 heads, s_q
 # 2 × 8): two MMA column blocks, qᵀ read from shared memory every tile instead of held in
 # registers, a ring of `SM90_MMA16_STAGES` stages (2: two programs per SM), where the schedule
@@ -303,7 +313,8 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        self.mma8 = config is None and self._mma8_serves(max_seqlen, num_splits)
+        self.mma8 = config is None and self._mma8_serves(max_seqlen, num_splits)  # sets
+        # self._schedule where it does
         self.narrow = not self.mma8 and config is None and self._narrow_serves()
         self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
@@ -318,7 +329,7 @@ class DecodePlan:
         # of shared memory, but the ≤ 16-row ones by their rows and ring depth, fixed here for
         # the plan: `_mma_schedule`)
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
-            self._mma_schedule() if self.mma8
+            self._schedule if self.mma8
             else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
         self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
@@ -561,10 +572,12 @@ class DecodePlan:
             return k8.BLOCK_N
         return self.config.block_n
 
-    def _mma_schedule(self) -> tuple[int, int, int]:
+    def _mma_schedule(self, max_seqlen: int, num_splits: int | None) -> tuple[int, int, int]:
         """(program rows, ring stages, programs per SM) of the ≤ 16-row Gluon kernel for this
         plan's format and s_q × heads: sparse fp8_ds_mla (8 rows, `SPARSE_SM90_MMA8_STAGES`),
-        dense fp8_ds_mla (8 or 16 rows, `SM90_MMA8_DS_STAGES`) or dense fp8 (`mma8_stages`)."""
+        dense fp8_ds_mla (8 or 16 rows, `SM90_MMA8_DS_STAGES`; 8 rows at
+        `SM90_MMA8_DS_DEEP_STAGES` where that schedule — ``num_splits``, or the scheduler's —
+        gives programs of ≤ `SM90_MMA8_DS_DEEP_MAX_TILES` tiles) or dense fp8 (`mma8_stages`)."""
         from fp8mla.kernels import decode_sm90_mma8 as k8
 
         if self.sparse:
@@ -575,9 +588,23 @@ class DecodePlan:
         if self.fmt.name == "fp8_ds_mla":
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
+            if rows == k8.ROWS:
+                deep = kd.programs_per_sm(SM90_MMA8_DS_DEEP_STAGES, rows)
+                if self._program_tiles(max_seqlen, num_splits, deep) <= SM90_MMA8_DS_DEEP_MAX_TILES:
+                    return rows, SM90_MMA8_DS_DEEP_STAGES, deep
             return rows, SM90_MMA8_DS_STAGES, kd.programs_per_sm(SM90_MMA8_DS_STAGES, rows)
         stages = mma8_stages(rows)
         return rows, stages, k8.programs_per_sm(rows, stages)
+
+    def _program_tiles(self, max_seqlen: int, num_splits: int | None, per_sm: int) -> int:
+        """64-token tiles of the longest request's programs under ``num_splits`` (or the
+        scheduler's, one program for all heads, ``per_sm`` programs an SM)."""
+        from fp8mla.kernels.decode_sm90_mma8 import BLOCK_N
+
+        tiles = triton.cdiv(max(max_seqlen, 1), BLOCK_N)
+        splits = num_splits or choose_num_splits(self.batch, 1, max_seqlen,
+                                                 self.target.num_sms * per_sm, BLOCK_N)
+        return triton.cdiv(tiles, splits)
 
     def _mma8_serves(self, max_seqlen: int, num_splits: int | None) -> bool:
         """Whether a Gluon SM90 kernel of ≤ 16-row programs (`decode_sm90_mma8` and its
@@ -599,20 +626,19 @@ class DecodePlan:
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
         rows = self.s_q * self.num_heads
-        if rows > k8.ROWS:  # the wide form: dense, programs of enough tiles
+        if rows > k8.ROWS:  # the wide form: dense
             wide = ((SM90_MMA16 and self.fmt.name == "fp8")
                     or (SM90_MMA16_DS and self.fmt.name == "fp8_ds_mla"))
             if not (wide and not self.sparse and rows <= k8.WIDE_ROWS):
                 return False
-            _, _, per_sm = self._mma_schedule()
-            tiles = triton.cdiv(max(max_seqlen, 1), k8.BLOCK_N)
-            splits = num_splits or choose_num_splits(self.batch, 1, max_seqlen,
-                                                     self.target.num_sms * per_sm, k8.BLOCK_N)
+        if not (k8.AVAILABLE and self.config.heads_per_block >= self.num_heads
+                and (self.sparse or self.page_size >= k8.BLOCK_N)):
+            return False
+        self._schedule = self._mma_schedule(max_seqlen, num_splits)
+        if rows > k8.ROWS:  # the wide form: programs of enough tiles
             least = SM90_MMA16_MIN_TILES if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
-            if triton.cdiv(tiles, splits) < least:
-                return False
-        return (k8.AVAILABLE and self.config.heads_per_block >= self.num_heads
-                and (self.sparse or self.page_size >= k8.BLOCK_N))
+            return self._program_tiles(max_seqlen, num_splits, self._schedule[2]) >= least
+        return True
 
     def _narrow_serves(self) -> bool:
         """Whether the narrow Gluon SM90 kernel (`decode_sm90_narrow`, 128-token wgmma tiles of
