@@ -22,9 +22,12 @@ from l2_state import event_median_us, flushes
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed
 
-ARMS = [("4 stages", {}), ("3 stages", {"decode_sm90_mma8.STAGES": 3})]
-CASES = [(DecodeCase(64, 8192, 8), "fp8"), (DecodeCase(128, 4096, 8), "fp8"),
-         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(8, 32768, 8), "fp8")]
+# first run (224ae48): the fp8 8-row form at 4 stages (one program an SM) against 3 (two);
+# now fp8_ds_mla's deep-ring rule (3 stages, one an SM, for programs of ≤ 32 tiles) against
+# 2 stages everywhere
+ARMS = [("deep rule", {}), ("2 stages", {"SM90_MMA8_DS_DEEP_MAX_TILES": 0})]
+CASES = [(DecodeCase(1, 131072, 8), "fp8_ds_mla"), (DecodeCase(16, 8192, 8), "fp8_ds_mla"),
+         (DecodeCase(1, 65536, 8), "fp8_ds_mla"), (DecodeCase(8, 32768, 8), "fp8_ds_mla")]
 
 
 def main() -> int:
