@@ -101,32 +101,18 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # Session 23: B=1 × 128K's split count again (sessions 18–19: 128 splits 0.3–1.6 µs faster than
 # the scheduler's 256 in three runs, left as is), ABAB: 37.5 / 37.6 against 38.8 / 39.2 µs;
 # fp8_ds_mla 50.9 / 50.9 against 44.9 / 44.9; 132 splits 39.2 (s23-7900be9-decode-variants.json).
-# `benchmarks/timeline.py` (s23-7900be9-timeline.json) showed why: in one wave of two programs
-# an SM the programs the block scheduler placed second leave ~2.5 µs after their SM's first.
-# The 8-row forms at one program per SM (s23-7b97f72-decode-variants.json): fp8 at 4 stages
-# faster or level everywhere (the default since: `decode_sm90_mma8.STAGES`); fp8_ds_mla at 3
-# stages 42.6 / 42.6 against 44.8 / 44.6 at B=1 × 128K but 113.0 against 109.1 at B=64 × 8K.
-# A 5-stage fp8 ring: slower (B=64 × 8K 97.5 against 94.8, B=128 × 4K 94.6 against 92.3);
-# fp8_ds_mla at 3 stages at more batches (s23-36e7d63-decode-variants.json): faster where
-# programs at one an SM have ≤ 32 tiles (`SM90_MMA8_DS_DEEP_MAX_TILES`, the rule since).
-# The plan: that rule against 2 stages everywhere, ABAB; the fp8 wide form at 8 splits.
+# `benchmarks/timeline.py` (s23-7900be9-timeline.json): in one wave of two programs an SM the
+# programs the block scheduler placed second leave ~2.5 µs after their SM's first. The 8-row
+# forms at one program per SM (s23-7b97f72-, s23-36e7d63-, s23-92cfcfa-decode-variants.json):
+# fp8 at 4 stages faster or level at every batch, 5 stages slower; fp8_ds_mla at 3 stages
+# faster where such programs have ≤ 32 tiles. Both were switched on, then off again: this
+# timer's flush leaves the L2 dirty, and with a clean one (`flush_ab.py`, s23-224ae48- and
+# s23-3ce86b0-flush-ab.json) two programs an SM are faster in nearly every case. A/Bs of
+# schedules belong in flush_ab.py now. The plan is back to that last sweep's first A/B.
 
-def abab(a: str, patch_a: dict, b: str, patch_b: dict) -> list:
-    """Arms a, b, a again, b again (`fp8mla.decode` attributes set per arm; the launcher's
-    configuration and split count): the ABAB of every A/B above."""
-    return [(a, None, None, patch_a), (b, None, None, patch_b),
-            (f"{a} again", None, None, patch_a), (f"{b} again", None, None, patch_b)]
-
-
-SHALLOW = {"SM90_MMA8_DS_DEEP_MAX_TILES": 0}  # fp8_ds_mla's 8-row form: always 2 stages
-PLAN = [
-    (DecodeCase(1, 131072, 8), "fp8_ds_mla", [("2 stages", None, None, SHALLOW),
-                                               ("default again", None, None),
-                                               ("2 stages again", None, None, SHALLOW)]),
-    (DecodeCase(16, 8192, 8), "fp8_ds_mla", [("2 stages", None, None, SHALLOW)]),
-    (DecodeCase(1, 4096, 8), "fp8_ds_mla", [("2 stages", None, None, SHALLOW)]),
-    (DecodeCase(64, 8192, 16), "fp8", [("8 splits", None, 8), ("default again", None, None)]),
-]
+B1_SPLITS = [("128 splits", None, 128), ("default again", None, None),
+             ("128 splits again", None, 128)]
+PLAN = [(DecodeCase(1, 131072, 8), "fp8", B1_SPLITS)]
 
 
 def variants(case: DecodeCase, fmt: str, extra):

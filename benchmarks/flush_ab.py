@@ -6,9 +6,8 @@
 call (`l2_state.py`); a serving step starts with it clean. This times each case's CUDA-graph
 replay after both flushes (`l2_state.flushes`, `event_median_us`) for arms A, B, A, B — each arm
 a set of `fp8mla.decode` or kernel-module attributes (`decode_variants._owner`), each case
-checked against the reference first. Session 23: the fp8 8-row form's 4-stage ring (one
-program per SM) against 3 stages (two), where timeline.py's replays hinted that the two disagree
-at B=64 × 8K under a clean L2.
+checked against the reference first. Session 23 found two schedules that do_bench's flush
+favoured and a clean L2 did not (below).
 """
 
 from __future__ import annotations
@@ -22,12 +21,16 @@ from l2_state import event_median_us, flushes
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed
 
-# first run (224ae48): the fp8 8-row form at 4 stages (one program an SM) against 3 (two);
-# now fp8_ds_mla's deep-ring rule (3 stages, one an SM, for programs of ≤ 32 tiles) against
-# 2 stages everywhere
-ARMS = [("deep rule", {}), ("2 stages", {"SM90_MMA8_DS_DEEP_MAX_TILES": 0})]
-CASES = [(DecodeCase(1, 131072, 8), "fp8_ds_mla"), (DecodeCase(16, 8192, 8), "fp8_ds_mla"),
-         (DecodeCase(1, 65536, 8), "fp8_ds_mla"), (DecodeCase(8, 32768, 8), "fp8_ds_mla")]
+# Session 23, each with its H200 result (µs, zero / read flush, ABAB):
+# - fp8 8-row form at 4 stages (one program an SM) against 3 (two), s23-224ae48-flush-ab.json:
+#   B=64 × 8K 93.7 / 88.1 and 94.5 / 88.7 against 93.9 / 85.9 and 93.9 / 85.8; B=1 × 128K
+#   38.0 / 33.7, 39.4 / 33.7 against 39.0 / 32.6, 39.3 / 32.8 — 3 stages kept;
+# - fp8_ds_mla's 8-row form at 3 stages for programs of ≤ 32 tiles against 2 everywhere,
+#   s23-3ce86b0-flush-ab.json: B=8 × 32K 67.3 / 60.4 against 66.9 / 57.3 — 2 kept.
+# The arms below are the first A/B, with the default (3 stages) first
+ARMS = [("3 stages", {}), ("4 stages", {"decode_sm90_mma8.STAGES": 4})]
+CASES = [(DecodeCase(64, 8192, 8), "fp8"), (DecodeCase(128, 4096, 8), "fp8"),
+         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(8, 32768, 8), "fp8")]
 
 
 def main() -> int:

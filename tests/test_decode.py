@@ -220,7 +220,7 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     plan = dense()
     assert plan.mma8 and plan.sm90 and not plan.narrow and plan.head_blocks == 1
     per_sm = k8.programs_per_sm(k8.ROWS, k8.STAGES)
-    assert plan.programs_per_sm == per_sm == 1 and plan.ring_stages == k8.STAGES == 4
+    assert plan.programs_per_sm == per_sm == 2 and plan.ring_stages == k8.STAGES == 3
     assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072, 132 * per_sm,
                                                            k8.BLOCK_N)
     assert dense(heads=4, s_q=2).mma8 and dense(heads=2, s_q=4).mma8 and dense(heads=1).mma8
@@ -297,9 +297,7 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 8-row Gluon kernel over fp8_ds_mla pages (`SM90_MMA8_DS`) serves dense plans of
     s_q × heads ≤ 8 over pages of ≥ 64 tokens, its programs per SM from its ring depth
-    (shared memory: 40 KB a stage and 8 KB of P): `SM90_MMA8_DS_DEEP_STAGES` (one program an
-    SM) where that schedule gives programs of ≤ `SM90_MMA8_DS_DEEP_MAX_TILES` tiles (forced
-    split counts included), else `SM90_MMA8_DS_STAGES`; off, the Triton kernel serves them."""
+    (shared memory: 40 KB a stage and 8 KB of P); off, the Triton kernel serves them."""
     from fp8mla.kernels import decode_sm90_mma8_ds as kd
     from fp8mla.runtime import Target
 
@@ -310,23 +308,13 @@ def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
     dense = functools.partial(_dense_plan, fmt="fp8_ds_mla")
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS", True)
-    assert (decode_mod.SM90_MMA8_DS_STAGES, decode_mod.SM90_MMA8_DS_DEEP_STAGES,
-            decode_mod.SM90_MMA8_DS_DEEP_MAX_TILES) == (2, 3, 32)  # the defaults
-    plan = dense()  # B=1 × 128K: 128 splits of 16 tiles at one program an SM
-    assert plan.mma8 and plan.sm90 and plan.kernel == "mma8" and plan.head_blocks == 1
-    assert plan.ring_stages == 3 and plan.programs_per_sm == 1 == kd.programs_per_sm(3)  # 129 KB
-    assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072, 132, kd.BLOCK_N) == 128
-    long = dense(batch=64, ctx=8192)  # one an SM: 2 splits of 64 tiles; so two, at 4 splits
-    assert long.ring_stages == 2 and long.programs_per_sm == 2 == kd.programs_per_sm(2)  # 89 KB
-    assert long.num_splits == 4 and dense(batch=128, ctx=4096).ring_stages == 2  # 64 tiles
-    assert dense(batch=8, ctx=32768).ring_stages == 3  # 16 splits of 32 tiles
-    assert dense(batch=64, ctx=8192, splits=8).ring_stages == 3  # forced: 16 tiles
-    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_DEEP_MAX_TILES", 0)
+    assert decode_mod.SM90_MMA8_DS_STAGES == 2  # the default
     plan = dense()
-    assert plan.ring_stages == 2 and plan.programs_per_sm == 2
+    assert plan.mma8 and plan.sm90 and plan.kernel == "mma8" and plan.head_blocks == 1
+    assert plan.ring_stages == 2 and plan.programs_per_sm == 2 == kd.programs_per_sm(2)  # 89 KB
     assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072, 264, kd.BLOCK_N)
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
-    assert dense(batch=64, ctx=8192).programs_per_sm == 1
+    assert dense().programs_per_sm == 1 == kd.programs_per_sm(3)  # 129 KB
     assert dense(heads=4, s_q=2).mma8 and dense(heads=1, s_q=4).mma8
     assert dense(heads=16).kernel != "mma8" != dense(heads=3, s_q=3).kernel  # > 8 rows
     assert not dense(heads=17).mma8

@@ -129,14 +129,12 @@ def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy
 
 def _mma8_only(monkeypatch, stages=None):
     """Switch the ≤ 8-row Gluon kernels on (`SM90_MMA8`, `SM90_MMA8_DS` with ``stages`` ring
-    stages — short programs' deep ring included — or its defaults); skip where they cannot
-    serve."""
+    stages or its default); skip where they cannot serve."""
     _sm90_only()
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS", True)
     if stages:
         monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", stages)
-        monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_DEEP_STAGES", stages)
 
 
 

@@ -114,16 +114,11 @@ SPARSE_SM90_MMA8_STAGES = 2
 # SM) 43.0 / 43.2 at B=1 but 113.3 / 113.1 at B=64 (h200-20261202-s20-9673ca2-mma8-ds-*)
 SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
-# ... and at 3 stages, one program per SM, where that schedule gives programs of at most
-# `SM90_MMA8_DS_DEEP_MAX_TILES` tiles: with two programs an SM the one the block scheduler
-# placed second leaves well after the first (`benchmarks/timeline.py`), a tail that long
-# programs amortise and short ones do not. H200 (ABAB, µs; h200-20261202-s23-7b97f72- and
-# -36e7d63-decode-variants.json): B=1 × 128K 42.6 / 42.6 / 43.2 against 44.8 / 44.6 / 44.9
-# (16 tiles a program at one an SM), B=1 × 64K 29.5 against 31.2 (8), B=16 × 8K 43.7 against
-# 45.0 (16), B=8 × 32K 67.3 against 67.7 (32); slower at 64 tiles: B=64 × 8K 113.0 against
-# 109.1, B=128 × 4K 110.8 against 109.5
-SM90_MMA8_DS_DEEP_STAGES = 3
-SM90_MMA8_DS_DEEP_MAX_TILES = 32
+# (3 stages, one program per SM, where that schedule gives programs of ≤ 32 tiles: faster under
+# do_bench's flush — B=1 × 128K 42.4 against 44.2 / 44.1 µs, B=16 × 8K 43.4 against 45.0 — but
+# not with a clean L2, as a serving step starts: 36.5 / 37.1 against 36.5 / 36.4, 37.9 / 37.7
+# against 37.1 / 36.9, B=8 × 32K 60.4 / 60.5 against 57.3 / 57.3; h200-20261202-s23-92cfcfa-
+# decode-variants.json, s23-3ce86b0-flush-ab.json)
 # the fp8 kernel's wide form for dense plans of 9–16 query rows (s_q × heads: 16 heads, s_q
 # 2 × 8): two MMA column blocks, qᵀ read from shared memory every tile instead of held in
 # registers, a ring of `SM90_MMA16_STAGES` stages (2: two programs per SM), where the schedule
@@ -572,12 +567,10 @@ class DecodePlan:
             return k8.BLOCK_N
         return self.config.block_n
 
-    def _mma_schedule(self, max_seqlen: int, num_splits: int | None) -> tuple[int, int, int]:
+    def _mma_schedule(self) -> tuple[int, int, int]:
         """(program rows, ring stages, programs per SM) of the ≤ 16-row Gluon kernel for this
         plan's format and s_q × heads: sparse fp8_ds_mla (8 rows, `SPARSE_SM90_MMA8_STAGES`),
-        dense fp8_ds_mla (8 or 16 rows, `SM90_MMA8_DS_STAGES`; 8 rows at
-        `SM90_MMA8_DS_DEEP_STAGES` where that schedule — ``num_splits``, or the scheduler's —
-        gives programs of ≤ `SM90_MMA8_DS_DEEP_MAX_TILES` tiles) or dense fp8 (`mma8_stages`)."""
+        dense fp8_ds_mla (8 or 16 rows, `SM90_MMA8_DS_STAGES`) or dense fp8 (`mma8_stages`)."""
         from fp8mla.kernels import decode_sm90_mma8 as k8
 
         if self.sparse:
@@ -588,10 +581,6 @@ class DecodePlan:
         if self.fmt.name == "fp8_ds_mla":
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
-            if rows == k8.ROWS:
-                deep = kd.programs_per_sm(SM90_MMA8_DS_DEEP_STAGES, rows)
-                if self._program_tiles(max_seqlen, num_splits, deep) <= SM90_MMA8_DS_DEEP_MAX_TILES:
-                    return rows, SM90_MMA8_DS_DEEP_STAGES, deep
             return rows, SM90_MMA8_DS_STAGES, kd.programs_per_sm(SM90_MMA8_DS_STAGES, rows)
         stages = mma8_stages(rows)
         return rows, stages, k8.programs_per_sm(rows, stages)
@@ -634,7 +623,7 @@ class DecodePlan:
         if not (k8.AVAILABLE and self.config.heads_per_block >= self.num_heads
                 and (self.sparse or self.page_size >= k8.BLOCK_N)):
             return False
-        self._schedule = self._mma_schedule(max_seqlen, num_splits)
+        self._schedule = self._mma_schedule()
         if rows > k8.ROWS:  # the wide form: programs of enough tiles
             least = SM90_MMA16_MIN_TILES if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
             return self._program_tiles(max_seqlen, num_splits, self._schedule[2]) >= least

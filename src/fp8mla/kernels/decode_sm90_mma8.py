@@ -17,7 +17,7 @@ registers, one per byte "lane" j): lane j of word w is dim 4w + j, so the first 
 per lane against qᵀ's dims 4w + j, and the second accumulates four Oᵀ lanes of 128 words.
 Each value is converted twice (once per product's operand layout), as in the Triton kernel.
 
-The ring holds NS tiles of 64 tokens (`STAGES` = 4 in the 8-row form, below; four [64,
+The ring holds NS tiles of 64 tokens (`STAGES` = 3 in the 8-row form, below; four [64,
 128]-byte latent boxes and a [64, 64] rope box each, by TMA: pages of ≥ 64 tokens), read as
 int32 through shared linear layouts that undo the boxes' swizzle; the copy of tile i + NS − 1
 is issued once every warp is past tile i − 1 (after tile i's P barrier; a 2-stage ring at the
@@ -34,14 +34,15 @@ combine), B=128 × 4K 93.6, s_q 2 × 4 heads 93.7, B=8 × 32K 59.0. Nsight Compu
 busy, tensor and shared 20%; stalls per issue led by the long scoreboard (1.23: TMA waits) and
 fixed-latency waits (0.91) — latency-bound with too few warps, not bound by any pipe.
 
-One program per SM, at 4 stages (148 KB; until session 23 two programs at 3). In one wave of two
-programs an SM the program the block scheduler placed second leaves ~2.5 µs after its SM's first
-(B=1 × 128K, `benchmarks/timeline.py`, h200-20261202-s23-7900be9-timeline.json), and the SM
-then runs half-empty; one program with three tiles in flight streams as fast without that tail.
-H200, against 3 stages and two programs an SM (s23-7b97f72-decode-variants.json, µs): B=1 ×
-128K 38.1 / 37.8 against 38.8 / 39.2, B=128 × 4K 92.0 / 92.1 against 94.4 / 94.5, B=8 × 32K
-57.5 against 59.1, B=1 × 32K 20.9 against 23.2, B=64 × 8K 94.3 / 94.4 against 94.4 / 94.4,
-s_q 4 × 2 heads 94.0 against 94.4.
+Two programs per SM at 3 stages, not one at 4 (148 KB). In one wave of two programs an SM the
+program the block scheduler placed second leaves ~2.5 µs after its SM's first (B=1 × 128K,
+`benchmarks/timeline.py`, h200-20261202-s23-7900be9-timeline.json), and one program per SM has no
+such tail: under do_bench's flush (the L2 left dirty) it measured faster or level (B=1 × 128K
+38.1 / 37.8 µs against 38.8 / 39.2, B=128 × 4K 92.0 against 94.4, B=8 × 32K 57.5 against
+59.1; s23-7b97f72-decode-variants.json), but with a clean L2, as a serving step starts, slower
+everywhere (`benchmarks/flush_ab.py`, s23-224ae48-flush-ab.json: B=64 × 8K 88.1 / 88.7 against
+85.9 / 85.8, B=1 × 128K 33.7 / 33.7 against 32.6 / 32.8, B=8 × 32K 52.4 / 52.3 against 50.6 /
+50.8, B=128 × 4K 86.5 / 86.6 against 86.2 / 86.1).
 
 The wide form (``R`` = 16: 16 heads, s_q 2 × 8) runs the same tile with two MMA column blocks.
 qᵀ for 16 rows would take 144 registers, so it stays in shared memory, staged once
@@ -92,7 +93,7 @@ if AVAILABLE:
 
 ROWS = 8  # query rows per program: the MMA's N (qᵀ in registers)
 BLOCK_N = 64  # tokens per tile (one TMA box per 128 latent bytes; pages of ≥ 64 tokens)
-STAGES = 4  # the 8-row form's ring depth: 4 × 36 KB, one program per SM (module docstring)
+STAGES = 3  # the 8-row form's ring depth: 3 × 36 KB, two programs per SM (module docstring)
 NUM_WARPS = 4
 # the wide form: 16 query rows (two MMA column blocks), qᵀ read from shared memory every tile
 WIDE_ROWS = 16
