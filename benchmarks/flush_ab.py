@@ -12,14 +12,13 @@ favoured and a clean L2 did not (below).
 
 from __future__ import annotations
 
-import json
 import sys
 
 from decode_variants import _owner
 from l2_state import event_median_us, flushes
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
-from fp8mla.bench.harness import announced_ceiling, env_info, graphed
+from fp8mla.bench.harness import announced_ceiling, env_info, graphed, keep_row
 
 # Session 23, each with its H200 result (µs, zero / read flush, ABAB):
 # - fp8 8-row form at 4 stages (one program an SM) against 3 (two), s23-224ae48-flush-ab.json:
@@ -55,10 +54,7 @@ def main() -> int:
             finally:
                 for k, v in saved.items():
                     setattr(*_owner(k), v)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            with open(out_path, "w") as f:
-                json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
+            keep_row(out_path, rows, row, env=env, ceiling_TBps=ceiling)
     return 0
 
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import statistics
 import sys
 
 import torch
 
 from fp8mla.bench.decode import POOL_CASE, DecodeCase, checked_plan
-from fp8mla.bench.harness import announced_ceiling, env_info, graphed
+from fp8mla.bench.harness import announced_ceiling, env_info, graphed, keep_row
 from fp8mla.bench.sparse import check_sparse, sparse_problem
 from fp8mla.formats import kv_format
 from fp8mla.sparse import SparsePlan
@@ -119,10 +118,7 @@ def main() -> int:
                    "kernels_us": kernel_us(one, flush),
                    "kernels_us_in_10": kernel_us(ten, flush, calls=10)}
             row["gaps_us"] = round(row["us"] - sum(row["kernels_us"].values()), 2)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            with open(out_path, "w") as f:
-                json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)
+            keep_row(out_path, rows, row, env=env, ceiling_TBps=ceiling)
     return 0
 
 

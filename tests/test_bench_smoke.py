@@ -62,3 +62,19 @@ def test_indexer_topk_cases_smoke(device, monkeypatch):
     timed = ["indexer", "fp8mla", "indexer_graph", "fp8mla_graph"]
     assert [r.backend for r in recs] == ["fp8mla", "fp8mla_graph"] + timed * 2 \
         + ["fp8mla_graph_chunk0", "fp8mla_graph_chunk1024"]
+
+
+def test_keep_row_rewrites_the_file_after_every_row(tmp_path, capsys):
+    """`harness.keep_row`: each row printed as a JSON line and the file rewritten whole, so a
+    run cut short keeps what it measured."""
+    import json
+
+    from fp8mla.bench.harness import keep_row
+
+    path, rows = str(tmp_path / "out.json"), []
+    keep_row(path, rows, {"case": "a", "us": 1.5}, env={"gpu": "x"}, ceiling_TBps=4.4)
+    keep_row(path, rows, {"case": "b", "us": 2.5}, env={"gpu": "x"}, ceiling_TBps=4.4)
+    saved = json.load(open(path))
+    assert saved == {"env": {"gpu": "x"}, "ceiling_TBps": 4.4,
+                     "rows": [{"case": "a", "us": 1.5}, {"case": "b", "us": 2.5}]}
+    assert [json.loads(line)["case"] for line in capsys.readouterr().out.splitlines()] == ["a", "b"]

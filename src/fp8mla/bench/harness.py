@@ -101,6 +101,15 @@ def write_records(records: list[Record], path: str) -> None:
         json.dump([asdict(r) for r in records], f, indent=1)
 
 
+def keep_row(path: str, rows: list[dict], row: dict, **header) -> None:
+    """A benchmark script's row: appended to ``rows``, printed as a JSON line, and ``path``
+    rewritten as ``{**header, "rows": rows}`` — a run cut short keeps every row it measured."""
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    with open(path, "w") as f:
+        json.dump({**header, "rows": rows}, f, indent=1)
+
+
 def kernel_note(plan) -> str:
     """What serves ``plan`` (a `DecodePlan` or `SparsePlan`), for a record's note: the Gluon
     ≤ 16-row kernels' rows and ring, else the plan's `DecodeConfig` (the Triton kernel's; the
