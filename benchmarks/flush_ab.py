@@ -26,10 +26,10 @@ from fp8mla.bench.harness import announced_ceiling, env_info, graphed, keep_row
 #   38.0 / 33.7, 39.4 / 33.7 against 39.0 / 32.6, 39.3 / 32.8 — 3 stages kept;
 # - fp8_ds_mla's 8-row form at 3 stages for programs of ≤ 32 tiles against 2 everywhere,
 #   s23-3ce86b0-flush-ab.json: B=8 × 32K 67.3 / 60.4 against 66.9 / 57.3 — 2 kept.
-# The arms below are the first A/B, with the default (3 stages) first
-ARMS = [("3 stages", {}), ("4 stages", {"decode_sm90_mma8.STAGES": 4})]
-CASES = [(DecodeCase(64, 8192, 8), "fp8"), (DecodeCase(128, 4096, 8), "fp8"),
-         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(8, 32768, 8), "fp8")]
+# The plan: uneven splits by launch order (`SKEW_TILES`, an experiment) against even ones
+ARMS = [("even", {}), ("skew 2", {"SKEW_TILES": 2}), ("skew 4", {"SKEW_TILES": 4})]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
+         (DecodeCase(64, 8192, 8), "fp8")]
 
 
 def main() -> int:
