@@ -228,8 +228,7 @@ def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
         num_warps=kn.NUM_WARPS)
 
 
-def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None,
-                        skew=0):
+def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_mma8`)
     for sm_90, as the launcher takes it for fp8 plans of s_q × heads ≤ 16 (``rows``: the
     program's rows, from s_q × heads where None; ``stages``: the ring's, the launcher's where
@@ -244,11 +243,10 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
                            "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     lat = k8.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
-    sig["lead"] = "i32"
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
-        "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "SKEW": skew}, num_warps=k8.NUM_WARPS)
+        "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False},
+        num_warps=k8.NUM_WARPS)
 
 
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None):

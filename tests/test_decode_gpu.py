@@ -161,21 +161,6 @@ def test_sm90_mma8_kernel_matches_reference(heads, s_q, lens, page_size, splits,
     assert plan.mma8 and plan.sm90 and plan.kernel == "mma8"
 
 
-@pytest.mark.parametrize("skew", [2, 5])
-@pytest.mark.parametrize("heads,lens,splits", [
-    (8, [8192, 1, 4097, 0, 130], 4), (16, [5000, 700, 64, 3000], 6), (8, [131072], None),
-    (16, [2000] * 140, 2),  # requests past the first programs' SMs: none of theirs leads
-])
-def test_sm90_mma8_skewed_splits_match_reference(skew, heads, lens, splits, monkeypatch):
-    """The uneven-split experiment (`SKEW_TILES`, `decode_sm90_mma8._skewed_range`): the
-    ranges still cover every tile once — outputs match the reference with NaN page tails."""
-    _mma8_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
-    monkeypatch.setattr(decode_mod, "SKEW_TILES", skew)
-    plan = _check_poisoned_tails(heads, 1, lens, 64, splits)
-    assert plan.kernel == ("mma8" if heads == 8 else "mma16")
-
-
 @pytest.mark.parametrize("heads", [8, 16])
 def test_sm90_mma8_timeline_stamps_in_order(heads, monkeypatch):
     """`DecodePlan.timeline` (the debug stamps `benchmarks/timeline.py` reads): every program

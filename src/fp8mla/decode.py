@@ -129,11 +129,6 @@ SM90_MMA8_DS_STAGES = 2
 # against 115.7, B=128 × 4K 106.7 against 115.9, B=32 × 8K (16 tiles a program) 63.8 against
 # 65.6 (h200-20261202-s21-9271bf1-decode-variants.json); B=16 × 8K and B=1 × 128K (8 tiles)
 # 45.5 / 45.7 against 42.3 / 42.6 (s21-42e9e38); 3 stages (one program per SM) 118.2 at B=64
-# experiment, off: the dense fp8 ≤ 16-row kernel's splits uneven by launch order — those of
-# the first program the block scheduler puts on each SM SKEW_TILES tiles longer, the rest
-# shorter (`decode_sm90_mma8._skewed_range`): in one wave of two programs an SM the second
-# leaves well after the first (benchmarks/timeline.py, BENCHMARKS.md session 23)
-SKEW_TILES = 0
 SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
@@ -730,8 +725,7 @@ class DecodePlan:
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
-                TIMELINE=self.timeline is not None, SKEW=SKEW_TILES,
-                lead=self.target.num_sms, num_warps=k8.NUM_WARPS)
+                TIMELINE=self.timeline is not None, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

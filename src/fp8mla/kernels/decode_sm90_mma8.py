@@ -286,45 +286,18 @@ if AVAILABLE:
         _tma_load(rope_desc, [row0, ROPE_COL], bar, rope_buf.index(stage), pred=pred)
 
     @gluon.jit
-    def _skewed_range(seqlen, b, split, num_splits, lead, SKEW: gl.constexpr):
-        """(start, end, tiles) of split ``split``'s token chunk when the request's splits
-        whose program is among the first ``lead`` launched (program b + batch · split < lead:
-        the block scheduler's first program on each SM) take SKEW tiles more than an even
-        share and the others correspondingly fewer — an experiment (`fp8mla.decode.SKEW_TILES`)
-        on the second program of an SM leaving late. The ranges still partition the request's
-        tiles in split order."""
-        tiles = gl.cdiv(seqlen, BN)
-        base = gl.cdiv(tiles, num_splits)
-        n_lead = gl.minimum(gl.maximum(gl.cdiv(lead - b, gl.num_programs(0)), 0), num_splits)
-        d = gl.where((n_lead > 0) & (n_lead < num_splits),
-                     gl.cdiv(SKEW * n_lead, gl.maximum(num_splits - n_lead, 1)), 0)
-        skew = gl.where(d > 0, SKEW, 0)
-        t0 = (split * base + skew * gl.minimum(split, n_lead)
-              - d * gl.maximum(split - n_lead, 0))
-        t1 = ((split + 1) * base + skew * gl.minimum(split + 1, n_lead)
-              - d * gl.maximum(split + 1 - n_lead, 0))
-        t1 = gl.where(split == num_splits - 1, tiles, t1)
-        t0 = gl.minimum(gl.maximum(t0, 0), tiles)
-        t1 = gl.minimum(gl.maximum(t1, t0), tiles)
-        return t0 * BN, gl.minimum(seqlen, t1 * BN), t1 - t0
-
-    @gluon.jit
     def _ring_start(lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt,
                     b, split, num_splits, page_shift, max_len, NS: gl.constexpr,
-                    ROPE_COL: gl.constexpr, SKEW: gl.constexpr = 0, lead=0):
+                    ROPE_COL: gl.constexpr):
         """A dense program's start: the ring's barriers, its token chunk (from the device-side
-        length, bounded by the table's row; `_skewed_range` where SKEW) and the ring's first
-        NS − 1 copies in flight → (barriers, seqlen, start, end, n_tiles, the request's
-        block-table row)."""
+        length, bounded by the table's row) and the ring's first NS − 1 copies in flight →
+        (barriers, seqlen, start, end, n_tiles, the request's block-table row)."""
         bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         for st in gl.static_range(NS):
             mbarrier.init(bars.index(st), count=1)
         fence_async_shared()  # the initialised barriers, before the async proxy
         seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        if SKEW > 0:
-            start, end, n_tiles = _skewed_range(seqlen, b, split, num_splits, lead, SKEW)
-        else:
-            start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         for st in gl.static_range(NS - 1):
             _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
@@ -442,7 +415,6 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        SKEW: gl.constexpr = 0, lead=0,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -451,8 +423,7 @@ if AVAILABLE:
         s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the
         workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16`); NS ≥ 2 ring
         stages. TIMELINE: a debug timeline into int64 ``stamp_ptr`` [programs, 12]
-        (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM). SKEW, lead: the
-        split experiment of `_skewed_range` (0: even splits)."""
+        (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM)."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)
@@ -472,7 +443,7 @@ if AVAILABLE:
         # this program's token chunk and the ring's first NS − 1 tiles in flight before q
         bars, seqlen, start, end, n_tiles, bt_row = _ring_start(
             lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt, b, split,
-            num_splits, page_shift, max_len, NS, 512, SKEW, lead)
+            num_splits, page_shift, max_len, NS, 512)
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
 
