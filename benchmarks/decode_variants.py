@@ -23,9 +23,9 @@ from fp8mla.bench.decode import DecodeCase, run_case
 from fp8mla.bench.harness import announced_ceiling, env_info
 from fp8mla.runtime import decode_config
 
-# (case, format, [(label, DecodeConfig overrides, num_splits or None[, fp8mla.decode
-# attributes set for the variant]), ...]); the launcher's default configuration and split
-# count are always timed first.
+# (case, format, [(label, DecodeConfig overrides, num_splits or None[, attributes set for the
+# variant: fp8mla.decode's NAME, or a kernel module's "module.NAME" (`_owner`)]), ...]); the
+# launcher's default configuration and split count are always timed first.
 GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before session 6
 # Session 10's PDL A/B: h200-20261201-s11-*-decode-variants (±1 µs, left off); the lazy-rescale
 # A/B: h200-20261130-s10-lazy-*.json; the register cap: s10-97b5942-cap-*.json. Session 11

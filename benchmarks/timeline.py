@@ -21,6 +21,7 @@ import statistics
 import sys
 
 import torch
+from l2_state import flushes
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed
@@ -30,7 +31,6 @@ from fp8mla.bench.harness import announced_ceiling, env_info, graphed
 # with the 8-row form at two programs an SM)
 CASES = [(DecodeCase(1, 131072, 8), "fp8", None), (DecodeCase(64, 8192, 8), "fp8", None),
          (DecodeCase(64, 8192, 16), "fp8", None)]
-FLUSH_BYTES = 256 * 2**20
 RUNS = 30
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 
@@ -64,7 +64,8 @@ def merged(runs: list[dict]) -> dict:
 
 
 def per_sm(st: torch.Tensor) -> dict:
-    """Programs per SM and, for SMs holding 1 and 2 programs, the median leave time (µs)."""
+    """Per count of programs an SM held: how many SMs, and their last program's leave time
+    (µs: median, max)."""
     t0 = int(st[:, 0].min())
     by_sm: dict[int, list[int]] = {}
     for row in st.tolist():
@@ -72,7 +73,8 @@ def per_sm(st: torch.Tensor) -> dict:
     out = {}
     for n in sorted({len(v) for v in by_sm.values()}):
         leaves = [max(v) for v in by_sm.values() if len(v) == n]
-        out[str(n)] = {"sms": len(leaves), "leave_median_us": round(statistics.median(leaves) / 1000, 2),
+        out[str(n)] = {"sms": len(leaves),
+                       "leave_median_us": round(statistics.median(leaves) / 1000, 2),
                        "leave_max_us": round(max(leaves) / 1000, 2)}
     return out
 
@@ -81,19 +83,18 @@ def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)
-    buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    flushes = {"zero": buf.zero_, "read": lambda: buf.sum()}
+    modes = flushes()
     rows = []
     for case, fmt_name, splits in CASES:
         plan, fn = checked_plan(case, fmt_name, num_splits=splits)
         name = case.name(f"dense_decode/{fmt_name}", fmt_name)
-        if plan.kernel not in ("mma8", "mma16"):
+        if fmt_name != "fp8" or plan.kernel not in ("mma8", "mma16"):
             print(f"{name}: {plan.kernel} kernel, no timeline", flush=True)
             continue
         plan.timeline = torch.zeros(case.batch * plan.num_splits, 12, dtype=torch.int64,
                                     device="cuda")
         replay = graphed(fn)
-        for mode, flush in flushes.items():
+        for mode, flush in ((m, modes[m]) for m in ("zero", "read")):
             runs, events, raw = [], [], None
             for r in range(RUNS + 3):
                 flush()

@@ -734,6 +734,23 @@ def test_rejects_bad_given_outputs(small, device):
         plan.run(q, cache.layer(0), table, seqlens, empty_lse=0.0)
 
 
+def test_rejects_a_bad_debug_timeline(small, device):
+    """`DecodePlan.timeline` (debug stamps) is checked before a launch writes into it: int64
+    [batch × num_splits, 12] on the plan's device; a good one leaves the outputs as they were
+    (the kernels that do not stamp ignore it)."""
+    cache, table, seqlens, plan, q = small
+    out, lse = (t.clone() for t in plan.run(q, cache.layer(0), table, seqlens))
+    rows = plan.batch * plan.num_splits
+    for bad, error in ((torch.zeros(rows, 12, dtype=torch.int32, device=device), TypeError),
+                       (torch.zeros(rows + 1, 12, dtype=torch.int64, device=device), ValueError)):
+        plan.timeline = bad
+        with pytest.raises(error, match=r"timeline: expected"):
+            plan.run(q, cache.layer(0), table, seqlens)
+    plan.timeline = torch.zeros(rows, 12, dtype=torch.int64, device=device)
+    o2, l2 = plan.run(q, cache.layer(0), table, seqlens)
+    assert torch.equal(o2, out) and torch.equal(l2, lse)
+
+
 @pytest.mark.parametrize("fmt,policy,lazy,late", [
     ("fp8", None, True, True), ("fp8_ds_mla", "fp32", True, True),  # the launcher's, folded
     ("fp8", None, True, False), ("fp8", None, False, True), ("bf16", None, False, False)])

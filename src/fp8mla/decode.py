@@ -114,8 +114,9 @@ SPARSE_SM90_MMA8_STAGES = 2
 # SM) 43.0 / 43.2 at B=1 but 113.3 / 113.1 at B=64 (h200-20261202-s20-9673ca2-mma8-ds-*)
 SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
-# (3 stages, one program per SM, where that schedule gives programs of ≤ 32 tiles: faster under
-# do_bench's flush — B=1 × 128K 42.4 against 44.2 / 44.1 µs, B=16 × 8K 43.4 against 45.0 — but
+# (tried, not kept: 3 stages, one program per SM, where that schedule gives programs of ≤ 32
+# tiles — faster under
+# do_bench's flush (B=1 × 128K 42.4 against 44.2 / 44.1 µs, B=16 × 8K 43.4 against 45.0) but
 # not with a clean L2, as a serving step starts: 36.5 / 37.1 against 36.5 / 36.4, 37.9 / 37.7
 # against 37.1 / 36.9, B=8 × 32K 60.4 / 60.5 against 57.3 / 57.3; h200-20261202-s23-92cfcfa-
 # decode-variants.json, s23-3ce86b0-flush-ab.json)
@@ -308,8 +309,9 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        self.mma8 = config is None and self._mma8_serves(max_seqlen, num_splits)  # sets
-        # self._schedule where it does
+        # (_mma8_serves also sets self._schedule, the kernel's rows / stages / programs an
+        # SM, where it returns True)
+        self.mma8 = config is None and self._mma8_serves(max_seqlen, num_splits)
         self.narrow = not self.mma8 and config is None and self._narrow_serves()
         self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
@@ -342,8 +344,9 @@ class DecodePlan:
         else:
             self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
-        # debug: int64 [batch × num_splits, 12] that the dense fp8 ≤ 16-row kernel fills with
-        # each program's timeline when set (`benchmarks/timeline.py`); None: no stamps
+        # debug: int64 [batch × num_splits, 12] on the plan's device that the dense fp8 ≤ 16-row
+        # kernel fills with each program's timeline when set before a run (or a graph's
+        # capture; `benchmarks/timeline.py`); other kernels ignore it. None: no stamps
         self.timeline: torch.Tensor | None = None
 
     @property
@@ -406,6 +409,9 @@ class DecodePlan:
             check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
                          device=self.device)
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
+        if self.timeline is not None:
+            check_tensor("timeline", self.timeline, dtype=torch.int64, device=self.device,
+                         shape=(self.batch * self.num_splits, 12))
         outputs = self._outputs(out, lse, empty_lse)
         if not numerics.enabled():
             return self._launch(q, rows, block_table, cache_seqlens, scale, *outputs)

@@ -193,7 +193,8 @@ if AVAILABLE:
     @gluon.jit
     def _stamp(stamp_ptr, k: gl.constexpr):
         """Debug timeline (``TIMELINE`` kernels; `benchmarks/timeline.py` reads it): the global
-        timer (ns) into stamp_ptr[2k] and this SM's clock into stamp_ptr[2k + 1]."""
+        timer (ns) into stamp_ptr[2k] and this SM's clock into stamp_ptr[2k + 1] — every thread
+        stores its own reading, so a stamp with no barrier before it is some warp's."""
         now = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
                                         is_pure=False, pack=1)
         clk = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64,
