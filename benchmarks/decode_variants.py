@@ -20,7 +20,7 @@ import torch
 
 import fp8mla.decode as decode_mod
 from fp8mla.bench.decode import DecodeCase, run_case
-from fp8mla.bench.harness import announced_ceiling, env_info
+from fp8mla.bench.harness import announced_ceiling, by_backend, env_info
 from fp8mla.runtime import decode_config
 
 # (case, format, [(label, DecodeConfig overrides, num_splits or None[, attributes set for the
@@ -108,7 +108,8 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # faster where such programs have ≤ 32 tiles. Both were switched on, then off again: this
 # timer's flush leaves the L2 dirty, and with a clean one (`flush_ab.py`, s23-224ae48- and
 # s23-3ce86b0-flush-ab.json) two programs an SM are faster in nearly every case. A/Bs of
-# schedules belong in flush_ab.py now. The plan is back to that last sweep's first A/B.
+# schedules read both columns now: each row has `us` (do_bench's timer) and `us_clean_l2`
+# (the same replay after a reading flush). The plan is back to that last sweep's first A/B.
 
 B1_SPLITS = [("128 splits", None, 128), ("default again", None, None),
              ("128 splits again", None, 128)]
@@ -159,13 +160,15 @@ def main() -> int:
             try:
                 for k, v in patch.items():
                     setattr(*_owner(k), v)
-                rec = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)[-1]
+                recs = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)
+                rec = by_backend(recs, "fp8mla_graph")
+                clean = by_backend(recs, "fp8mla_graph_cleanL2").us
                 row.update(kernel_resources())
-                row.update(us=rec.us, TBps=rec.TBps, TFLOPS=rec.TFLOPS,
+                row.update(us=rec.us, us_clean_l2=clean, TBps=rec.TBps, TFLOPS=rec.TFLOPS,
                            ratio=round(rec.TBps / ceiling, 3), note=rec.note)
-                print(f"{row['case']:<42} {label:<28} {rec.us:8.1f} us {rec.TBps:5.2f} TB/s "
-                      f"{rec.TFLOPS:6.1f} TFLOPS  regs {row.get('regs')} spills "
-                      f"{row.get('spills')} smem {row.get('shared')}", flush=True)
+                print(f"{row['case']:<42} {label:<28} {rec.us:8.1f} us (clean L2 {clean:6.1f}) "
+                      f"{rec.TBps:5.2f} TB/s {rec.TFLOPS:6.1f} TFLOPS  regs {row.get('regs')} "
+                      f"spills {row.get('spills')} smem {row.get('shared')}", flush=True)
             except Exception as e:  # noqa: BLE001 — record and go on
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 print(f"{row['case']:<42} {label:<28} ERROR {row['error'][:120]}", flush=True)

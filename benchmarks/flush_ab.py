@@ -2,12 +2,13 @@
 
     python benchmarks/flush_ab.py OUT.json
 
-`decode_variants.py` times with do_bench, whose zeroing flush leaves the L2 dirty before every
-call (`l2_state.py`); a serving step starts with it clean. This times each case's CUDA-graph
-replay after both flushes (`l2_state.flushes`, `event_median_us`) for arms A, B, A, B — each arm
-a set of `fp8mla.decode` or kernel-module attributes (`decode_variants._owner`), each case
-checked against the reference first. Session 23 found two schedules that do_bench's flush
-favoured and a clean L2 did not (below).
+`fp8mla.bench`'s `fp8mla_graph` rows time with do_bench, whose zeroing flush leaves the L2
+dirty before every call (`l2_state.py`); a serving step starts with it clean (the
+`fp8mla_graph_cleanL2` rows). This times each case's CUDA-graph replay after both flushes
+(`fp8mla.bench.harness.l2_flushes`, `event_median_us`) for arms A, B, A, B — each arm a set of
+`fp8mla.decode` or kernel-module attributes (`decode_variants._owner`), each case checked
+against the reference first. Session 23 found two schedules that do_bench's flush favoured and
+a clean L2 did not (below).
 """
 
 from __future__ import annotations
@@ -15,10 +16,16 @@ from __future__ import annotations
 import sys
 
 from decode_variants import _owner
-from l2_state import event_median_us, flushes
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
-from fp8mla.bench.harness import announced_ceiling, env_info, graphed, keep_row
+from fp8mla.bench.harness import (
+    announced_ceiling,
+    env_info,
+    event_median_us,
+    graphed,
+    keep_row,
+    l2_flushes,
+)
 
 # Session 23, each with its H200 result (µs, zero / read flush, ABAB):
 # - fp8 8-row form at 4 stages (one program an SM) against 3 (two), s23-224ae48-flush-ab.json:
@@ -41,7 +48,7 @@ def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)
-    modes = flushes()
+    modes = l2_flushes()
     rows = []
     for case, fmt_name in CASES:
         for label, patch in ARMS + ARMS:

@@ -20,13 +20,19 @@ from __future__ import annotations
 
 import functools
 import itertools
-import statistics
 import sys
 
 import torch
 
 from fp8mla.bench.decode import POOL_CASE, DecodeCase, checked_plan
-from fp8mla.bench.harness import announced_ceiling, env_info, graphed, keep_row
+from fp8mla.bench.harness import (
+    announced_ceiling,
+    env_info,
+    event_median_us,
+    graphed,
+    keep_row,
+    l2_flushes,
+)
 from fp8mla.bench.sparse import check_sparse, sparse_problem
 from fp8mla.formats import kv_format
 from fp8mla.sparse import SparsePlan
@@ -34,30 +40,6 @@ from fp8mla.sparse import SparsePlan
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"), (POOL_CASE, "fp8"),
          (DecodeCase(64, 8192, 16), "fp8_ds_mla")]
 SPARSE_CASES = [(64, 8, 2048)]  # (queries, heads, topk), fp8_ds_mla, s_q 1
-FLUSH_BYTES = 256 * 2**20
-
-
-def flushes() -> dict:
-    buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    return {"zero": buf.zero_, "read": lambda: buf.sum(), "none": lambda: None}
-
-
-def event_median_us(fn, flush, reps: int = 200, calls: int = 1) -> float:
-    """Median over ``reps`` of the event time around ``fn()``, each after ``flush()``, / calls."""
-    for _ in range(10):
-        flush()
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends, strict=True):
-        flush()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return 1000 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) / calls
-
-
 def kernel_us(fn, flush, calls: int = 1, reps: int = 20) -> dict[str, float]:
     """GPU µs per call of each kernel launched by ``fn`` (not the flush's), each rep after
     ``flush()``."""
@@ -105,7 +87,7 @@ def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)
-    modes = flushes()
+    modes = l2_flushes()
     which = sys.argv[2] if len(sys.argv) > 2 else "all"
     rows = []
     for name, plan, fn in itertools.chain(dense_cases() if which != "sparse" else (),

@@ -21,7 +21,7 @@ import sys
 
 import fp8mla.decode as decode_mod
 from fp8mla.bench.decode import DecodeCase, run_case
-from fp8mla.bench.harness import announced_ceiling, env_info
+from fp8mla.bench.harness import announced_ceiling, by_backend, env_info
 
 CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8192, 64),
          DecodeCase(1, 131072, 128), DecodeCase(64, 8192, 128, page_size=256),
@@ -68,12 +68,12 @@ def main() -> int:
 
         min_heads = decode_mod.SPARSE_SM90_MIN_HEADS
         decode_mod.SPARSE_SM90_MIN_HEADS = 64
-        _ab(SPARSE_CASES[:n], SPARSE_ARMS, lambda c: run_sparse(*c, env, ceiling)[-1],
+        _ab(SPARSE_CASES[:n], SPARSE_ARMS, lambda c: by_backend(run_sparse(*c, env, ceiling), "fp8mla_graph"),
             sys.argv[1], env, ceiling)
         decode_mod.SPARSE_SM90_MIN_HEADS = min_heads
     else:
-        _ab(CASES[:n], DENSE_ARMS, lambda c: run_case(c, "fp8", env, ceiling)[-1], sys.argv[1],
-            env, ceiling)
+        _ab(CASES[:n], DENSE_ARMS, lambda c: by_backend(run_case(c, "fp8", env, ceiling),
+                                                       "fp8mla_graph"), sys.argv[1], env, ceiling)
     return 0
 
 

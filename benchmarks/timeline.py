@@ -21,10 +21,9 @@ import statistics
 import sys
 
 import torch
-from l2_state import flushes
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
-from fp8mla.bench.harness import announced_ceiling, env_info, graphed
+from fp8mla.bench.harness import announced_ceiling, env_info, graphed, l2_flushes
 
 # (case, format, num_splits or None for the scheduler's)
 # (session 23's first run, 7900be9, also timed B=1 × 128K at 128 and 132 splits and B=1 × 32K,
@@ -83,7 +82,7 @@ def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)
-    modes = flushes()
+    modes = l2_flushes()
     rows = []
     for case, fmt_name, splits in CASES:
         plan, fn = checked_plan(case, fmt_name, num_splits=splits)

@@ -78,3 +78,17 @@ def test_keep_row_rewrites_the_file_after_every_row(tmp_path, capsys):
     assert saved == {"env": {"gpu": "x"}, "ceiling_TBps": 4.4,
                      "rows": [{"case": "a", "us": 1.5}, {"case": "b", "us": 2.5}]}
     assert [json.loads(line)["case"] for line in capsys.readouterr().out.splitlines()] == ["a", "b"]
+
+
+def test_by_backend_picks_the_named_record(device):
+    """`harness.by_backend`: a case's record by backend name (the scripts read
+    "fp8mla_graph" and "fp8mla_graph_cleanL2" by name, not by position); an absent name is a
+    KeyError listing those present."""
+    from fp8mla.bench.harness import by_backend
+
+    recs = bench_decode.run_case(bench_decode.DecodeCase(1, 70, 2, page_size=16), "fp8", {
+        "gpu": "cpu", "torch": "t", "triton": "t", "date": "d", "commit": "c"}, 1.0,
+        device=device)
+    assert by_backend(recs, "fp8mla") is recs[0]
+    with pytest.raises(KeyError, match="fp8mla_graph"):
+        by_backend(recs, "fp8mla_graph" if device == "cpu" else "nothing")

@@ -40,7 +40,7 @@ def _progress(items, desc):
 
 def _print(rec) -> None:
     ratio = f"{rec.TBps / rec.ceiling_TBps:6.1%}" if rec.TBps else "   -  "
-    print(f"{rec.case:48s} {rec.backend:12s} {rec.us:9.1f} us {rec.TBps or 0:6.2f} TB/s "
+    print(f"{rec.case:48s} {rec.backend:20s} {rec.us:9.1f} us {rec.TBps or 0:6.2f} TB/s "
           f"{rec.TFLOPS or 0:7.1f} TFLOPS  {ratio} of ceiling", flush=True)
 
 

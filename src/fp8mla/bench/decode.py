@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8mla import reference
-from fp8mla.bench.harness import Record, graphed, kernel_note, time_us
+from fp8mla.bench.harness import Record, graphed, kernel_note, time_us, time_us_clean_l2
 from fp8mla.cache import build_block_table
 from fp8mla.decode import DecodePlan, dense_decode
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
@@ -106,9 +106,11 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
              backends=("fp8mla",), config: DecodeConfig | None = None,
              num_splits: int | None = None, kind: str | None = None,
              device: str = "cuda") -> list[Record]:
-    """Check, then time ``case`` for each backend; one `Record` each. fp8mla is timed twice:
-    eagerly (``fp8mla``: Python launch overhead included) and replayed from a CUDA graph
-    (``fp8mla_graph``: how a server runs decode). Baselines run eagerly. device "cpu" (the
+    """Check, then time ``case`` for each backend; one `Record` each. fp8mla is timed three
+    times: eagerly (``fp8mla``: Python launch overhead included), replayed from a CUDA graph
+    (``fp8mla_graph``: how a server runs decode), both with do_bench's flush (the targets'
+    timer), and the replay after a flush that leaves the L2 clean (``fp8mla_graph_cleanL2``:
+    as a serving step starts; `harness.l2_flushes`). Baselines run eagerly. device "cpu" (the
     interpreter: tests) times eagerly only."""
     fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name, device)
     records = []
@@ -120,16 +122,18 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
                               device=device, config=config, num_splits=num_splits)
             fn = lambda p=plan: p.run(q, rows, table, seqlens, fp8_scale=scale, check=False)
             note = kernel_note(plan)
-            timed = [("fp8mla", fn)] + ([("fp8mla_graph", graphed(fn))] if device == "cuda"
-                                        else [])
+            replay = graphed(fn) if device == "cuda" else None
+            timed = [("fp8mla", fn, time_us)] + (
+                [("fp8mla_graph", replay, time_us),
+                 ("fp8mla_graph_cleanL2", replay, time_us_clean_l2)] if replay else [])
         else:
             fn = lambda b=backend: dense_decode(q, rows, table, seqlens, kv_format=fmt,
                                                 fp8_scale=scale, backend=b, check=False)
-            note, timed = None, [(backend, fn)]
+            note, timed = None, [(backend, fn, time_us)]
         out, lse = fn()
         _check(case, fmt, rows, table, seqlens, q, scale, out, lse)
-        for name, f in timed:
-            us = time_us(f)
+        for name, f, timer in timed:
+            us = timer(f)
             moved = case.kv_bytes(fmt.row_bytes) + case.io_bytes()
             records.append(Record(
                 case=case_name, backend=name, us=round(us, 2),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import statistics
 import subprocess
 from dataclasses import asdict, dataclass
 
@@ -17,7 +18,8 @@ import triton
 
 from fp8mla.kernels.stream import _stream_read_kernel
 
-__all__ = ["Record", "time_us", "graphed", "read_ceiling_tbps", "env_info", "write_records"]
+__all__ = ["Record", "time_us", "time_us_clean_l2", "graphed", "read_ceiling_tbps", "env_info",
+           "write_records"]
 
 
 @dataclass
@@ -42,6 +44,45 @@ def time_us(fn, *, warmup_ms: int = 50, rep_ms: int = 300) -> float:
     """Median time of ``fn()`` in microseconds."""
     return 1000.0 * triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
                                             return_mode="median")
+
+
+FLUSH_BYTES = 256 * 2**20  # do_bench's flush buffer: five times the H200's L2
+_flush_buffer: torch.Tensor | None = None
+
+
+def l2_flushes() -> dict:
+    """What can precede a timed call: ``zero`` — do_bench's flush, zeroing 256 MB (the L2 left
+    full of dirty lines the call's reads must write back), ``read`` — a sum over the same
+    buffer (the L2 left holding clean lines, as a serving step finds it), ``none``."""
+    global _flush_buffer
+    if _flush_buffer is None:
+        _flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    buf = _flush_buffer
+    return {"zero": buf.zero_, "read": lambda: buf.sum(), "none": lambda: None}
+
+
+def event_median_us(fn, flush, reps: int = 200, calls: int = 1) -> float:
+    """Median over ``reps`` of the event time around ``fn()``, each after ``flush()``, divided
+    by ``calls`` (the calls ``fn`` makes); ten warm-up rounds first."""
+    for _ in range(10):
+        flush()
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends, strict=True):
+        flush()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return 1000 * statistics.median(times) / calls
+
+
+def time_us_clean_l2(fn) -> float:
+    """Median time of ``fn()`` in microseconds, each call after a reading flush (`l2_flushes`):
+    what `time_us` measures without the write-back of do_bench's dirty L2."""
+    return event_median_us(fn, l2_flushes()["read"])
 
 
 def graphed(fn):
@@ -99,6 +140,15 @@ def write_records(records: list[Record], path: str) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump([asdict(r) for r in records], f, indent=1)
+
+
+def by_backend(records: list[Record], backend: str) -> Record:
+    """The record of ``backend`` among one case's (e.g. "fp8mla_graph": do_bench's replay,
+    "fp8mla_graph_cleanL2": the same replay with a clean L2)."""
+    for rec in records:
+        if rec.backend == backend:
+            return rec
+    raise KeyError(f"backend: no {backend!r} among {[r.backend for r in records]}")
 
 
 def keep_row(path: str, rows: list[dict], row: dict, **header) -> None:
