@@ -68,12 +68,14 @@ def main() -> int:
 
         min_heads = decode_mod.SPARSE_SM90_MIN_HEADS
         decode_mod.SPARSE_SM90_MIN_HEADS = 64
-        _ab(SPARSE_CASES[:n], SPARSE_ARMS, lambda c: by_backend(run_sparse(*c, env, ceiling), "fp8mla_graph"),
-            sys.argv[1], env, ceiling)
+        _ab(SPARSE_CASES[:n], SPARSE_ARMS,
+            lambda c: by_backend(run_sparse(*c, env, ceiling), "fp8mla_graph"), sys.argv[1], env,
+            ceiling)
         decode_mod.SPARSE_SM90_MIN_HEADS = min_heads
     else:
-        _ab(CASES[:n], DENSE_ARMS, lambda c: by_backend(run_case(c, "fp8", env, ceiling),
-                                                       "fp8mla_graph"), sys.argv[1], env, ceiling)
+        _ab(CASES[:n], DENSE_ARMS,
+            lambda c: by_backend(run_case(c, "fp8", env, ceiling), "fp8mla_graph"), sys.argv[1],
+            env, ceiling)
     return 0
 
 

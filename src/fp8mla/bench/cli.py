@@ -46,6 +46,7 @@ def _print(rec) -> None:
 
 def _sweep(case, fmt, env, ceiling):
     from fp8mla.bench.decode import run_case
+    from fp8mla.bench.harness import by_backend
     from fp8mla.runtime import DecodeConfig, decode_config
 
     base = decode_config(90, fmt, case.heads, case.s_q)
@@ -54,7 +55,7 @@ def _sweep(case, fmt, env, ceiling):
         cfg = DecodeConfig(block_n=bn, heads_per_block=base.heads_per_block, num_warps=warps,
                            num_stages=stages, words_2d=base.words_2d, lookahead=base.lookahead)
         try:
-            rec = run_case(case, fmt, env, ceiling, config=cfg)[-1]  # the graph replay
+            rec = by_backend(run_case(case, fmt, env, ceiling, config=cfg), "fp8mla_graph")
         except Exception as e:  # a configuration that does not compile or fit: record it
             rows.append({"case": case.name("dense_decode/" + fmt, fmt), "config": str(cfg),
                          "error": f"{type(e).__name__}: {e}"[:200]})
