@@ -309,9 +309,8 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        # (_mma8_serves also sets self._schedule, the kernel's rows / stages / programs an
-        # SM, where it returns True)
-        self.mma8 = config is None and self._mma8_serves(max_seqlen, num_splits)
+        schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
+        self.mma8 = schedule is not None
         self.narrow = not self.mma8 and config is None and self._narrow_serves()
         self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
@@ -324,10 +323,9 @@ class DecodePlan:
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
         # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
         # of shared memory, but the ≤ 16-row ones by their rows and ring depth, fixed here for
-        # the plan: `_mma_schedule`)
+        # the plan: `_mma8_schedule`)
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
-            self._schedule if self.mma8
-            else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
+            schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
         self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
@@ -601,23 +599,25 @@ class DecodePlan:
                                                  self.target.num_sms * per_sm, BLOCK_N)
         return triton.cdiv(tiles, splits)
 
-    def _mma8_serves(self, max_seqlen: int, num_splits: int | None) -> bool:
-        """Whether a Gluon SM90 kernel of ≤ 16-row programs (`decode_sm90_mma8` and its
-        fp8_ds_mla and sparse forms; `plan.mma8` covers all of them) serves this plan: dense fp8
-        rows in pages of ≥ 64 tokens with s_q × heads ≤ 8 (`SM90_MMA8`), dense fp8_ds_mla rows
-        the same (`SM90_MMA8_DS`), either with 9–16 where the schedule (``num_splits``, the
-        scheduler's where None) gives programs enough tiles (`SM90_MMA16_MIN_TILES`,
-        `SM90_MMA16_DS_MIN_TILES`; switches `SM90_MMA16`, `SM90_MMA16_DS`), or sparse
-        fp8_ds_mla rows over index lists with ≤ 8 heads (`SPARSE_SM90_MMA8`); one program for
-        all heads, a GPU of compute capability 9.0 and a Triton with Gluon."""
+    def _mma8_schedule(self, max_seqlen: int,
+                       num_splits: int | None) -> tuple[int, int, int] | None:
+        """`_mma_schedule` where a Gluon SM90 kernel of ≤ 16-row programs (`decode_sm90_mma8`
+        and its fp8_ds_mla and sparse forms; `plan.mma8` covers all of them) serves this plan,
+        else None. It serves dense fp8 rows in pages of ≥ 64 tokens with s_q × heads ≤ 8
+        (`SM90_MMA8`), dense fp8_ds_mla rows the same (`SM90_MMA8_DS`), either with 9–16 where
+        the schedule (``num_splits``, the scheduler's where None) gives programs enough tiles
+        (`SM90_MMA16_MIN_TILES`, `SM90_MMA16_DS_MIN_TILES`; switches `SM90_MMA16`,
+        `SM90_MMA16_DS`), or sparse fp8_ds_mla rows over index lists with ≤ 8 heads
+        (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute capability 9.0 and a
+        Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
-            return False
+            return None
         if self.sparse:
             if not (SPARSE_SM90_MMA8 and self.fmt.name == "fp8_ds_mla"):
-                return False
+                return None
         elif not ((SM90_MMA8 and self.fmt.name == "fp8")
                   or (SM90_MMA8_DS and self.fmt.name == "fp8_ds_mla")):
-            return False
+            return None
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
         rows = self.s_q * self.num_heads
@@ -625,15 +625,16 @@ class DecodePlan:
             wide = ((SM90_MMA16 and self.fmt.name == "fp8")
                     or (SM90_MMA16_DS and self.fmt.name == "fp8_ds_mla"))
             if not (wide and not self.sparse and rows <= k8.WIDE_ROWS):
-                return False
+                return None
         if not (k8.AVAILABLE and self.config.heads_per_block >= self.num_heads
                 and (self.sparse or self.page_size >= k8.BLOCK_N)):
-            return False
-        self._schedule = self._mma_schedule()
+            return None
+        schedule = self._mma_schedule()
         if rows > k8.ROWS:  # the wide form: programs of enough tiles
             least = SM90_MMA16_MIN_TILES if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
-            return self._program_tiles(max_seqlen, num_splits, self._schedule[2]) >= least
-        return True
+            if self._program_tiles(max_seqlen, num_splits, schedule[2]) < least:
+                return None
+        return schedule
 
     def _narrow_serves(self) -> bool:
         """Whether the narrow Gluon SM90 kernel (`decode_sm90_narrow`, 128-token wgmma tiles of
