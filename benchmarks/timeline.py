@@ -93,8 +93,8 @@ def main() -> int:
         plan.timeline = torch.zeros(case.batch * plan.num_splits, 12, dtype=torch.int64,
                                     device="cuda")
         replay = graphed(fn)
-        for mode, flush in ((m, modes[m]) for m in ("zero", "read")):
-            runs, events, raw = [], [], None
+        for mode in ("zero", "read"):
+            flush, runs, events, raw = modes[mode], [], [], None
             for r in range(RUNS + 3):
                 flush()
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

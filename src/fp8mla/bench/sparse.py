@@ -91,11 +91,12 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     moved = t * topk * fmt.row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
     flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * t
     case = f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}"
+    note = kernel_note(plan)
     records = [_record(case, "fp8mla_graph", time_us(replay), moved, flops, ceiling, env,
-                       note=kernel_note(plan))]
+                       note=note)]
     if torch.device(device).type == "cuda":  # the same replay with a clean L2 (`run_case`)
         records.append(_record(case, "fp8mla_graph_cleanL2", time_us_clean_l2(replay), moved,
-                               flops, ceiling, env, note=kernel_note(plan)))
+                               flops, ceiling, env, note=note))
     return records
 
 
