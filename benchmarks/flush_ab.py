@@ -38,10 +38,12 @@ from fp8mla.bench.harness import (
 #   form) skew 2 104.5 / 100.2 and 103.8 / 99.4 against even 103.9 / 100.5 and 104.7 / 100.9,
 #   skew 4 level; B=64 × 8K × 8 skew 2 93.0 / 84.8, 93.2 / 84.8 against 94.1 / 85.1, 93.9 / 85.3
 #   (B=1's rows are void: its integer shares piled the rounding onto the last split).
-# The arms below are the first A/B, with the default (3 stages) first
-ARMS = [("3 stages", {}), ("4 stages", {"decode_sm90_mma8.STAGES": 4})]
-CASES = [(DecodeCase(64, 8192, 8), "fp8"), (DecodeCase(128, 4096, 8), "fp8"),
-         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(8, 32768, 8), "fp8")]
+# Session 24: the ≤ 16-row kernels' first product as FP8 wgmma (`SM90_MMA16_QK8` for the fp8
+# wide form, `SM90_MMA8_DS_QK8` for fp8_ds_mla) against mma.sync, the default first
+ARMS = [("fp16 q·Kᵀ", {}), ("fp8 q·Kᵀ", {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True})]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 8, s_q=2), "fp8"),
+         (DecodeCase(64, 8192, 16), "fp8_ds_mla"), (DecodeCase(64, 8192, 8, s_q=2), "fp8_ds_mla"),
+         (DecodeCase(8, 32768, 16), "fp8")]
 
 
 def main() -> int:

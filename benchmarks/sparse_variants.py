@@ -38,9 +38,11 @@ from fp8mla.runtime import decode_config
 # heads 48.0 / 48.1 µs at 2 stages, 56.0 / 56.1 at 3, against 60.8 / 61.3; split counts 2 and 8
 # slower than the scheduler's 4. Now the default at 2 stages; the plan times it against the
 # Triton kernel once more and at 16 heads (not served: the Triton kernel either way)
-TRITON = {"SPARSE_SM90_MMA8": False}
-AB = [("triton", None, None, TRITON), ("default again", None, None, {}),
-      ("triton again", None, None, TRITON)]
+# Session 24: the ≤ 8-row kernel's first product as FP8 wgmma over the gathered bytes
+# (`SPARSE_SM90_MMA8_QK8`) against its mma.sync form (the default arm), ABAB
+QK8 = {"SPARSE_SM90_MMA8_QK8": True}
+AB = [("fp8 wgmma q·Kᵀ", None, None, QK8), ("default again", None, None, {}),
+      ("fp8 wgmma again", None, None, QK8)]
 PLAN = [
     ((64, 8, 2048, 1), AB),
     ((128, 8, 2048, 1), AB[:1]),

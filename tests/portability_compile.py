@@ -228,28 +228,34 @@ def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
         num_warps=kn.NUM_WARPS)
 
 
-def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None):
+def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None,
+                        qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_mma8`)
     for sm_90, as the launcher takes it for fp8 plans of s_q × heads ≤ 16 (``rows``: the
     program's rows, from s_q × heads where None; ``stages``: the ring's, the launcher's where
-    None); None where this Triton has no (such) Gluon."""
+    None; ``qk8``: the wide form's FP8 first product, the launcher's choice where None); None
+    where this Triton has no (such) Gluon."""
     import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
     if not k8.AVAILABLE:
         return None
     rows = rows or k8.rows_for(s_q * heads)
+    if qk8 is None:  # (for long programs: `fp8mla.decode.SM90_MMA16_QK8_MIN_TILES`)
+        qk8 = decode_mod.SM90_MMA16_QK8 and rows == k8.WIDE_ROWS
     sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
                            "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     lat = k8.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
-        "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False},
+        "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
+        "QK8": qk8},
         num_warps=k8.NUM_WARPS)
 
 
-def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None):
+def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None,
+                           qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs over fp8_ds_mla pages
     (`fp8mla.kernels.decode_sm90_mma8_ds`) for sm_90, with ``stages`` ring stages (the
     launcher's default where None) and ``rows`` program rows (from s_q × heads where None);
@@ -260,6 +266,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
 
     if not kd.AVAILABLE:
         return None
+    rows = rows or rows_for(s_q * heads)
     lay = {r: kd.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=r)
            for r in (2, 3)}
     dense = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
@@ -273,7 +280,8 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
            "num_slots": "i32"}
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
-        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "R": rows or rows_for(s_q * heads)},
+        "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "R": rows,
+        "QK8": (decode_mod.SM90_MMA8_DS_QK8 and rows == 16) if qk8 is None else qk8},
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
@@ -296,7 +304,7 @@ def sparse_sm90_compile(direct=False):
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
-def sparse_mma8_compile(direct=False, heads=8, stages=None):
+def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
     """The Gluon SM90 sparse kernel of ≤ 8-row programs over fp8_ds_mla index lists
     (`fp8mla.kernels.decode_sm90_mma8_sparse`) for sm_90, with ``stages`` ring stages (the
     launcher's default where None); None where this Triton has no (such) Gluon."""
@@ -314,7 +322,8 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None):
            "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
     return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
         "DIRECT": direct, "HEADS": heads,
-        "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES},
+        "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES,
+        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
 
 
@@ -377,9 +386,15 @@ def compile_target(cc):
                  ("decode_narrow/fp8/H16", decode_narrow_compile, {}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
+                 ("decode_mma16_qk16/fp8/H16", decode_mma8_compile,  # (mma.sync q · Kᵀ)
+                  {"heads": 16, "qk8": False}),
                  ("decode_mma8/fp8_ds_mla/H8", decode_mma8_ds_compile, {}),
                  ("decode_mma16/fp8_ds_mla/H16", decode_mma8_ds_compile, {"heads": 16}),
+                 ("decode_mma16_qk16/fp8_ds_mla/H16", decode_mma8_ds_compile,
+                  {"heads": 16, "qk8": False}),
                  ("sparse_mma8/fp8_ds_mla/H8", sparse_mma8_compile, {}),
+                 ("sparse_mma8_qk8/fp8_ds_mla/H8", sparse_mma8_compile,  # (off by default)
+                  {"qk8": True}),
                  ("sparse_narrow/fp8_ds_mla/H16", sparse_narrow_compile, {})]
         for direct in (False, True):
             for name, compile_fn, kw in gluon:

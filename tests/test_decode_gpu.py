@@ -196,11 +196,15 @@ def test_sm90_mma8_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
     assert _second_pool(heads=8, fmt=fmt).mma8
 
 
-def _mma16_only(monkeypatch, stages=None):
+def _mma16_only(monkeypatch, stages=None, qk8=False):
     """Switch the ≤ 16-row kernels' wide forms on (`SM90_MMA16`, `SM90_MMA16_DS`; with
-    ``stages`` ring stages or their defaults) for programs of any length; skip where they
+    ``stages`` ring stages or their defaults) for programs of any length, their first product
+    on mma.sync or (``qk8``) FP8 wgmma (`SM90_MMA16_QK8`, `SM90_MMA8_DS_QK8`); skip where they
     cannot serve."""
     _mma8_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", qk8)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8_MIN_TILES", 0)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_QK8", qk8)
     monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_DS", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)  # short programs too
@@ -234,6 +238,69 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
+    (16, 1, [8192, 1, 4097, 0, 130], 64, None),
+    (16, 1, [131072], 64, None),
+    (8, 2, [3000, 63, 64], 64, None),  # causal among s_q queries
+    (4, 4, [1000, 65, 0], 256, 3),
+    (13, 1, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
+    (9, 1, [65, 1, 200], 64, None),
+])
+def test_sm90_mma16_fp8_scores_match_reference(heads, s_q, lens, page_size, splits,
+                                               monkeypatch):
+    """The fp8 wide form with its first product as FP8 wgmma (`SM90_MMA16_QK8`: the ring's
+    e4m3 bytes against q's e4m3 halves) on the wide form's cases: odd row counts, causal s_q >
+    1, lengths around a tile, empty requests, pages of 64–256, forced split counts, NaN page
+    tails."""
+    _mma16_only(monkeypatch, qk8=True)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, "fp8", None)
+    assert plan.kernel == "mma16" and plan.qk8
+
+
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
+    (8, 1, [8192, 1, 4097, 0, 130], 64, None),
+    (4, 2, [3000, 63, 64], 64, None),
+    (7, 1, [0, 70, 64], 64, 1),
+    (16, 1, [8192, 1, 4097, 0, 130], 64, None),
+    (8, 2, [3000, 63, 64], 128, None),
+    (13, 1, [0, 70, 64], 64, 1),
+])
+@pytest.mark.parametrize("policy", ["pow2", "fp32"])
+def test_sm90_mma_ds_fp8_scores_match_reference(heads, s_q, lens, page_size, splits, policy,
+                                                monkeypatch):
+    """fp8_ds_mla on the wide form with the first product as FP8 wgmma per 128-dim scale chunk
+    (`SM90_MMA8_DS_QK8`; the 8-row form keeps mma.sync), both scale policies, NaN page tails
+    (scales and rope too)."""
+    _mma16_only(monkeypatch, qk8=True)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, "fp8_ds_mla", policy)
+    wide = s_q * heads > 8
+    assert plan.kernel == ("mma16" if wide else "mma8") and plan.qk8 == wide
+
+
+def test_sm90_mma16_fp8_scores_any_q_magnitude(monkeypatch):
+    """q's e4m3 halves are scaled per row by a power of two: rows of 30× (logits in the
+    hundreds), 1e-4 and 1e-30 magnitude, a row with one huge element among small ones, and an
+    all-zero row match the reference (the halves hold bf16 q exactly inside e4m3's range; the
+    wgmma's low-precision accumulation is promoted to float32 every 128 dims)."""
+    _mma16_only(monkeypatch, qk8=True)
+    lens = [700, 3000]
+    cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=8)
+    q = torch.randn(2, 1, 16, 576, device="cuda")
+    q[0, 0, 0] *= 30  # large logits: the softmax nearly one-hot
+    q[0, 0, 1] *= 1e-4
+    q[0, 0, 2] *= 1e-30
+    q[0, 0, 3] = 0
+    q[1, 0, 4, 7] = 300
+    q = q.bfloat16()
+    plan = DecodePlan(batch=2, num_heads=16, kv_format=cache.fmt, page_size=64,
+                      cache_seqlens=seqlens, device="cuda", num_splits=2)
+    assert plan.kernel == "mma16" and plan.qk8
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
 @pytest.mark.parametrize("fmt,heads,kernel", [("fp8", 8, "mma8"), ("fp8", 16, "mma16"),
                                               ("fp8_ds_mla", 8, "mma8"),
                                               ("fp8_ds_mla", 16, "mma16"), ("fp8", 128, "sm90"),
@@ -241,21 +308,22 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
 def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     """`PARTIALS_BF16` (split partials in bfloat16) through the dense Gluon kernels' and the
     Triton kernel's partial stores and the combine: forced splits, NaN page tails (the sparse
-    kernels': tests/test_sparse_gpu.py)."""
-    _mma16_only(monkeypatch)
+    kernels': tests/test_sparse_gpu.py); the wide forms with their FP8 first product."""
+    _mma16_only(monkeypatch, qk8=True)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16", True)
     plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, 5, fmt,
                                  "pow2" if fmt == "fp8_ds_mla" else None)
     assert plan.kernel == kernel and plan.part_out.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("qk8", [False, True])
 @pytest.mark.parametrize("fmt,heads", [("fp8", 4), ("fp8", 8), ("fp8_ds_mla", 4),
                                        ("fp8_ds_mla", 8)])
-def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, monkeypatch):
-    """s_q 2, not causal, on the ≤ 16-row kernels (8 rows; 16: the wide forms, switched on):
-    each query sees the whole context, as s_q = 1 — for fp8, the path where the kernel skips
-    the mask on every tile but a request's last."""
-    _mma16_only(monkeypatch)
+def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, qk8, monkeypatch):
+    """s_q 2, not causal, on the ≤ 16-row kernels (8 rows; 16: the wide forms, switched on,
+    both first products): each query sees the whole context, as s_q = 1 — for fp8, the path
+    where the kernel skips the mask on every tile but a request's last."""
+    _mma16_only(monkeypatch, qk8=qk8)
     lens = [3000, 65, 64, 1]
     cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=heads)
     q = torch.randn(len(lens), 2, heads, 576, device="cuda").bfloat16()
@@ -270,11 +338,12 @@ def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, monkeypatch):
         assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
 
 
+@pytest.mark.parametrize("qk8", [False, True])
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
-def test_sm90_mma16_kernel_in_a_graph_and_second_pool(fmt, monkeypatch):
-    """The wide forms captured once and replayed with new lengths and contents; one plan over
-    two pools in turn."""
-    _mma16_only(monkeypatch)
+def test_sm90_mma16_kernel_in_a_graph_and_second_pool(fmt, qk8, monkeypatch):
+    """The wide forms (both first products) captured once and replayed with new lengths and
+    contents; one plan over two pools in turn."""
+    _mma16_only(monkeypatch, qk8=qk8)
     assert _graph_replays(fmt, heads=16).kernel == "mma16"
     assert _second_pool(heads=16, fmt=fmt).kernel == "mma16"
 

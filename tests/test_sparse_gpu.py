@@ -105,12 +105,15 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
     assert torch.all(lse[2] == float("inf")) and torch.all(out[2] == 0)
 
 
-def _force(monkeypatch, kernel, stages=None):
+def _force(monkeypatch, kernel, stages=None, qk8=None):
     """Serve ≤ 16-head fp8_ds_mla plans by ``kernel``: "mma8" (the ≤ 8-row Gluon kernel,
-    `SPARSE_SM90_MMA8`, with ``stages`` ring stages), "narrow" (`SPARSE_SM90_NARROW`) or
+    `SPARSE_SM90_MMA8`, with ``stages`` ring stages and, where ``qk8`` is given, its first
+    product as FP8 wgmma or not: `SPARSE_SM90_MMA8_QK8`), "narrow" (`SPARSE_SM90_NARROW`) or
     "triton"."""
     import fp8mla.decode as decode_mod
 
+    if qk8 is not None:
+        monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_QK8", qk8)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", kernel == "mma8")
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", kernel == "narrow")
     if stages:
@@ -158,13 +161,15 @@ def test_narrow_sparse_kernels_direct_and_split(kernel, splits, heads, monkeypat
     assert torch.all(lse[2] == float("inf")) and torch.all(out[2] == 0)
 
 
+@pytest.mark.parametrize("qk8", [False, True])
 @pytest.mark.parametrize("policy", ["pow2", "fp32"])
 @pytest.mark.parametrize("stages,heads", [(3, 8), (2, 8), (3, 1), (2, 7)])
-def test_sparse_mma8_kernel_full_size(policy, stages, heads, monkeypatch):
+def test_sparse_mma8_kernel_full_size(policy, stages, heads, qk8, monkeypatch):
     """The ≤ 8-row sparse kernel at topk 2048 over both scale policies (fp32 scales are not
-    powers of two: P · scale in fp16 rounds) and both ring depths, the scheduler's split
+    powers of two: P · scale in fp16 rounds), both ring depths and both first products
+    (mma.sync over converted words; FP8 wgmma over the gathered bytes), the scheduler's split
     count, lengths around a tile, every unlisted slot NaN-poisoned."""
-    _force(monkeypatch, "mma8", stages)
+    _force(monkeypatch, "mma8", stages, qk8)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 2048, policy=policy,
                                       seed=11 + stages + heads)
     lengths = torch.tensor([2048, 1, 0, 1500, 65], dtype=torch.int32, device="cuda")
@@ -175,12 +180,14 @@ def test_sparse_mma8_kernel_full_size(policy, stages, heads, monkeypatch):
     _check(cache, q, idx, lengths, out, lse)
 
 
-@pytest.mark.parametrize("heads,kernel", [(128, "triton"), (8, "triton"), (8, "mma8")])
+@pytest.mark.parametrize("heads,kernel", [(128, "triton"), (8, "triton"), (8, "mma8"),
+                                          (8, "mma8-qk8")])
 def test_cuda_graph_replays_with_new_lists_and_contents(heads, kernel, monkeypatch):
     """One capture, replays after the index lists, lengths, q and the listed rows changed
-    (8 heads: on the Triton kernel and on the ≤ 8-row Gluon kernel)."""
-    if kernel == "mma8":
-        _force(monkeypatch, "mma8")
+    (8 heads: on the Triton kernel and on the ≤ 8-row Gluon kernel, both first products)."""
+    if kernel.startswith("mma8"):
+        _force(monkeypatch, "mma8", qk8=kernel == "mma8-qk8")
+        kernel = "mma8"
     cache, live, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 2048, seed=5)
     lengths = torch.full((4,), 2048, dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=4, num_heads=heads, topk=2048, kv_format="fp8_ds_mla",

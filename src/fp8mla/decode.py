@@ -106,6 +106,13 @@ SM90_MMA8 = True
 # 3-stage ring (one program per SM) 56.0 / 56.1 (h200-20261201-s19-e32f025-mma8-sparse-variants)
 SPARSE_SM90_MMA8 = True
 SPARSE_SM90_MMA8_STAGES = 2
+# its first product (per 128-dim scale chunk) as FP8 wgmma over the gathered e4m3 bytes, q's
+# latent split once into two e4m3 halves, the bf16 rope as a bf16 wgmma
+# (`decode_sm90_mma8_sparse._scores_fp8_scaled`). Off: level on the H200 (ABAB, topk 2048,
+# h200-20261202-s24-qk8a-sparse-variants.json: B=64 × 8 heads 47.3 / 47.5 µs against 47.3 /
+# 47.9, B=128 × 8 73.2 against 73.6, s_q 2 × 4 heads 70.9 against 70.3), though it needs 161
+# registers instead of 234. The GPU tests run it forced on
+SPARSE_SM90_MMA8_QK8 = False
 # the same tile for dense plans of fp8_ds_mla pages, s_q × heads ≤ 8, pages of ≥ 64 tokens
 # (`fp8mla.kernels.decode_sm90_mma8_ds`: each tile two TMA boxes into a ring of
 # `SM90_MMA8_DS_STAGES` stages). H200, ABAB against the Triton kernel: B=1 × 128K × 8 heads
@@ -114,6 +121,14 @@ SPARSE_SM90_MMA8_STAGES = 2
 # SM) 43.0 / 43.2 at B=1 but 113.3 / 113.1 at B=64 (h200-20261202-s20-9673ca2-mma8-ds-*)
 SM90_MMA8_DS = True
 SM90_MMA8_DS_STAGES = 2
+# the wide form's first product as FP8 wgmma per scale chunk over the TMA ring's bytes
+# (`decode_sm90_mma8_sparse._scores_fp8_scaled`; 255 registers without the 24 B of spills the
+# mma.sync form has). H200, ABAB under both flushes (µs, s24-qk8b-flush-ab.json): B=64 × 8K ×
+# 16 heads 116.9 / 110.9 and 116.5 / 110.0 against 125.6 / 120.7 and 125.5 / 120.7, s_q 2 × 8
+# heads 123.0 / 118.3 against 124.9 / 119.7. Not the 8-row form, which holds qᵀ in registers
+# already: B=64 × 8K × 8 heads 110.9 / 103.1 against 108.9 / 100.1, B=1 × 128K 45.1 / 37.6
+# against 44.5 / 36.3
+SM90_MMA8_DS_QK8 = True
 # (tried, not kept: 3 stages, one program per SM, where that schedule gives programs of ≤ 32
 # tiles — faster under
 # do_bench's flush (B=1 × 128K 42.4 against 44.2 / 44.1 µs, B=16 × 8K 43.4 against 45.0) but
@@ -133,6 +148,19 @@ SM90_MMA8_DS_STAGES = 2
 SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
+# the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
+# ring's e4m3 bytes are its A operand as the TMA wrote them, q split once per program into two
+# e4m3 halves (exact for bf16 q); no conversion, register loads or mma.sync for that product
+# (1,006 instructions a tile instead of 1,211, offline sm_90). H200, ABAB under both flushes
+# (do_bench's / a clean L2, µs; h200-20261202-s24-qk8b-flush-ab.json): B=64 × 8K × 16 heads
+# 103.3 / 98.8 and 103.1 / 98.5 against 103.7 / 99.5 and 103.8 / 99.6, s_q 2 × 8 heads 103.7 /
+# 99.4 against 104.4 / 100.2; but programs of 16 tiles (B=8 × 32K × 16) 65.5 / 59.7 against
+# 64.6 / 59.7 (q's split is paid per program): taken for programs of ≥
+# `SM90_MMA16_QK8_MIN_TILES` tiles. Its first form, one accumulator per half promoted to float32
+# every 128 dims by the wgmma's own `max_num_imprecise_acc` (a wait after each chunk), lost 6 µs
+# (s24-qk8a-flush-ab.json)
+SM90_MMA16_QK8 = True
+SM90_MMA16_QK8_MIN_TILES = 32
 # the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
 # read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of
 # tile i; a ring of `SM90_MMA8_DS_STAGES`; `SM90_MMA16_DS_MIN_TILES`: 0, no length rule);
@@ -330,6 +358,8 @@ class DecodePlan:
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
                                                   self._tile_tokens()))
+        # the ≤ 16-row kernel's first product as FP8 wgmma (`_qk8`)
+        self.qk8 = self.mma8 and self._qk8(max_seqlen)
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
@@ -636,6 +666,20 @@ class DecodePlan:
                 return None
         return schedule
 
+    def _qk8(self, max_seqlen: int) -> bool:
+        """Whether the ≤ 16-row kernel serving this plan takes its first product as FP8 wgmma:
+        the fp8 wide form for programs of ≥ `SM90_MMA16_QK8_MIN_TILES` tiles (`SM90_MMA16_QK8`),
+        the fp8_ds_mla wide form (`SM90_MMA8_DS_QK8`), the sparse kernel
+        (`SPARSE_SM90_MMA8_QK8`)."""
+        if self.sparse:
+            return SPARSE_SM90_MMA8_QK8
+        if self.mma_rows != 16:
+            return False
+        if self.fmt.name == "fp8_ds_mla":
+            return SM90_MMA8_DS_QK8
+        tiles = triton.cdiv(triton.cdiv(max(max_seqlen, 1), self._tile_tokens()), self.num_splits)
+        return SM90_MMA16_QK8 and tiles >= SM90_MMA16_QK8_MIN_TILES
+
     def _narrow_serves(self) -> bool:
         """Whether the narrow Gluon SM90 kernel (`decode_sm90_narrow`, 128-token wgmma tiles of
         ≤ 16 rows) serves this plan: dense fp8 rows in pages of ≥ 64 tokens (`SM90_NARROW`) or
@@ -670,7 +714,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
-                num_warps=km.NUM_WARPS)
+                QK8=self.qk8, num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
@@ -718,7 +762,8 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                NS=self.ring_stages, R=self.mma_rows, num_warps=kd.NUM_WARPS)
+                NS=self.ring_stages, R=self.mma_rows,
+                QK8=self.qk8, num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
@@ -732,7 +777,8 @@ class DecodePlan:
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
-                TIMELINE=self.timeline is not None, num_warps=k8.NUM_WARPS)
+                TIMELINE=self.timeline is not None,
+                QK8=self.qk8, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

@@ -89,6 +89,9 @@ if AVAILABLE:
         gl,
         gluon,
         mbarrier,
+        warpgroup_mma,
+        warpgroup_mma_init,
+        warpgroup_mma_wait,
     )
 
 ROWS = 8  # query rows per program: the MMA's N (qᵀ in registers)
@@ -257,6 +260,12 @@ if AVAILABLE:
     # P [64 tokens, 16 rows] fp16: rows of 32 bytes, the 16-byte units of each 4-row group
     # swapped every other group (the second product's transposed 8 × 8 reads)
     P_SHARED_WIDE = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, [1, 0]))
+    # the first product as FP8 wgmma (`QK8`): a ring stage's latent as [4 · 64, 128] e4m3
+    # (the TMA boxes' 128-byte swizzle), its rope [64, 64] (64-byte), q's e4m3 halves the same
+    Q8_LAT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
+                                               rank=2))
+    Q8_ROPE = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=8,
+                                                rank=2))
 
     @gluon.jit
     def _f16_lanes(words):
@@ -327,11 +336,110 @@ if AVAILABLE:
                 WIDTH: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, R: gl.constexpr):
         """q's dims col0 … col0 + WIDTH − 1 of the R rows, fp16 [R, WIDTH] (zeros where a row
         does not exist), 16-byte loads."""
+        return _q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, col0, WIDTH, S_Q,
+                      HEADS, R).to(gl.float16)
+
+    @gluon.jit
+    def _q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, col0,
+               WIDTH: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, R: gl.constexpr):
+        """`_q_rows` as q's own dtype (bf16)."""
         r = gl.arange(0, R, layout=gl.SliceLayout(1, Q_ROWS))
         qi, head, ok = _rows(r, num_heads, S_Q, HEADS)
         row = q_ptr + b.to(gl.int64) * stride_qb + qi * stride_qs + head * stride_qh + col0
         c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, Q_ROWS))
-        return gl.load(row[:, None] + c[None, :], mask=ok[:, None], other=0.0).to(gl.float16)
+        return gl.load(row[:, None] + c[None, :], mask=ok[:, None], other=0.0)
+
+    @gluon.jit
+    def _q8_halves(x, scale, q8, row0: gl.constexpr, R: gl.constexpr):
+        """Store rows ``x`` (bf16 [R, W]) times ``scale`` (per row) as e4m3 halves: hi = e4m3(x ·
+        scale) at rows row0 … of ``q8``, lo = e4m3(16 · (x · scale − hi)) R rows further on
+        (bf16 has 8 significant bits, each half holds 4: hi + lo / 16 is exact wherever both
+        stay inside e4m3's exponent range)."""
+        xs = x.to(gl.float32) * scale[:, None]
+        hi = xs.to(gl.float8e4nv)
+        q8.slice(row0, R, dim=0).store(hi)
+        q8.slice(row0 + R, R, dim=0).store(((xs - hi.to(gl.float32)) * 16.0).to(gl.float8e4nv))
+
+    @gluon.jit
+    def _q8_latent(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, S_Q: gl.constexpr,
+                   HEADS: gl.constexpr, R: gl.constexpr):
+        """q's latent rows as four bf16 [R, 128] chunks (`_q_raw`) and their max |q| per row."""
+        x0 = _q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 128, S_Q, HEADS, R)
+        x1 = _q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 128, 128, S_Q, HEADS,
+                    R)
+        x2 = _q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 256, 128, S_Q, HEADS,
+                    R)
+        x3 = _q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 384, 128, S_Q, HEADS,
+                    R)
+        m = gl.maximum(gl.maximum(gl.max(gl.abs(x0), axis=1), gl.max(gl.abs(x1), axis=1)),
+                       gl.maximum(gl.max(gl.abs(x2), axis=1), gl.max(gl.abs(x3), axis=1)))
+        return x0, x1, x2, x3, m.to(gl.float32)
+
+    @gluon.jit
+    def _q8_store_latent(q8_lat, x0, x1, x2, x3, m, R: gl.constexpr):
+        """The latent chunks times 2^e per row (the largest e with ``m`` · 2^e ≤ 224, so neither
+        half overflows e4m3) as `_q8_halves`, chunk c's at rows 2R·c of ``q8_lat`` [8R, 128]
+        → e per row (an integer, as float32)."""
+        e = gl.floor(gl.log2(224.0 / gl.maximum(m, 2.0**-100)))
+        scale = gl.exp2(e)
+        _q8_halves(x0, scale, q8_lat, 0, R)
+        _q8_halves(x1, scale, q8_lat, 2 * R, R)
+        _q8_halves(x2, scale, q8_lat, 4 * R, R)
+        _q8_halves(x3, scale, q8_lat, 6 * R, R)
+        return e
+
+    @gluon.jit
+    def _q8_stage(q8_lat, q8_rope, q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads,
+                  S_Q: gl.constexpr, HEADS: gl.constexpr, R: gl.constexpr):
+        """qᵀ for the FP8 first product over fp8 rows (`_scores_fp8`): the latent by
+        `_q8_store_latent` and the rope the same way into ``q8_rope`` [2R, 64], one power of
+        two per row for both (from the max over all 576 dims) → 2^−e per row, fp32 [R] in the
+        scores' column layout."""
+        x0, x1, x2, x3, m = _q8_latent(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads,
+                                       S_Q, HEADS, R)
+        xr = _q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q, HEADS,
+                    R)
+        m = gl.maximum(m, gl.convert_layout(gl.max(gl.abs(xr), axis=1).to(gl.float32),
+                                            m.type.layout))
+        e = _q8_store_latent(q8_lat, x0, x1, x2, x3, m, R)
+        _q8_halves(xr, gl.convert_layout(gl.exp2(e), gl.SliceLayout(1, xr.type.layout)), q8_rope,
+                   0, R)
+        return gl.convert_layout(gl.exp2(-e), gl.SliceLayout(0, MMA))
+
+    @gluon.jit
+    def _wg8(a, q8, row0: gl.constexpr, R: gl.constexpr, z):
+        """One 128-dim (or rope) chunk's K · q_halfᵀ (q's half at rows row0 … of ``q8``) into
+        a fresh accumulator (``z``: its layout), issued asynchronously."""
+        return warpgroup_mma(a, q8.slice(row0, R, dim=0).permute((1, 0)), z, use_acc=False,
+                             is_async=True)
+
+    @gluon.jit
+    def _scores_fp8(lat, rope, q8_lat, q8_rope, R: gl.constexpr):
+        """A tile's Sᵀ [64 tokens, R rows] (rows scaled as `_q8_stage` left them) from a ring
+        stage by FP8 wgmma: the stage's e4m3 bytes are the A operand as the TMA wrote them (no
+        conversion, no register loads), q's halves the B operand. Each chunk's half in its own
+        accumulator (the wgmma's FP8 sums are kept to ~14 bits; chains of ≤ 128 dims, added in
+        float32, as DeepSeek-V3 promotes them), all issued before one wait; in the 8-row
+        form's MMA layout."""
+        WG: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, R, 32])
+        k8 = _view(lat, gl.float8e4nv, [4 * BN, 128], Q8_LAT)
+        r8 = _view(rope, gl.float8e4nv, [BN, 64], Q8_ROPE)
+        z = warpgroup_mma_init(gl.zeros([BN, R], gl.float32, layout=WG))
+        h0 = _wg8(k8.slice(0, BN, dim=0), q8_lat, 0, R, z)
+        l0 = _wg8(k8.slice(0, BN, dim=0), q8_lat, R, R, z)
+        h1 = _wg8(k8.slice(BN, BN, dim=0), q8_lat, 2 * R, R, z)
+        l1 = _wg8(k8.slice(BN, BN, dim=0), q8_lat, 3 * R, R, z)
+        h2 = _wg8(k8.slice(2 * BN, BN, dim=0), q8_lat, 4 * R, R, z)
+        l2 = _wg8(k8.slice(2 * BN, BN, dim=0), q8_lat, 5 * R, R, z)
+        h3 = _wg8(k8.slice(3 * BN, BN, dim=0), q8_lat, 6 * R, R, z)
+        l3 = _wg8(k8.slice(3 * BN, BN, dim=0), q8_lat, 7 * R, R, z)
+        hr = _wg8(r8, q8_rope, 0, R, z)
+        lr = _wg8(r8, q8_rope, R, R, z)
+        h0, l0, h1, l1, h2, l2, h3, l3, hr, lr = warpgroup_mma_wait(
+            0, deps=[h0, l0, h1, l1, h2, l2, h3, l3, hr, lr])
+        s = ((h0 + h1) + (h2 + h3)) + hr + (((l0 + l1) + (l2 + l3)) + lr) * 0.0625
+        return gl.convert_layout(s, MMA)
 
     @gluon.jit
     def _q_lanes(lanes, row0, w0, WORDS: gl.constexpr, n: gl.constexpr):
@@ -415,6 +523,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
+        QK8: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -423,8 +532,10 @@ if AVAILABLE:
         s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the
         workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16`); NS ≥ 2 ring
         stages. TIMELINE: a debug timeline into int64 ``stamp_ptr`` [programs, 12]
-        (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM)."""
+        (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM). QK8 (the wide
+        form): the first product as FP8 wgmma over the ring's bytes (`_scores_fp8`)."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
+        gl.static_assert(not QK8 or R == 16, "QK8: the wide form only")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -436,6 +547,10 @@ if AVAILABLE:
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
         if R == NR:
             p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED)
+        elif QK8:  # 16 rows, q's e4m3 halves staged for the wgmma
+            p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED_WIDE)
+            q8_lat = gl.allocate_shared_memory(gl.float8e4nv, [8 * R, 128], Q8_LAT)
+            q8_rope = gl.allocate_shared_memory(gl.float8e4nv, [2 * R, 64], Q8_ROPE)
         else:  # 16 rows: qᵀ stays in shared memory, read every tile
             p_s = gl.allocate_shared_memory(gl.float16, [2, BN, R], P_SHARED_WIDE)
             q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
@@ -465,6 +580,11 @@ if AVAILABLE:
             qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
                   _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
                   _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
+        elif QK8:
+            q_inv = _q8_stage(q8_lat, q8_rope, q_ptr, b, stride_qb, stride_qs, stride_qh,
+                              num_heads, S_Q, HEADS, R)
+            fence_async_shared()  # q's halves, before the wgmma reads them
+            _cta_barrier()
         else:
             q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
                                 S_Q, HEADS, R))
@@ -498,23 +618,27 @@ if AVAILABLE:
             if TIMELINE:
                 if i == 0:
                     _stamp(stamp_ptr, 2)
-            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
-            rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
-            s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
-            s1, s2, s3 = s0, s0, s0
-            for c in gl.static_range(4):
-                if R == NR:
-                    qt = qs[c]
-                else:
-                    qt = _q_lanes(lanes, 0, 32 * c, 32, 128)
-                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt, s0,
-                                               s1, s2, s3)
-            if R == NR:
-                qt = qs[4]
+            if QK8:
+                s = _scores_fp8(lat_buf.index(stage), rope_buf.index(stage), q8_lat, q8_rope,
+                                R) * q_inv[None, :]
             else:
-                qt = _q_lanes(rope_lanes, 0, 0, 16, 16)
-            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qt, s0, s1, s2, s3)
-            s = (s0 + s1) + (s2 + s3)
+                kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
+                rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
+                s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
+                s1, s2, s3 = s0, s0, s0
+                for c in gl.static_range(4):
+                    if R == NR:
+                        qt = qs[c]
+                    else:
+                        qt = _q_lanes(lanes, 0, 32 * c, 32, 128)
+                    s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt,
+                                                   s0, s1, s2, s3)
+                if R == NR:
+                    qt = qs[4]
+                else:
+                    qt = _q_lanes(rope_lanes, 0, 0, 16, 16)
+                s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qt, s0, s1, s2, s3)
+                s = (s0 + s1) + (s2 + s3)
             # online softmax down each column (base 2; a tile with nothing visible while
             # nothing was before leaves the state as it is)
             if n0 + BN - 1 <= last_all:  # every position visible to every row: no mask

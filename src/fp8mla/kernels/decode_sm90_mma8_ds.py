@@ -86,6 +86,7 @@ if AVAILABLE:
         NR,
         P_SHARED,
         P_SHARED_WIDE,
+        Q8_LAT,
         Q_WIDE_LANES_LAT,
         Q_WIDE_STORE_LAT,
         _fresh_state,
@@ -96,6 +97,8 @@ if AVAILABLE:
         _view,
     )
     from fp8mla.kernels.decode_sm90_mma8_sparse import (
+        SH16,
+        _q8_stage_scaled,
         _q_operands,
         _q_rope_operand,
         _store_p,
@@ -125,7 +128,7 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, num_slots,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-        NS: gl.constexpr, R: gl.constexpr,
+        NS: gl.constexpr, R: gl.constexpr, QK8: gl.constexpr = False,
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -138,7 +141,11 @@ if AVAILABLE:
             p_s = gl.allocate_shared_memory(gl.float16, [2 * 4, BN, R], P_SHARED)  # two P
         else:  # the wide form: one P (the top barrier orders its reuse), qᵀ's latent staged
             p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED_WIDE)
-            q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
+            if not QK8:
+                q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
+        if QK8:  # qᵀ for the wgmma: the latent's e4m3 halves, the bf16 rope
+            q8_lat = gl.allocate_shared_memory(gl.float8e4nv, [8 * R, 128], Q8_LAT)
+            q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [R, 64], SH16)
         # this program's token chunk; the ring's first NS − 1 tiles in flight before q is read
         bars, seqlen, start, end, n_tiles, bt_row = _ring_start(
             lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt, b, split,
@@ -146,10 +153,19 @@ if AVAILABLE:
         sc0, sc1, sc2, sc3 = _tile_scales(f32_ptr, bt_row, start, end, page_shift, num_slots)
         qk_scale = softmax_scale * LOG2E
 
-        if R == NR:  # qᵀ (the ring's last stage is free until tile 0's barrier)
+        if QK8:
+            q_inv = _q8_stage_scaled(q8_lat, q_rope_s, q_ptr, b, stride_qb, stride_qs,
+                                     stride_qh, num_heads, S_Q, HEADS, R)
+            fence_async_shared()  # q's halves and rope, before the wgmma reads them
+            _cta_barrier()
+            qs = q8_lat
+            q_rope = q_rope_s
+        elif R == NR:  # qᵀ (the ring's last stage is free until tile 0's barrier)
+            q_inv = None
             qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, stride_qs,
                                      stride_qh, num_heads, S_Q, HEADS)
         else:  # the latent's lanes read every tile from their own buffer
+            q_inv = None
             q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
                                 S_Q, HEADS, R))
             q_rope = _q_rope_operand(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, S_Q,
@@ -174,7 +190,7 @@ if AVAILABLE:
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
             p, alpha, m_i, l_acc = _tile_softmax(
                 lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0, sc1, sc2, sc3,
-                (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc, R > NR)
+                (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc, R > NR, q_inv, QK8)
             if R == NR:
                 p_base = 4 * (i % 2)
             else:

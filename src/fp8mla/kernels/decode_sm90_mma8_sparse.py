@@ -51,8 +51,12 @@ if AVAILABLE:
         _cta_barrier,
         _entries,
         _split_range,
+        fence_async_shared,
         gl,
         gluon,
+        warpgroup_mma,
+        warpgroup_mma_init,
+        warpgroup_mma_wait,
     )
     from fp8mla.kernels.decode_sm90_mma8 import (
         BN,
@@ -61,13 +65,17 @@ if AVAILABLE:
         MMA,
         NR,
         P_SHARED,
+        Q8_LAT,
         Q_LANES_LAT,
         Q_STORE_LAT,
         QB,
         V_WORDS,
         _f16_lanes,
         _fresh_state,
+        _q8_latent,
+        _q8_store_latent,
         _q_lanes,
+        _q_raw,
         _q_rows,
         _rows,
         _scores_chunk,
@@ -176,20 +184,84 @@ if AVAILABLE:
         return gl.convert_layout(q_rope, QB)
 
     @gluon.jit
+    def _q8_stage_scaled(q8_lat, q_rope_s, q_ptr, b, stride_qb, stride_qs, stride_qh,
+                         num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr, R: gl.constexpr):
+        """qᵀ for `_scores_fp8_scaled`: the latent as e4m3 halves (`_q8_store_latent`, a power
+        of two per row from the latent's max), the rope as it is, bf16 [R, 64] in
+        ``q_rope_s`` → 2^−e per row, fp32 [R] in the scores' column layout."""
+        x0, x1, x2, x3, m = _q8_latent(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads,
+                                       S_Q, HEADS, R)
+        e = _q8_store_latent(q8_lat, x0, x1, x2, x3, m, R)
+        q_rope_s.store(_q_raw(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
+                              S_Q, HEADS, R))
+        return gl.convert_layout(gl.exp2(-e), gl.SliceLayout(0, MMA))
+
+    @gluon.jit
+    def _scores_fp8_scaled(lat, rope, q8_lat, q_rope_s, q_inv, sc0, sc1, sc2, sc3,
+                           R: gl.constexpr):
+        """A tile's Sᵀ [64 entries, R rows] of fp8_ds_mla rows by wgmma: per 128-dim chunk c
+        the stage's e4m3 bytes against q's two halves (FP8, fresh accumulators: each chain
+        128 dims long), scaled by the rows' chunk scales ``sc_c`` in float32; the bf16 rope
+        against q's (``q_rope_s``); q's power of two undone by ``q_inv``."""
+        WG: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, R, 32])
+        WR: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, R, 16])
+        k8 = _view(lat, gl.float8e4nv, [4 * BN, 128], Q8_LAT)
+        z = warpgroup_mma_init(gl.zeros([BN, R], gl.float32, layout=WG))
+        h0 = warpgroup_mma(k8.slice(0, BN, dim=0), q8_lat.slice(0, R, dim=0).permute((1, 0)),
+                           z, use_acc=False, is_async=True)
+        l0 = warpgroup_mma(k8.slice(0, BN, dim=0), q8_lat.slice(R, R, dim=0).permute((1, 0)),
+                           z, use_acc=False, is_async=True)
+        h1 = warpgroup_mma(k8.slice(BN, BN, dim=0),
+                           q8_lat.slice(2 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        l1 = warpgroup_mma(k8.slice(BN, BN, dim=0),
+                           q8_lat.slice(3 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        h2 = warpgroup_mma(k8.slice(2 * BN, BN, dim=0),
+                           q8_lat.slice(4 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        l2 = warpgroup_mma(k8.slice(2 * BN, BN, dim=0),
+                           q8_lat.slice(5 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        h3 = warpgroup_mma(k8.slice(3 * BN, BN, dim=0),
+                           q8_lat.slice(6 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        l3 = warpgroup_mma(k8.slice(3 * BN, BN, dim=0),
+                           q8_lat.slice(7 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        sr = warpgroup_mma(_view(rope, gl.bfloat16, [BN, 64], SH16), q_rope_s.permute((1, 0)),
+                           warpgroup_mma_init(gl.zeros([BN, R], gl.float32, layout=WR)),
+                           use_acc=False, is_async=True)
+        h0, l0, h1, l1, h2, l2, h3, l3, sr = warpgroup_mma_wait(
+            0, deps=[h0, l0, h1, l1, h2, l2, h3, l3, sr])
+        s = (gl.convert_layout(h0 + l0 * 0.0625, MMA) * sc0[:, None]
+             + gl.convert_layout(h1 + l1 * 0.0625, MMA) * sc1[:, None]
+             + gl.convert_layout(h2 + l2 * 0.0625, MMA) * sc2[:, None]
+             + gl.convert_layout(h3 + l3 * 0.0625, MMA) * sc3[:, None])
+        return s * q_inv[None, :] + gl.convert_layout(sr, MMA)
+
+    @gluon.jit
     def _tile_softmax(lat, rope, qs, q_rope, sc0, sc1, sc2, sc3, visible, qk_scale, m_i,
-                      l_acc, WIDE: gl.constexpr):
+                      l_acc, WIDE: gl.constexpr, q_inv=None, QK8: gl.constexpr = False):
         """One tile's scores Sᵀ [64 entries, R rows] from a ring stage (``lat``, ``rope``; qᵀ
-        as `_scaled_scores` takes it, ``WIDE`` or not; q_rope: bf16 [64, R]),
+        as `_scaled_scores` takes it, ``WIDE`` or not; q_rope: bf16 [64, R]; or, ``QK8``, q's
+        staged halves and rope and ``q_inv`` as `_scores_fp8_scaled` takes them),
         −inf where not ``visible``, and the online softmax down each column (base 2; a tile
         with nothing visible while nothing was before leaves the state as it is): (P, the
         accumulators' factor, the new max, P's per-thread sums)."""
-        kw = _view(lat, gl.int32, [BN, 128], K_WORDS)
-        s = gl.zeros([BN, q_rope.shape[1]], gl.float32, layout=MMA)
-        s = _scaled_scores(kw, qs, sc0, 0, s, WIDE)
-        s = _scaled_scores(kw, qs, sc1, 1, s, WIDE)
-        s = _scaled_scores(kw, qs, sc2, 2, s, WIDE)
-        s = _scaled_scores(kw, qs, sc3, 3, s, WIDE)
-        s = mma_v2(_view(rope, gl.bfloat16, [BN, 64], SH16).load(KA), q_rope, s)
+        if QK8:
+            s = _scores_fp8_scaled(lat, rope, qs, q_rope, q_inv, sc0, sc1, sc2, sc3,
+                                   q_rope.shape[0])
+        else:
+            kw = _view(lat, gl.int32, [BN, 128], K_WORDS)
+            s = gl.zeros([BN, q_rope.shape[1]], gl.float32, layout=MMA)
+            s = _scaled_scores(kw, qs, sc0, 0, s, WIDE)
+            s = _scaled_scores(kw, qs, sc1, 1, s, WIDE)
+            s = _scaled_scores(kw, qs, sc2, 2, s, WIDE)
+            s = _scaled_scores(kw, qs, sc3, 3, s, WIDE)
+            s = mma_v2(_view(rope, gl.bfloat16, [BN, 64], SH16).load(KA), q_rope, s)
         s = gl.where(visible, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=0))
         m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
@@ -242,7 +314,7 @@ if AVAILABLE:
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
-        DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -250,6 +322,9 @@ if AVAILABLE:
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4 * BN, 128], SH8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], SH8)
         p_s = gl.allocate_shared_memory(gl.float16, [4, BN, NR], P_SHARED)
+        if QK8:  # qᵀ for the wgmma: the latent's e4m3 halves, the bf16 rope
+            q8_lat = gl.allocate_shared_memory(gl.float8e4nv, [8 * NR, 128], Q8_LAT)
+            q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [NR, 64], SH16)
 
         # this program's entries; the ring's first STAGES − 1 tiles in flight before q is read
         seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
@@ -264,14 +339,24 @@ if AVAILABLE:
         keep, sc0, sc1, sc2, sc3 = _tile_entries(list_row, f32_ptr, start + tm, end, num_slots)
         qk_scale = softmax_scale * LOG2E
 
-        # qᵀ (the ring's last stage is free until tile 0's barrier)
-        qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, 0, stride_qh,
-                                 num_heads, 1, HEADS)
+        if QK8:
+            q_inv = _q8_stage_scaled(q8_lat, q_rope_s, q_ptr, b, stride_qb, 0, stride_qh,
+                                     num_heads, 1, HEADS, NR)
+            fence_async_shared()  # q's halves and rope, before the wgmma reads them
+            _cta_barrier()
+            qs = q8_lat
+            q_rope = q_rope_s
+        else:  # qᵀ (the ring's last stage is free until tile 0's barrier)
+            qs, q_rope = _q_operands(lat_buf.index(NS - 1), q_ptr, b, stride_qb, 0, stride_qh,
+                                     num_heads, 1, HEADS)
+            q_inv = None
 
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(NR)
         for i in range(n_tiles):
             stage = i % NS
             async_copy.wait_group(NS - 2)  # this thread's copies of tile i
+            if QK8:
+                fence_async_shared()  # ... before the wgmma (the async proxy) reads them
             _cta_barrier()  # everyone's; every warp past tile i − 1: its stage is free
             _gather(u8_ptr, lat_buf, rope_buf, (i + NS - 1) % NS, slot_g, ok_g)
             slot_g, ok_g = _entries(list_row, start + (i + NS) * BN + tg, end, num_slots)
@@ -280,7 +365,7 @@ if AVAILABLE:
 
             p, alpha, m_i, l_acc = _tile_softmax(lat_buf.index(stage), rope_buf.index(stage),
                                                  qs, q_rope, sc0, sc1, sc2, sc3, keep[:, None],
-                                                 qk_scale, m_i, l_acc, False)
+                                                 qk_scale, m_i, l_acc, False, q_inv, QK8)
             _store_p(p_s, 0, p, sc0, sc1, sc2, sc3)
             _cta_barrier()  # P is whole (and read before the next tile's barrier)
             acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha, acc0, acc1,
