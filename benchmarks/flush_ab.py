@@ -39,11 +39,12 @@ from fp8mla.bench.harness import (
 #   skew 4 level; B=64 × 8K × 8 skew 2 93.0 / 84.8, 93.2 / 84.8 against 94.1 / 85.1, 93.9 / 85.3
 #   (B=1's rows are void: its integer shares piled the rounding onto the last split).
 # Session 24: the ≤ 16-row kernels' first product as FP8 wgmma (`SM90_MMA16_QK8` for the fp8
-# wide form, `SM90_MMA8_DS_QK8` for fp8_ds_mla) against mma.sync, the default first
-ARMS = [("fp16 q·Kᵀ", {}), ("fp8 q·Kᵀ", {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True})]
-CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 8, s_q=2), "fp8"),
-         (DecodeCase(64, 8192, 16), "fp8_ds_mla"), (DecodeCase(64, 8192, 8, s_q=2), "fp8_ds_mla"),
-         (DecodeCase(8, 32768, 16), "fp8")]
+# wide form, `SM90_MMA8_DS_QK8` for fp8_ds_mla) against mma.sync
+# (h200-20261202-s24-qk8b-flush-ab.json); then fp8_ds_mla plans of 17–32 rows on the wide form
+# in head blocks (`SM90_MMA16_DS_HEAD_BLOCKS`, the default arm) against the Triton kernel
+ARMS = [("head blocks", {}), ("triton", {"SM90_MMA16_DS_HEAD_BLOCKS": False})]
+CASES = [(DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla"), (DecodeCase(64, 8192, 32), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 8, s_q=4), "fp8_ds_mla"), (DecodeCase(1, 131072, 32), "fp8_ds_mla")]
 
 
 def main() -> int:

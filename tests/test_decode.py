@@ -284,6 +284,23 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(fmt="fp8_ds_mla", batch=8).kernel == "triton"  # 4 tiles
     monkeypatch.setattr(decode_mod, "SM90_MMA16_DS_MIN_TILES", 0)
     assert kernel_note(ds).startswith("kernel=mma16 splits=4 rows=16 ring=2 ")
+    # the first product as FP8 wgmma: the fp8 wide form for programs of ≥ 32 tiles, the
+    # fp8_ds_mla wide form always, neither 8-row form
+    assert dense().qk8 and not dense(batch=32).qk8 and not dense(heads=8).qk8
+    assert ds.qk8 and not dense(heads=8, fmt="fp8_ds_mla").qk8
+    # fp8_ds_mla plans of 17–32 rows: the wide form in head blocks of 16 // s_q heads
+    mtp = dense(fmt="fp8_ds_mla", s_q=2)
+    assert mtp.kernel == "mma16" and mtp.head_blocks == 2 and mtp.config.heads_per_block == 8
+    assert mtp.mma_rows == 16 and mtp.qk8
+    assert mtp.num_splits == decode_mod.choose_num_splits(64, 2, 8192, 264, k8.BLOCK_N)
+    assert dense(fmt="fp8_ds_mla", heads=32).head_blocks == 2
+    assert dense(fmt="fp8_ds_mla", heads=8, s_q=4).config.heads_per_block == 4
+    assert dense(fmt="fp8_ds_mla", heads=10, s_q=3).kernel == "triton"  # 16 // 3: not a power of 2
+    assert dense(fmt="fp8_ds_mla", heads=12, s_q=2).kernel == "triton"  # 12 % 8 heads
+    assert dense(fmt="fp8_ds_mla", heads=64).kernel != "mma16"  # > 32 rows
+    assert dense(s_q=2).kernel == "triton"  # fp8 at 32 rows: the Triton kernel's
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_DS_HEAD_BLOCKS", False)
+    assert dense(fmt="fp8_ds_mla", s_q=2).kernel == "triton"
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
     assert dense(fmt="fp8_ds_mla").programs_per_sm == 1  # 146 KB
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)

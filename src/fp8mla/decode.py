@@ -13,6 +13,7 @@ Each split's token range is derived on the device from ``cache_seqlens``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -129,6 +130,11 @@ SM90_MMA8_DS_STAGES = 2
 # already: B=64 × 8K × 8 heads 110.9 / 103.1 against 108.9 / 100.1, B=1 × 128K 45.1 / 37.6
 # against 44.5 / 36.3
 SM90_MMA8_DS_QK8 = True
+# fp8_ds_mla plans of 17–32 query rows (MTP s_q 2 × 16 heads, s_q 4 × 8, 32 heads): the wide
+# form in head blocks of 16 // s_q heads (`DecodePlan._head_block`; each block's programs read the
+# request's pages again, mostly from L2: the blocks of one request run side by side) instead
+# of the Triton kernel's 32-row program, where the heads split evenly
+SM90_MMA16_DS_HEAD_BLOCKS = True
 # (tried, not kept: 3 stages, one program per SM, where that schedule gives programs of ≤ 32
 # tiles — faster under
 # do_bench's flush (B=1 × 128K 42.4 against 44.2 / 44.1 µs, B=16 × 8K 43.4 against 45.0) but
@@ -339,6 +345,8 @@ class DecodePlan:
                                               self.sparse)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
+        if self.mma8 and self._head_block():  # the wide form in head blocks
+            self.config = dataclasses.replace(self.config, heads_per_block=self._head_block())
         self.narrow = not self.mma8 and config is None and self._narrow_serves()
         self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
@@ -601,17 +609,30 @@ class DecodePlan:
             return k8.BLOCK_N
         return self.config.block_n
 
+    def _head_block(self) -> int:
+        """Heads per program where the fp8_ds_mla wide form serves this plan in head blocks
+        (`SM90_MMA16_DS_HEAD_BLOCKS`: dense, 17–32 query rows, s_q 1, 2 or 4 and heads a
+        multiple of 16 // s_q), else 0."""
+        heads = 16 // self.s_q
+        if (SM90_MMA16_DS_HEAD_BLOCKS and SM90_MMA16_DS and not self.sparse
+                and self.fmt.name == "fp8_ds_mla" and 16 % self.s_q == 0
+                and 16 < self.s_q * self.num_heads <= 32
+                and self.num_heads % heads == 0):
+            return heads
+        return 0
+
     def _mma_schedule(self) -> tuple[int, int, int]:
         """(program rows, ring stages, programs per SM) of the ≤ 16-row Gluon kernel for this
-        plan's format and s_q × heads: sparse fp8_ds_mla (8 rows, `SPARSE_SM90_MMA8_STAGES`),
-        dense fp8_ds_mla (8 or 16 rows, `SM90_MMA8_DS_STAGES`) or dense fp8 (`mma8_stages`)."""
+        plan's format and s_q × heads (per head block: `_head_block`): sparse fp8_ds_mla (8
+        rows, `SPARSE_SM90_MMA8_STAGES`), dense fp8_ds_mla (8 or 16 rows, `SM90_MMA8_DS_STAGES`)
+        or dense fp8 (`mma8_stages`)."""
         from fp8mla.kernels import decode_sm90_mma8 as k8
 
         if self.sparse:
             from fp8mla.kernels import decode_sm90_mma8_sparse as km
 
             return k8.ROWS, SPARSE_SM90_MMA8_STAGES, km.programs_per_sm(SPARSE_SM90_MMA8_STAGES)
-        rows = k8.rows_for(self.s_q * self.num_heads)
+        rows = k8.rows_for(self.s_q * (self._head_block() or self.num_heads))
         if self.fmt.name == "fp8_ds_mla":
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
@@ -650,13 +671,14 @@ class DecodePlan:
             return None
         from fp8mla.kernels import decode_sm90_mma8 as k8  # imports Gluon
 
-        rows = self.s_q * self.num_heads
+        rows = self.s_q * (self._head_block() or self.num_heads)
         if rows > k8.ROWS:  # the wide form: dense
             wide = ((SM90_MMA16 and self.fmt.name == "fp8")
                     or (SM90_MMA16_DS and self.fmt.name == "fp8_ds_mla"))
             if not (wide and not self.sparse and rows <= k8.WIDE_ROWS):
                 return None
-        if not (k8.AVAILABLE and self.config.heads_per_block >= self.num_heads
+        if not (k8.AVAILABLE and (self._head_block()
+                                  or self.config.heads_per_block >= self.num_heads)
                 and (self.sparse or self.page_size >= k8.BLOCK_N)):
             return None
         schedule = self._mma_schedule()
@@ -761,9 +783,9 @@ class DecodePlan:
                 out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
-                DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                NS=self.ring_stages, R=self.mma_rows,
-                QK8=self.qk8, num_warps=kd.NUM_WARPS)
+                DIRECT=direct, S_Q=self.s_q, HEADS=self._head_block() or self.num_heads,
+                CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
+                num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8

@@ -134,6 +134,16 @@ if AVAILABLE:
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)
         split = gl.program_id(1)
+        # head blocks (`fp8mla.decode.DecodePlan._head_block`: heads a multiple of HEADS): this
+        # program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed from there
+        h0 = gl.program_id(2) * HEADS
+        q_ptr += h0 * stride_qh
+        out_ptr += h0 * stride_oh
+        lse_ptr += h0 * stride_lh
+        max_ptr += h0
+        part_out_ptr += h0 * 512
+        part_lse_ptr += h0
+        part_max_ptr += h0
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], rope_desc.layout)
