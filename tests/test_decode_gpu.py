@@ -278,7 +278,7 @@ def test_sm90_mma_ds_fp8_scores_match_reference(heads, s_q, lens, page_size, spl
 
 
 @pytest.mark.parametrize("heads,s_q,lens,splits", [
-    (16, 2, [8192, 1, 4097, 0, 130], None),  # MTP: 32 rows in two blocks of 8 heads
+    (16, 2, [8192, 2, 4097, 0, 130], None),  # MTP: 32 rows in two blocks of 8 heads
     (8, 4, [3000, 63, 64], 3),
     (32, 1, [0, 70, 2000], 1),  # one split: the kernel writes lse and max_logits itself
     (32, 1, [129, 20000], None),
@@ -288,7 +288,10 @@ def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, pol
                                                    monkeypatch):
     """fp8_ds_mla plans of 17–32 query rows on the wide form in head blocks of 16 // s_q heads
     (`SM90_MMA16_DS_HEAD_BLOCKS`): each block's rows, outputs, partials and max_logits
-    addressed from its first head; causal s_q > 1, empty requests, NaN page tails."""
+    addressed from its first head; causal s_q > 1, empty requests, NaN page tails. (Requests
+    hold at least s_q tokens: a query row that sees nothing gets ``empty_lse``, which the
+    reference does not model; session 24's first form of this case had a request of length 1
+    at s_q 2, and exactly its 16 blind rows differed, +inf against −inf.)"""
     _mma16_only(monkeypatch, qk8=True)
     plan = _check_poisoned_tails(heads, s_q, lens, 64, splits, "fp8_ds_mla", policy)
     assert plan.kernel == "mma16" and plan.head_blocks == 2
