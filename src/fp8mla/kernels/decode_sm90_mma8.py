@@ -61,6 +61,22 @@ the launcher takes the wide form for programs of ≥ 16 tiles (`fp8mla.decode`; 
 against 53.4 µs, B=24 × 8K, s22-0fa10af). The fp8_ds_mla wide form has no such rule: its
 Triton kernel is further behind (`decode_sm90_mma8_ds`).
 
+The wide form's first product as FP8 wgmma (``QK8``; `fp8mla.decode.SM90_MMA16_QK8`, programs of
+≥ 32 tiles): a ring stage's bytes, as the TMA boxes wrote them (128-byte swizzle), are the
+wgmma's A operand [64 tokens, 128 dims] per chunk, and q the B operand, split once per program
+into two e4m3 halves (`_q8_stage`: each row times a power of two, hi = e4m3(x), lo =
+e4m3(16 (x − hi)); bf16 holds 8 significant bits, each half 4, so hi + lo / 16 is exact inside
+e4m3's exponent range). Each chunk's half gets a fresh accumulator (the wgmma keeps FP8 sums to
+~14 bits; chains of ≤ 128 dims added in float32, as DeepSeek-V3 promotes them), all ten issued
+before one wait (`_scores_fp8`); the accumulators' layout is the MMA layout's for these shapes,
+so nothing moves. No conversion, register load or mma.sync remains in that product: 1,006
+instructions a tile against 1,211 (offline sm_90, 241 registers, no spills). H200: −0.4 to
+−0.9 µs at B=64 × 8K × 16 (h200-20261202-s24-qk8b-flush-ab.json) — the per-program timeline
+hardly moved (a program alone on its SM still takes ~1.6 µs a tile: latency, not issue, bounds
+it; s24-53a3ceb-timeline.json) — and +1 µs on programs of 16 tiles, where q's split is paid per
+program. The 8-row form keeps mma.sync: its qᵀ lives in registers already, and q's halves would
+need 9 KB more shared memory than a 3-stage ring leaves for two programs per SM.
+
 Both forms skip the scores' mask on tiles every row sees whole and the accumulators' rescale on
 tiles where no row's max grew (±0.3 µs).
 

@@ -29,6 +29,20 @@ Triton kernel's 156.8, and on programs of 1–8 tiles too (B=8 × 8K, 4 tiles: 3
 B=1 × 4K, 1 tile: 16.1 against 16.8), so it serves every length. Nsight Compute at B=64: DRAM
 62% of peak (Triton: 48%), 198K cycles against 263K, 393 KB of local traffic from 3.6's spills,
 stalls per issue led by fixed-latency waits (0.98) and the short scoreboard (0.51).
+Its first product is an FP8 wgmma (``QK8``, `fp8mla.decode.SM90_MMA8_DS_QK8`; the sparse
+kernel's `_scores_fp8_scaled`): per scale chunk the ring's e4m3 bytes against q's two e4m3
+halves in fresh accumulators, scaled in float32, the bf16 rope by a bf16 wgmma — no spills at
+255 registers, B=64 × 8K × 16 heads 116.7 against 125.5 µs (h200-20261202-s24-qk8b-flush-ab).
+The 8-row form keeps mma.sync (slower with the wgmma: 110.9 against 108.9 µs at B=64 × 8 heads;
+its qᵀ is in registers already).
+
+Head blocks (`fp8mla.decode.DecodePlan._head_block`): plans of 17–32 query rows (MTP s_q 2 × 16
+heads, s_q 4 × 8, 32 heads) run the wide form over ``HEADS`` = 16 // s_q heads a program, the
+grid's third axis picking the block; each program addresses q, its outputs and partials from
+its first head. Each block reads the request's pages again — from L2 mostly, the blocks of a
+request running side by side: H200, B=64 × 8K, s_q 2 × 16 heads 195.2 against the Triton
+kernel's 252.1 µs (bf16: 217.2), 32 heads 188.2 against 245.3, s_q 4 × 8 191.4 against 269.1,
+B=1 × 128K × 32 heads 64.4 against 79.0 (h200-20261202-s24-965c07f-head-blocks-flush-ab.json).
 
 Measured on the H200 (triton 3.6; h200-20261202-s20-9673ca2-mma8-ds-decode-variants.json,
 ceiling 4.48 TB/s): B=1 × 128K × 8 heads 44.1 µs against the Triton kernel's 56.7 (16-row

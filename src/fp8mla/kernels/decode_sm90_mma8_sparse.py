@@ -27,6 +27,14 @@ against 99.1, s_q 2 × 4 heads 70.0 against 97.5. Two stages and two programs pe
 each; 220–238 registers, no spills on triton 3.6 and 3.9) beat three stages and one program
 (56.0 µs at B=64). Nsight Compute of the 3-stage form: DRAM 40% of peak, stalls per issue
 led by the long scoreboard (1.36: the gathers) and fixed-latency waits (1.08).
+
+``QK8`` (`fp8mla.decode.SPARSE_SM90_MMA8_QK8`, off): the first product as FP8 wgmma per scale
+chunk over the gathered bytes (`_scores_fp8_scaled`; q's latent in two e4m3 halves, as
+`decode_sm90_mma8._q8_stage` splits it, the bf16 rope by a bf16 wgmma; the gather's writes
+fenced for the async proxy before each tile's barrier) — 161 registers instead of 234, 846
+instructions a tile instead of 911, but level on the H200 (B=64 × 8 heads 47.3 / 47.5 µs
+against 47.3 / 47.9; h200-20261202-s24-qk8a-sparse-variants.json): the gathers' latency, not
+the product, bounds it. The fp8_ds_mla dense wide form takes it (`decode_sm90_mma8_ds`).
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE
@@ -37,7 +45,8 @@ SMEM_PER_SM = 227 * 1024
 
 
 def programs_per_sm(stages: int) -> int:
-    """Programs one SM holds at once: the ring (40 KB a stage) and P (4 KB) in shared memory;
+    """Programs one SM holds at once: the ring (40 KB a stage) and P (4 KB) in shared memory
+    (with ``QK8``, q's halves and rope: 9 KB more, the same count at 2 or 3 stages);
     the registers (~200 a thread, 4 warps) allow two."""
     return max(1, min(2, SMEM_PER_SM // (stages * 40 * 1024 + 5 * 1024)))
 
