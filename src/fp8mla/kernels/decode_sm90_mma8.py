@@ -424,10 +424,25 @@ if AVAILABLE:
 
     @gluon.jit
     def _wg8(a, q8, row0: gl.constexpr, R: gl.constexpr, z):
-        """One 128-dim (or rope) chunk's K · q_halfᵀ (q's half at rows row0 … of ``q8``) into
-        a fresh accumulator (``z``: its layout), issued asynchronously."""
+        """One chunk's K · q_halfᵀ (``a``: the chunk's [64, W] e4m3 tile; q's half at rows
+        row0 … row0 + R − 1 of ``q8``) into a fresh accumulator (``z``: its layout), issued
+        asynchronously."""
         return warpgroup_mma(a, q8.slice(row0, R, dim=0).permute((1, 0)), z, use_acc=False,
                              is_async=True)
+
+    @gluon.jit
+    def _wg8_latent(k8, q8_lat, R: gl.constexpr, z):
+        """`_wg8` over a stage's four latent chunks (``k8``: [4 · 64, 128] e4m3) against both of
+        q's halves (`_q8_store_latent`'s rows) → (hi, lo) of chunks 0 … 3, issued."""
+        h0 = _wg8(k8.slice(0, BN, dim=0), q8_lat, 0, R, z)
+        l0 = _wg8(k8.slice(0, BN, dim=0), q8_lat, R, R, z)
+        h1 = _wg8(k8.slice(BN, BN, dim=0), q8_lat, 2 * R, R, z)
+        l1 = _wg8(k8.slice(BN, BN, dim=0), q8_lat, 3 * R, R, z)
+        h2 = _wg8(k8.slice(2 * BN, BN, dim=0), q8_lat, 4 * R, R, z)
+        l2 = _wg8(k8.slice(2 * BN, BN, dim=0), q8_lat, 5 * R, R, z)
+        h3 = _wg8(k8.slice(3 * BN, BN, dim=0), q8_lat, 6 * R, R, z)
+        l3 = _wg8(k8.slice(3 * BN, BN, dim=0), q8_lat, 7 * R, R, z)
+        return h0, l0, h1, l1, h2, l2, h3, l3
 
     @gluon.jit
     def _scores_fp8(lat, rope, q8_lat, q8_rope, R: gl.constexpr):
@@ -442,14 +457,7 @@ if AVAILABLE:
         k8 = _view(lat, gl.float8e4nv, [4 * BN, 128], Q8_LAT)
         r8 = _view(rope, gl.float8e4nv, [BN, 64], Q8_ROPE)
         z = warpgroup_mma_init(gl.zeros([BN, R], gl.float32, layout=WG))
-        h0 = _wg8(k8.slice(0, BN, dim=0), q8_lat, 0, R, z)
-        l0 = _wg8(k8.slice(0, BN, dim=0), q8_lat, R, R, z)
-        h1 = _wg8(k8.slice(BN, BN, dim=0), q8_lat, 2 * R, R, z)
-        l1 = _wg8(k8.slice(BN, BN, dim=0), q8_lat, 3 * R, R, z)
-        h2 = _wg8(k8.slice(2 * BN, BN, dim=0), q8_lat, 4 * R, R, z)
-        l2 = _wg8(k8.slice(2 * BN, BN, dim=0), q8_lat, 5 * R, R, z)
-        h3 = _wg8(k8.slice(3 * BN, BN, dim=0), q8_lat, 6 * R, R, z)
-        l3 = _wg8(k8.slice(3 * BN, BN, dim=0), q8_lat, 7 * R, R, z)
+        h0, l0, h1, l1, h2, l2, h3, l3 = _wg8_latent(k8, q8_lat, R, z)
         hr = _wg8(r8, q8_rope, 0, R, z)
         lr = _wg8(r8, q8_rope, R, R, z)
         h0, l0, h1, l1, h2, l2, h3, l3, hr, lr = warpgroup_mma_wait(

@@ -89,6 +89,7 @@ if AVAILABLE:
         _rows,
         _scores_chunk,
         _view,
+        _wg8_latent,
         _write_rows,
     )
 
@@ -218,28 +219,7 @@ if AVAILABLE:
                                                      instr_shape=[16, R, 16])
         k8 = _view(lat, gl.float8e4nv, [4 * BN, 128], Q8_LAT)
         z = warpgroup_mma_init(gl.zeros([BN, R], gl.float32, layout=WG))
-        h0 = warpgroup_mma(k8.slice(0, BN, dim=0), q8_lat.slice(0, R, dim=0).permute((1, 0)),
-                           z, use_acc=False, is_async=True)
-        l0 = warpgroup_mma(k8.slice(0, BN, dim=0), q8_lat.slice(R, R, dim=0).permute((1, 0)),
-                           z, use_acc=False, is_async=True)
-        h1 = warpgroup_mma(k8.slice(BN, BN, dim=0),
-                           q8_lat.slice(2 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
-                           is_async=True)
-        l1 = warpgroup_mma(k8.slice(BN, BN, dim=0),
-                           q8_lat.slice(3 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
-                           is_async=True)
-        h2 = warpgroup_mma(k8.slice(2 * BN, BN, dim=0),
-                           q8_lat.slice(4 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
-                           is_async=True)
-        l2 = warpgroup_mma(k8.slice(2 * BN, BN, dim=0),
-                           q8_lat.slice(5 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
-                           is_async=True)
-        h3 = warpgroup_mma(k8.slice(3 * BN, BN, dim=0),
-                           q8_lat.slice(6 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
-                           is_async=True)
-        l3 = warpgroup_mma(k8.slice(3 * BN, BN, dim=0),
-                           q8_lat.slice(7 * R, R, dim=0).permute((1, 0)), z, use_acc=False,
-                           is_async=True)
+        h0, l0, h1, l1, h2, l2, h3, l3 = _wg8_latent(k8, q8_lat, R, z)
         sr = warpgroup_mma(_view(rope, gl.bfloat16, [BN, 64], SH16), q_rope_s.permute((1, 0)),
                            warpgroup_mma_init(gl.zeros([BN, R], gl.float32, layout=WR)),
                            use_acc=False, is_async=True)
