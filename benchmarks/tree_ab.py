@@ -48,7 +48,7 @@ def _sparse(batch, heads, topk):
 
 def main() -> int:
     out_path, label = sys.argv[1], sys.argv[2]
-    env = env_info()
+    env = dict(env_info(), tree=label, fp8mla=fp8mla.__file__)
     ceiling = announced_ceiling(env)
     modes = l2_flushes()
     calls = [(case.name(f"dense_decode/{fmt}", fmt), lambda c=case, f=fmt: checked_plan(c, f)[1])

@@ -295,7 +295,9 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert mtp.num_splits == decode_mod.choose_num_splits(64, 2, 8192, 264, k8.BLOCK_N)
     assert dense(fmt="fp8_ds_mla", heads=32).head_blocks == 2
     assert dense(fmt="fp8_ds_mla", heads=8, s_q=4).config.heads_per_block == 4
-    assert dense(fmt="fp8_ds_mla", heads=10, s_q=3).kernel == "triton"  # 16 // 3: not a power of 2
+    assert mtp.config == decode_mod.decode_config(90, "fp8_ds_mla", 8, 2)  # a 16-row program's
+    assert dense(fmt="fp8_ds_mla", heads=10, s_q=3).kernel == "triton"  # 16 % s_q ≠ 0
+    assert dense(fmt="fp8_ds_mla", heads=24).kernel == "triton"  # 24 % 16 heads ≠ 0
     assert dense(fmt="fp8_ds_mla", heads=12, s_q=2).kernel == "triton"  # 12 % 8 heads
     assert dense(fmt="fp8_ds_mla", heads=64).kernel != "mma16"  # > 32 rows
     assert dense(s_q=2).kernel == "triton"  # fp8 at 32 rows: the Triton kernel's

@@ -13,7 +13,6 @@ Each split's token range is derived on the device from ``cache_seqlens``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -128,7 +127,8 @@ SM90_MMA8_DS_STAGES = 2
 # 16 heads 116.9 / 110.9 and 116.5 / 110.0 against 125.6 / 120.7 and 125.5 / 120.7, s_q 2 × 8
 # heads 123.0 / 118.3 against 124.9 / 119.7. Not the 8-row form, which holds qᵀ in registers
 # already: B=64 × 8K × 8 heads 110.9 / 103.1 against 108.9 / 100.1, B=1 × 128K 45.1 / 37.6
-# against 44.5 / 36.3
+# against 44.5 / 36.3 (s24-qk8a-flush-ab.json: the same per-chunk accumulators, measured with
+# the fp8 form's first version)
 SM90_MMA8_DS_QK8 = True
 # fp8_ds_mla plans of 17–32 query rows (MTP s_q 2 × 16 heads, s_q 4 × 8, 32 heads): the wide
 # form in head blocks of 16 // s_q heads (`DecodePlan._head_block`; each block's programs read the
@@ -156,7 +156,8 @@ SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
 # ring's e4m3 bytes are its A operand as the TMA wrote them, q split once per program into two
-# e4m3 halves (exact for bf16 q); no conversion, register loads or mma.sync for that product
+# e4m3 halves (exact for bf16 q inside e4m3's exponent range: elements within ~2^13 of the
+# row's largest); no conversion, register loads or mma.sync for that product
 # (1,006 instructions a tile instead of 1,211, offline sm_90). H200, ABAB under both flushes
 # (do_bench's / a clean L2, µs; h200-20261202-s24-qk8b-flush-ab.json): B=64 × 8K × 16 heads
 # 103.3 / 98.8 and 103.1 / 98.5 against 103.7 / 99.5 and 103.8 / 99.6, s_q 2 × 8 heads 103.7 /
@@ -345,8 +346,13 @@ class DecodePlan:
                                               self.sparse)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
-        if self.mma8 and self._head_block():  # the wide form in head blocks
-            self.config = dataclasses.replace(self.config, heads_per_block=self._head_block())
+        # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
+        # fixed with the grid; the config becomes a 16-row program's (the Triton kernel serves
+        # a pool that is not 16-byte aligned)
+        self._block_heads = self._head_block() if self.mma8 else 0
+        if self._block_heads:
+            self.config = decode_config(self.target.cc, self.fmt.name, self._block_heads,
+                                        self.s_q, self.sparse)
         self.narrow = not self.mma8 and config is None and self._narrow_serves()
         self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
@@ -642,11 +648,13 @@ class DecodePlan:
 
     def _program_tiles(self, max_seqlen: int, num_splits: int | None, per_sm: int) -> int:
         """64-token tiles of the longest request's programs under ``num_splits`` (or the
-        scheduler's, one program for all heads, ``per_sm`` programs an SM)."""
+        scheduler's: one program for all heads or, in head blocks, one a block (`_head_block`);
+        ``per_sm`` programs an SM)."""
         from fp8mla.kernels.decode_sm90_mma8 import BLOCK_N
 
         tiles = triton.cdiv(max(max_seqlen, 1), BLOCK_N)
-        splits = num_splits or choose_num_splits(self.batch, 1, max_seqlen,
+        blocks = self.num_heads // (self._head_block() or self.num_heads)
+        splits = num_splits or choose_num_splits(self.batch, blocks, max_seqlen,
                                                  self.target.num_sms * per_sm, BLOCK_N)
         return triton.cdiv(tiles, splits)
 
@@ -783,7 +791,7 @@ class DecodePlan:
                 out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
-                DIRECT=direct, S_Q=self.s_q, HEADS=self._head_block() or self.num_heads,
+                DIRECT=direct, S_Q=self.s_q, HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
                 num_warps=kd.NUM_WARPS)
             return

@@ -70,8 +70,9 @@ e4m3's exponent range). Each chunk's half gets a fresh accumulator (the wgmma ke
 ~14 bits; chains of ≤ 128 dims added in float32, as DeepSeek-V3 promotes them), all ten issued
 before one wait (`_scores_fp8`); the accumulators' layout is the MMA layout's for these shapes,
 so nothing moves. No conversion, register load or mma.sync remains in that product: 1,006
-instructions a tile against 1,211 (offline sm_90, 241 registers, no spills). H200: −0.4 to
-−0.9 µs at B=64 × 8K × 16 (h200-20261202-s24-qk8b-flush-ab.json) — the per-program timeline
+instructions a tile against 1,211 (offline sm_90, 241 registers, no spills). H200: −0.5 /
+−0.7 µs at B=64 × 8K × 16 under do_bench's flush, −0.7 / −1.1 with a clean L2
+(h200-20261202-s24-qk8b-flush-ab.json) — the per-program timeline
 hardly moved (a program alone on its SM still takes ~1.6 µs a tile: latency, not issue, bounds
 it; s24-53a3ceb-timeline.json) — and +1 µs on programs of 16 tiles, where q's split is paid per
 program. The 8-row form keeps mma.sync: its qᵀ lives in registers already, and q's halves would

@@ -63,7 +63,8 @@ SMEM_PER_SM = 227 * 1024
 
 def programs_per_sm(stages: int, rows: int = 8) -> int:
     """Programs of ``rows`` (8, or 16: the wide form) one SM holds at once: the ring (40 KB a
-    stage), P (8 KB) and, in the wide form, q's latent (16 KB) in shared memory; the registers
+    stage), P (8 KB) and, in the wide form, q's latent (16 KB; with QK8 its e4m3 halves and
+    the 2 KB bf16 rope instead) in shared memory; the registers
     (240–255 a thread, 4 warps) allow two."""
     return max(1, min(2, SMEM_PER_SM // (stages * 40 * 1024 + (9 if rows == 8 else 26) * 1024)))
 
@@ -149,7 +150,9 @@ if AVAILABLE:
         b = gl.program_id(0)
         split = gl.program_id(1)
         # head blocks (`fp8mla.decode.DecodePlan._head_block`: heads a multiple of HEADS): this
-        # program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed from there
+        # program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed from there (the
+        # rows' mask, head < num_heads, relies on that multiple: every block is full). QK8 at 8
+        # rows compiles and is tested but the launcher keeps mma.sync there (measured slower)
         h0 = gl.program_id(2) * HEADS
         q_ptr += h0 * stride_qh
         out_ptr += h0 * stride_oh
