@@ -707,7 +707,7 @@ class DecodePlan:
             return False
         if self.fmt.name == "fp8_ds_mla":
             return SM90_MMA8_DS_QK8
-        tiles = triton.cdiv(triton.cdiv(max(max_seqlen, 1), self._tile_tokens()), self.num_splits)
+        tiles = self._program_tiles(max_seqlen, self.num_splits, self.programs_per_sm)
         return SM90_MMA16_QK8 and tiles >= SM90_MMA16_QK8_MIN_TILES
 
     def _narrow_serves(self) -> bool:

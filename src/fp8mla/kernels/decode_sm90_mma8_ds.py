@@ -152,7 +152,8 @@ if AVAILABLE:
         # head blocks (`fp8mla.decode.DecodePlan._head_block`: heads a multiple of HEADS): this
         # program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed from there (the
         # rows' mask, head < num_heads, relies on that multiple: every block is full). QK8 at 8
-        # rows compiles and is tested but the launcher keeps mma.sync there (measured slower)
+        # rows compiles and passed its GPU tests in session 24 (s24-qk8a-gpu-tests.log) but
+        # measured slower; the launcher keeps mma.sync there and no test runs it now
         h0 = gl.program_id(2) * HEADS
         q_ptr += h0 * stride_qh
         out_ptr += h0 * stride_oh
