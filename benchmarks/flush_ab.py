@@ -26,6 +26,7 @@ from fp8mla.bench.harness import (
     keep_row,
     l2_flushes,
 )
+from fp8mla.bench.sparse import checked_sparse_plan
 
 # Session 23, each with its H200 result (µs, zero / read flush, ABAB):
 # - fp8 8-row form at 4 stages (one program an SM) against 3 (two), s23-224ae48-flush-ab.json:
@@ -42,9 +43,28 @@ from fp8mla.bench.harness import (
 # wide form, `SM90_MMA8_DS_QK8` for fp8_ds_mla) against mma.sync
 # (h200-20261202-s24-qk8b-flush-ab.json); then fp8_ds_mla plans of 17–32 rows on the wide form
 # in head blocks (`SM90_MMA16_DS_HEAD_BLOCKS`, the default arm) against the Triton kernel
-ARMS = [("head blocks", {}), ("triton", {"SM90_MMA16_DS_HEAD_BLOCKS": False})]
-CASES = [(DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla"), (DecodeCase(64, 8192, 32), "fp8_ds_mla"),
-         (DecodeCase(64, 8192, 8, s_q=4), "fp8_ds_mla"), (DecodeCase(1, 131072, 32), "fp8_ds_mla")]
+# (h200-20261202-s24-965c07f-head-blocks-flush-ab.json).
+# Session 25: the sparse ≤ 8-row kernel's rows prefetched into the L2 one or two tiles before
+# their gather (an experiment, removed): slower under both flushes, by bulk prefetch
+# (h200-20261202-s25-bulk-prefetch-flush-ab.json: B=64 × 8 heads 47.4 / 41.2 → 54.1 / 49.1 and
+# 57.8 / 51.7) and by line prefetch (s25-line-prefetch-flush-ab.json: → 49.8 / 45.6 and 56.9 /
+# 46.7); then, the FP8 first product switched off by default for its precision
+# (`benchmarks/qk8_precision.py`), its cost measured: mma.sync (the default arm) against FP8
+# wgmma. A case is a (DecodeCase, format) or a sparse (batch, heads, topk, s_q) over fp8_ds_mla
+# rows
+QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
+ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla")]
+
+
+def checked(case):
+    """(case name, plan, checked call) of a dense or sparse case."""
+    if isinstance(case[0], DecodeCase):
+        dense, fmt_name = case
+        return (dense.name(f"dense_decode/{fmt_name}", fmt_name),
+                *checked_plan(dense, fmt_name))
+    return checked_sparse_plan(*case)
 
 
 def main() -> int:
@@ -53,15 +73,15 @@ def main() -> int:
     ceiling = announced_ceiling(env)
     modes = l2_flushes()
     rows = []
-    for case, fmt_name in CASES:
+    for case in CASES:
         for label, patch in ARMS + ARMS:
             saved = {k: getattr(*_owner(k)) for k in patch}
             try:
                 for k, v in patch.items():
                     setattr(*_owner(k), v)
-                plan, fn = checked_plan(case, fmt_name)
+                name, plan, fn = checked(case)
                 one = graphed(fn)
-                row = {"case": case.name(f"dense_decode/{fmt_name}", fmt_name), "arm": label,
+                row = {"case": name, "arm": label,
                        "patch": patch, "kernel": plan.kernel, "splits": plan.num_splits,
                        "ring": plan.ring_stages}
                 for mode in ("zero", "read"):

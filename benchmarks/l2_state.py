@@ -33,9 +33,7 @@ from fp8mla.bench.harness import (
     keep_row,
     l2_flushes,
 )
-from fp8mla.bench.sparse import check_sparse, sparse_problem
-from fp8mla.formats import kv_format
-from fp8mla.sparse import SparsePlan
+from fp8mla.bench.sparse import checked_sparse_plan
 
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"), (POOL_CASE, "fp8"),
          (DecodeCase(64, 8192, 16), "fp8_ds_mla")]
@@ -73,14 +71,8 @@ def dense_cases():
 
 def sparse_cases():
     """The same for the sparse cases (the first two queries checked)."""
-    fmt = kv_format("fp8_ds_mla")
     for batch, heads, topk in SPARSE_CASES:
-        rows, idx, q = sparse_problem(batch, heads, topk, 1, fmt, "cuda")
-        plan = SparsePlan(num_queries=batch, num_heads=heads, topk=topk, kv_format=fmt,
-                          device="cuda")
-        fn = functools.partial(plan.run, q, rows, idx, check=False)
-        check_sparse(fn()[0], q, rows, idx, fmt)
-        yield f"sparse_decode/fp8_ds_mla/B{batch}-H{heads}-topk{topk}-sq1", plan, fn
+        yield checked_sparse_plan(batch, heads, topk)
 
 
 def main() -> int:

@@ -12,6 +12,8 @@ Byte and FLOP formulas:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from fp8mla import reference
@@ -73,6 +75,18 @@ def check_sparse(out, q, rows, idx, fmt, queries: int = 2) -> None:
     for r in range(n):
         s = (q[r].float() @ kv[r].T) * KV_DIM ** -0.5
         assert_close(out[r], torch.softmax(s, -1) @ kv[r][:, :LATENT_DIM], name="sparse out")
+
+
+def checked_sparse_plan(batch, heads, topk, s_q=1, fmt_name="fp8_ds_mla", *, device="cuda"):
+    """The sparse case's plan (the launcher's configuration) and its call on `sparse_problem`'s
+    inputs, the first queries checked against the reference once: (case name, plan, call)."""
+    fmt = kv_format(fmt_name)
+    rows, idx, q = sparse_problem(batch, heads, topk, s_q, fmt, device)
+    plan = SparsePlan(num_queries=batch * s_q, num_heads=heads, topk=topk, kv_format=fmt,
+                      device=device)
+    fn = functools.partial(plan.run, q, rows, idx, check=False)
+    check_sparse(fn()[0], q, rows, idx, fmt)
+    return f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}", plan, fn
 
 
 def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
