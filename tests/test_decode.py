@@ -284,10 +284,16 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(fmt="fp8_ds_mla", batch=8).kernel == "triton"  # 4 tiles
     monkeypatch.setattr(decode_mod, "SM90_MMA16_DS_MIN_TILES", 0)
     assert kernel_note(ds).startswith("kernel=mma16 splits=4 rows=16 ring=2 ")
-    # the first product as FP8 wgmma: the fp8 wide form for programs of ≥ 32 tiles, the
-    # fp8_ds_mla wide form always, neither 8-row form
+    # the first product as FP8 wgmma: off by default (its precision: session 25); switched
+    # on, the fp8 wide form for programs of ≥ 32 tiles, the fp8_ds_mla wide form always,
+    # neither 8-row form
+    assert not (decode_mod.SM90_MMA16_QK8 or decode_mod.SM90_MMA8_DS_QK8
+                or decode_mod.SPARSE_SM90_MMA8_QK8)
+    assert not dense().qk8 and not ds.qk8
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_QK8", True)
     assert dense().qk8 and not dense(batch=32).qk8 and not dense(heads=8).qk8
-    assert ds.qk8 and not dense(heads=8, fmt="fp8_ds_mla").qk8
+    assert dense(fmt="fp8_ds_mla").qk8 and not dense(heads=8, fmt="fp8_ds_mla").qk8
     # fp8_ds_mla plans of 17–32 rows: the wide form in head blocks of 16 // s_q heads
     mtp = dense(fmt="fp8_ds_mla", s_q=2)
     assert mtp.kernel == "mma16" and mtp.head_blocks == 2 and mtp.config.heads_per_block == 8

@@ -7,7 +7,7 @@ import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan
 from fp8mla.testing import assert_close
-from helpers import paged_cache
+from helpers import assert_close_qk8, extreme_q, paged_cache
 
 pytestmark = pytest.mark.gpu
 
@@ -83,12 +83,31 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     assert plan.sm90 and not plan.mma8
 
 
+def _check_max_logits(plan, q, kv, table, lens, page_size):
+    """plan.max_logits [batch, s_q, heads] after a causal run: per query row the max of its
+    scaled scores over the positions it sees (query i of s_q: the first len − s_q + i + 1),
+    −inf where it sees none. kv: float32 [pages, page_size, 576], the pool dequantized."""
+    s_q = q.shape[1]
+    for b, n in enumerate(lens):
+        for i in range(s_q):
+            seen = n - s_q + i + 1
+            got = plan.max_logits[b, i]
+            if seen <= 0:
+                assert torch.all(got == float("-inf")), f"max_logits[{b}, {i}]: {got}"
+                continue
+            pos = torch.arange(seen, device=q.device)
+            k = kv[table[b, pos // page_size].long(), pos % page_size]
+            ref = (q[b, i].float() @ k.T).max(-1)[0] * 576 ** -0.5
+            assert_close(got, ref, atol=1e-3, rtol=1e-3, name=f"max_logits[{b}, {i}]")
+
+
 def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy=None):
     """An fp8, fp8_ds_mla or bf16 plan's run against the reference with the rows a page holds
     past its request's end NaN (every byte 0x7F, e4m3 NaN, in the latent — 0xFF in bf16 rows;
     fp8_ds_mla's scales and rope NaN too), so a partial tile that read them would poison the
     output; out / lse written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with
-    +inf for empty requests; max_logits checked where one split writes them. Returns the
+    +inf for empty requests; max_logits (the kernel's or the combine's) checked for every query
+    row: the max scaled score over what the row sees, −inf where it sees nothing. Returns the
     plan."""
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device="cuda",
                                         seed=21 + s_q)
@@ -117,13 +136,7 @@ def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy
     assert_close(lse.transpose(1, 2)[full], rl[full], atol=1e-3, rtol=1e-3, name="lse")
     assert torch.all(lse.transpose(1, 2)[[b for b, n in enumerate(lens) if not n]]
                      == float("inf"))
-    if plan.num_splits == 1 and s_q == 1:  # max_logits: the max scaled score per row
-        kv = cache.dequantize(0)
-        pos = [torch.arange(n, device="cuda") for n in lens]
-        ref_max = torch.stack([
-            (q[b, 0].float() @ kv[table[b, pos[b] // page_size].long(), pos[b] % page_size].T)
-            .max(-1)[0] * 576 ** -0.5 for b in full])
-        assert_close(plan.max_logits[full, 0], ref_max, atol=1e-3, rtol=1e-3, name="max")
+    _check_max_logits(plan, q, cache.dequantize(0), table, lens, page_size)
     return plan
 
 
@@ -283,48 +296,52 @@ def test_sm90_mma_ds_fp8_scores_match_reference(heads, s_q, lens, page_size, spl
     (32, 1, [0, 70, 2000], 1),  # one split: the kernel writes lse and max_logits itself
     (32, 1, [129, 20000], None),
 ])
+@pytest.mark.parametrize("qk8", [False, True])
 @pytest.mark.parametrize("policy", ["pow2", "fp32"])
-def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, policy,
+def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, policy, qk8,
                                                    monkeypatch):
     """fp8_ds_mla plans of 17–32 query rows on the wide form in head blocks of 16 // s_q heads
     (`SM90_MMA16_DS_HEAD_BLOCKS`): each block's rows, outputs, partials and max_logits
-    addressed from its first head; causal s_q > 1, empty requests, NaN page tails. (Requests
-    hold at least s_q tokens: a query row that sees nothing gets ``empty_lse``, which the
-    reference does not model; session 24's first form of this case had a request of length 1
-    at s_q 2, and exactly its 16 blind rows differed, +inf against −inf.)"""
-    _mma16_only(monkeypatch, qk8=True)
+    addressed from its first head (max_logits through the combine too); both first products;
+    causal s_q > 1, empty requests, NaN page tails. (Requests hold at least s_q tokens: a
+    query row that sees nothing gets ``empty_lse``, which the reference does not model;
+    session 24's first form of this case had a request of length 1 at s_q 2, and exactly its
+    16 blind rows differed, +inf against −inf.)"""
+    _mma16_only(monkeypatch, qk8=qk8)
     plan = _check_poisoned_tails(heads, s_q, lens, 64, splits, "fp8_ds_mla", policy)
     assert plan.kernel == "mma16" and plan.head_blocks == 2
 
 
-def test_sm90_mma16_fp8_scores_any_q_magnitude(monkeypatch):
-    """q's e4m3 halves are scaled per row by a power of two: rows of 30× (logits in the
-    hundreds), 1e-4 and 1e-30 magnitude, a row with one huge element among small ones, and an
-    all-zero row match the reference (the halves hold bf16 q exactly inside e4m3's range; the
-    wgmma's low-precision accumulation is promoted to float32 every 128 dims)."""
+@pytest.mark.parametrize("fmt,policy", [("fp8", None), ("fp8_ds_mla", "pow2"),
+                                        ("fp8_ds_mla", "fp32")])
+def test_sm90_mma16_fp8_scores_any_q_magnitude(fmt, policy, monkeypatch):
+    """q's e4m3 halves are scaled per row by a power of two: `extreme_q`'s rows match the
+    reference on both formats' FP8 first products (the halves hold bf16 q exactly inside
+    e4m3's range, so the 1e-4, 1e-30 and zero rows meet the standard tolerance; the wgmma's
+    low-precision sums, promoted to float32 every 128 dims, err in proportion to the row's
+    largest logit: `assert_close_qk8`)."""
     _mma16_only(monkeypatch, qk8=True)
     lens = [700, 3000]
-    cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=8)
-    q = torch.randn(2, 1, 16, 576, device="cuda")
-    q[0, 0, 0] *= 30  # large logits: the softmax nearly one-hot
-    q[0, 0, 1] *= 1e-4
-    q[0, 0, 2] *= 1e-30
-    q[0, 0, 3] = 0
-    q[1, 0, 4, 7] = 300
-    q = q.bfloat16()
+    cache, table, seqlens = paged_cache(fmt, lens, 64, policy=policy, device="cuda", seed=8)
+    q = extreme_q(2, 16).unsqueeze(1)
     plan = DecodePlan(batch=2, num_heads=16, kv_format=cache.fmt, page_size=64,
                       cache_seqlens=seqlens, device="cuda", num_splits=2)
     assert plan.kernel == "mma16" and plan.qk8
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
-    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
-    assert_close(out, ro, name="out")
-    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+    kv = cache.dequantize(0)
+    ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
+    logit_max = torch.stack([
+        (q[b, 0].float() @ kv[table[b, torch.arange(n, device="cuda") // 64].long(),
+                              torch.arange(n, device="cuda") % 64].T).abs().max(-1)[0]
+        for b, n in enumerate(lens)])[:, None] * 576 ** -0.5
+    assert_close_qk8(out, lse, ro, rl, logit_max)
 
 
 @pytest.mark.parametrize("fmt,heads,kernel", [("fp8", 8, "mma8"), ("fp8", 16, "mma16"),
                                               ("fp8_ds_mla", 8, "mma8"),
                                               ("fp8_ds_mla", 16, "mma16"), ("fp8", 128, "sm90"),
-                                              ("bf16", 16, "triton")])
+                                              ("bf16", 16, "triton"),
+                                              ("fp8_ds_mla", 32, "mma16")])  # head blocks
 def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     """`PARTIALS_BF16` (split partials in bfloat16) through the dense Gluon kernels' and the
     Triton kernel's partial stores and the combine: forced splits, NaN page tails (the sparse
@@ -474,3 +491,31 @@ def _graph_replays(fmt, heads=16):
         assert_close(out, ro, name=f"replay {step} out")
         assert_close(lse, rl, atol=1e-3, rtol=1e-3, name=f"replay {step} lse")
     return plan
+
+
+@pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8_ds_mla", 8, 1),
+                                           ("fp8_ds_mla", 16, 2), ("fp8_ds_mla", 32, 1)])
+def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
+    """A pool whose first row is not 16-byte aligned cannot be described for TMA: a plan of
+    the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla head blocks) hands that call to
+    the Triton kernel with its own config, and the result matches the reference; the same plan
+    then serves an aligned copy of the pool on its own kernel."""
+    _mma16_only(monkeypatch, qk8=True)
+    lens = [3000, 65, 0]
+    cache, table, seqlens = paged_cache(fmt, lens, 64,
+                                        policy="pow2" if fmt == "fp8_ds_mla" else None,
+                                        device="cuda", seed=heads + s_q)
+    pool = cache.layer(0).view(torch.uint8)
+    shifted = torch.empty(pool.numel() + 8, dtype=torch.uint8, device="cuda")[8:].view(
+        pool.shape)
+    shifted.copy_(pool)
+    assert shifted.data_ptr() % 16 == 8
+    q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                      page_size=64, cache_seqlens=seqlens, device="cuda")
+    assert plan.mma8 and plan.head_blocks == (2 if heads * s_q > 16 else 1)
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    for rows in (shifted, pool):
+        out, lse = plan.run(q, rows, table, seqlens, fp8_scale=cache.scale(0))
+        assert_close(out, ro, name="out")
+        assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")

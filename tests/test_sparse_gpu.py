@@ -9,7 +9,7 @@ import torch
 from fp8mla import reference
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
-from helpers import sparse_lists, sparse_pool
+from helpers import assert_close_qk8, extreme_q, sparse_lists, sparse_pool
 
 pytestmark = pytest.mark.gpu
 
@@ -178,6 +178,29 @@ def test_sparse_mma8_kernel_full_size(policy, stages, heads, qk8, monkeypatch):
     _served_by(plan, "mma8")
     out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
     _check(cache, q, idx, lengths, out, lse)
+
+
+@pytest.mark.parametrize("policy", ["pow2", "fp32"])
+def test_sparse_mma8_fp8_scores_any_q_magnitude(policy, monkeypatch):
+    """The ≤ 8-row sparse kernel's FP8 first product (q's latent split per row by a power of
+    two into e4m3 halves, each chunk's sum scaled after) on `extreme_q`'s rows, within
+    `assert_close_qk8`'s tolerance."""
+    _force(monkeypatch, "mma8", qk8=True)
+    cache, _, _, idx = sparse_problem("fp8_ds_mla", 3, 8, 2048, policy=policy, seed=19)
+    q = extreme_q(3, 8)
+    lengths = torch.tensor([2048, 1800, 700], dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=3, num_heads=8, topk=2048, kv_format=cache.fmt,
+                      device="cuda")
+    _served_by(plan, "mma8")
+    assert plan.qk8
+    out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
+    ok = (idx >= 0) & (idx < cache.num_slots)
+    kv = cache.dequantize(0).reshape(-1, 576)
+    ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    listed = ok & (torch.arange(2048, device="cuda")[None, :] < lengths[:, None])
+    logit_max = torch.stack([(q[t].float() @ kv[idx[t][listed[t]].long()].T).abs().max(-1)[0]
+                             for t in range(3)]) * 576 ** -0.5
+    assert_close_qk8(out, lse, ro, rl, logit_max)
 
 
 @pytest.mark.parametrize("heads,kernel", [(128, "triton"), (8, "triton"), (8, "mma8"),

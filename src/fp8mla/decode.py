@@ -128,8 +128,14 @@ SM90_MMA8_DS_STAGES = 2
 # heads 123.0 / 118.3 against 124.9 / 119.7. Not the 8-row form, which holds qᵀ in registers
 # already: B=64 × 8K × 8 heads 110.9 / 103.1 against 108.9 / 100.1, B=1 × 128K 45.1 / 37.6
 # against 44.5 / 36.3 (s24-qk8a-flush-ab.json: the same per-chunk accumulators, measured with
-# the fp8 form's first version)
-SM90_MMA8_DS_QK8 = True
+# the fp8 form's first version). Off by default since session 25: its scores err by ~1.5e-4 of
+# the row's largest logit, ~1.3e-3 where one q element dwarfs the rest (the wgmma's FP8 sums
+# keep ~14 bits of each 128-dim chunk's largest term), so rows with logits in the tens or
+# outlier channels miss the float32 reference's bf16 tolerance (max |Δout| 0.040 and |Δlse| 0.072
+# at q with one element of 300, against 0.008 / 4e-5 on mma.sync;
+# h200-20261202-s25-qk8-precision.json, `benchmarks/qk8_precision.py`). On: for speed, where
+# that error is acceptable (it is a tenth of what e4m3 keys already cost such a row)
+SM90_MMA8_DS_QK8 = False
 # fp8_ds_mla plans of 17–32 query rows (MTP s_q 2 × 16 heads, s_q 4 × 8, 32 heads): the wide
 # form in head blocks of 16 // s_q heads (`DecodePlan._head_block`; each block's programs read the
 # request's pages again, mostly from L2: the blocks of one request run side by side) instead
@@ -165,8 +171,10 @@ SM90_MMA16_MIN_TILES = 16
 # 64.6 / 59.7 (q's split is paid per program): taken for programs of ≥
 # `SM90_MMA16_QK8_MIN_TILES` tiles. Its first form, one accumulator per half promoted to float32
 # every 128 dims by the wgmma's own `max_num_imprecise_acc` (a wait after each chunk), lost 6 µs
-# (s24-qk8a-flush-ab.json)
-SM90_MMA16_QK8 = True
+# (s24-qk8a-flush-ab.json). Off by default since session 25, as `SM90_MMA8_DS_QK8` (max |Δout|
+# 0.078, |Δlse| 0.071 at q with one element of 300; s25-qk8-precision.json): a 0.5% gain does
+# not pay for it
+SM90_MMA16_QK8 = False
 SM90_MMA16_QK8_MIN_TILES = 32
 # the same wide form over fp8_ds_mla pages (`decode_sm90_mma8_ds` with 16 rows: qᵀ's latent
 # read from shared memory every tile, one P, the copy of tile i + NS − 1 issued at the top of

@@ -147,13 +147,15 @@ if AVAILABLE:
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
+        # QK8 at 8 rows compiled and passed its GPU tests in session 24
+        # (s24-qk8a-gpu-tests.log) but measured slower; the launcher keeps mma.sync there, and
+        # a path no test runs is closed
+        gl.static_assert(not QK8 or R == 16, "QK8: the wide form only")
         b = gl.program_id(0)
         split = gl.program_id(1)
         # head blocks (`fp8mla.decode.DecodePlan._head_block`: heads a multiple of HEADS): this
         # program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed from there (the
-        # rows' mask, head < num_heads, relies on that multiple: every block is full). QK8 at 8
-        # rows compiles and passed its GPU tests in session 24 (s24-qk8a-gpu-tests.log) but
-        # measured slower; the launcher keeps mma.sync there and no test runs it now
+        # rows' mask, head < num_heads, relies on that multiple: every block is full)
         h0 = gl.program_id(2) * HEADS
         q_ptr += h0 * stride_qh
         out_ptr += h0 * stride_oh
