@@ -41,10 +41,11 @@ def _check(cache, table, seqlens, q, out, lse, scale, policy=None, folded=True):
     assert_close(lse, rl, atol=atol, rtol=1e-3, name="lse")
 
 
-def _dense_plan(heads=8, s_q=1, page_size=64, fmt="fp8", batch=1, ctx=131072, splits=None):
+def _dense_plan(heads=8, s_q=1, page_size=64, fmt="fp8", batch=1, ctx=131072, splits=None,
+                **kw):
     """A dense plan built on the CPU (the serving-rule tests fake an SM90 target)."""
     return DecodePlan(batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt, page_size=page_size,
-                      max_seqlen=ctx, device="cpu", num_splits=splits)
+                      max_seqlen=ctx, device="cpu", num_splits=splits, **kw)
 
 
 @pytest.mark.parametrize("fmt,policy", FORMATS)
@@ -290,10 +291,17 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert not (decode_mod.SM90_MMA16_QK8 or decode_mod.SM90_MMA8_DS_QK8
                 or decode_mod.SPARSE_SM90_MMA8_QK8)
     assert not dense().qk8 and not ds.qk8
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", True)
-    monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_QK8", True)
-    assert dense().qk8 and not dense(batch=32).qk8 and not dense(heads=8).qk8
-    assert dense(fmt="fp8_ds_mla").qk8 and not dense(heads=8, fmt="fp8_ds_mla").qk8
+    for on in ({"fp8_scores": True}, None):  # per plan, or the module's switches
+        if on is None:
+            monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", True)
+            monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_QK8", True)
+            on = {}
+        assert dense(**on).qk8 and not dense(batch=32, **on).qk8 and not dense(heads=8, **on).qk8
+        assert dense(fmt="fp8_ds_mla", **on).qk8
+        assert not dense(heads=8, fmt="fp8_ds_mla", **on).qk8
+    assert not dense(fp8_scores=False).qk8 and not dense(fmt="fp8_ds_mla", fp8_scores=False).qk8
+    with pytest.raises(TypeError, match="fp8_scores: expected a bool or None, got int"):
+        dense(fp8_scores=1)
     # fp8_ds_mla plans of 17–32 rows: the wide form in head blocks of 16 // s_q heads
     mtp = dense(fmt="fp8_ds_mla", s_q=2)
     assert mtp.kernel == "mma16" and mtp.head_blocks == 2 and mtp.config.heads_per_block == 8
@@ -363,15 +371,16 @@ def test_sparse_mma8_sm90_kernel_serves_where_documented(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
 
-    def sparse(heads=8, fmt="fp8_ds_mla"):
+    def sparse(heads=8, fmt="fp8_ds_mla", **kw):
         return SparsePlan(num_queries=64, num_heads=heads, topk=2048, kv_format=fmt,
-                          device="cpu")
+                          device="cpu", **kw)
 
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", True)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
     plan = sparse()
     assert plan.mma8 and plan.sm90 and not plan.narrow and not plan.compacts
     assert plan.head_blocks == 1 and plan.programs_per_sm == 2  # 2 stages: 85 KB
+    assert not plan.qk8 and sparse(fp8_scores=True).qk8  # the FP8 first product: per plan
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_STAGES", 3)
     assert sparse().programs_per_sm == 1 == km.programs_per_sm(3)  # 125 KB
     assert sparse(heads=1).mma8 and sparse(heads=5).mma8

@@ -320,12 +320,12 @@ def test_sm90_mma16_fp8_scores_any_q_magnitude(fmt, policy, monkeypatch):
     e4m3's range, so the 1e-4, 1e-30 and zero rows meet the standard tolerance; the wgmma's
     low-precision sums, promoted to float32 every 128 dims, err in proportion to the row's
     largest logit: `assert_close_qk8`)."""
-    _mma16_only(monkeypatch, qk8=True)
+    _mma16_only(monkeypatch)  # the switches off: the plan asks for it (``fp8_scores``)
     lens = [700, 3000]
     cache, table, seqlens = paged_cache(fmt, lens, 64, policy=policy, device="cuda", seed=8)
     q = extreme_q(2, 16).unsqueeze(1)
     plan = DecodePlan(batch=2, num_heads=16, kv_format=cache.fmt, page_size=64,
-                      cache_seqlens=seqlens, device="cuda", num_splits=2)
+                      cache_seqlens=seqlens, device="cuda", num_splits=2, fp8_scores=True)
     assert plan.kernel == "mma16" and plan.qk8
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     kv = cache.dequantize(0)

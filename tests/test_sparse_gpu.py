@@ -185,12 +185,12 @@ def test_sparse_mma8_fp8_scores_any_q_magnitude(policy, monkeypatch):
     """The ≤ 8-row sparse kernel's FP8 first product (q's latent split per row by a power of
     two into e4m3 halves, each chunk's sum scaled after) on `extreme_q`'s rows, within
     `assert_close_qk8`'s tolerance."""
-    _force(monkeypatch, "mma8", qk8=True)
+    _force(monkeypatch, "mma8", qk8=False)  # the switch off: the plan asks for it
     cache, _, _, idx = sparse_problem("fp8_ds_mla", 3, 8, 2048, policy=policy, seed=19)
     q = extreme_q(3, 8)
     lengths = torch.tensor([2048, 1800, 700], dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=3, num_heads=8, topk=2048, kv_format=cache.fmt,
-                      device="cuda")
+                      device="cuda", fp8_scores=True)
     _served_by(plan, "mma8")
     assert plan.qk8
     out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)

@@ -315,6 +315,13 @@ class DecodePlan:
         num_splits / config: overrides of the scheduler and tile configuration (benchmarks).
         causal: with s_q > 1, query i sees the first cache_seqlens − s_q + 1 + i tokens (the
             default, as in MTP / speculative decode); False: every query sees all of them.
+        fp8_scores: True takes q · Kᵀ as an FP8 wgmma where the serving SM90 kernel has one
+            (the 9–16-row wide forms — fp8 for programs of ≥ `SM90_MMA16_QK8_MIN_TILES`
+            tiles, fp8_ds_mla always, head blocks included — and the sparse ≤ 8-row kernel):
+            7–9% faster for fp8_ds_mla at 16 heads on the H200, but each score errs by
+            ~1.5e-4 of its row's largest logit, ~1.3e-3 where one q element dwarfs the rest
+            (float32 accumulation errs by ~1e-6; BENCHMARKS.md, session 25). False never;
+            None (the default) as the module's switches say (off).
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
@@ -328,10 +335,14 @@ class DecodePlan:
         cache_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None, s_q: int = 1,
         softmax_scale: float | None = None, device: str | torch.device = "cuda",
         num_splits: int | None = None, config: DecodeConfig | None = None, causal: bool = True,
+        fp8_scores: bool | None = None,
     ) -> None:
         self.batch = check_int("batch", batch, lo=1)
         if not isinstance(causal, bool):
             raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+        if fp8_scores is not None and not isinstance(fp8_scores, bool):
+            raise TypeError(f"fp8_scores: expected a bool or None, got "
+                            f"{type(fp8_scores).__name__}")
         self.causal = causal
         self.num_heads = check_int("num_heads", num_heads, lo=1, hi=128)
         self.s_q = check_int("s_q", s_q, lo=1, hi=4)
@@ -381,7 +392,7 @@ class DecodePlan:
                                                   self.target.num_sms * self.programs_per_sm,
                                                   self._tile_tokens()))
         # the ≤ 16-row kernel's first product as FP8 wgmma (`_qk8`)
-        self.qk8 = self.mma8 and self._qk8(max_seqlen)
+        self.qk8 = self.mma8 and self._qk8(max_seqlen, fp8_scores)
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
@@ -704,19 +715,22 @@ class DecodePlan:
                 return None
         return schedule
 
-    def _qk8(self, max_seqlen: int) -> bool:
+    def _qk8(self, max_seqlen: int, fp8_scores: bool | None) -> bool:
         """Whether the ≤ 16-row kernel serving this plan takes its first product as FP8 wgmma:
         the fp8 wide form for programs of ≥ `SM90_MMA16_QK8_MIN_TILES` tiles (`SM90_MMA16_QK8`),
         the fp8_ds_mla wide form (`SM90_MMA8_DS_QK8`), the sparse kernel
-        (`SPARSE_SM90_MMA8_QK8`)."""
+        (`SPARSE_SM90_MMA8_QK8`) — each switch overridden by ``fp8_scores`` where given."""
+        def wanted(switch: bool) -> bool:
+            return switch if fp8_scores is None else fp8_scores
+
         if self.sparse:
-            return SPARSE_SM90_MMA8_QK8
+            return wanted(SPARSE_SM90_MMA8_QK8)
         if self.mma_rows != 16:
             return False
         if self.fmt.name == "fp8_ds_mla":
-            return SM90_MMA8_DS_QK8
+            return wanted(SM90_MMA8_DS_QK8)
         tiles = self._program_tiles(max_seqlen, self.num_splits, self.programs_per_sm)
-        return SM90_MMA16_QK8 and tiles >= SM90_MMA16_QK8_MIN_TILES
+        return wanted(SM90_MMA16_QK8) and tiles >= SM90_MMA16_QK8_MIN_TILES
 
     def _narrow_serves(self) -> bool:
         """Whether the narrow Gluon SM90 kernel (`decode_sm90_narrow`, 128-token wgmma tiles of
