@@ -61,7 +61,8 @@ the launcher takes the wide form for programs of ≥ 16 tiles (`fp8mla.decode`; 
 against 53.4 µs, B=24 × 8K, s22-0fa10af). The fp8_ds_mla wide form has no such rule: its
 Triton kernel is further behind (`decode_sm90_mma8_ds`).
 
-The wide form's first product as FP8 wgmma (``QK8``; `fp8mla.decode.SM90_MMA16_QK8`, programs of
+The wide form's first product as FP8 wgmma (``QK8``, off by default since session 25 for its
+precision — `DecodePlan(fp8_scores=True)` or `fp8mla.decode.SM90_MMA16_QK8`, programs of
 ≥ 32 tiles): a ring stage's bytes, as the TMA boxes wrote them (128-byte swizzle), are the
 wgmma's A operand [64 tokens, 128 dims] per chunk, and q the B operand, split once per program
 into two e4m3 halves (`_q8_stage`: each row times a power of two, hi = e4m3(x), lo =

@@ -29,7 +29,9 @@ Triton kernel's 156.8, and on programs of 1–8 tiles too (B=8 × 8K, 4 tiles: 3
 B=1 × 4K, 1 tile: 16.1 against 16.8), so it serves every length. Nsight Compute at B=64: DRAM
 62% of peak (Triton: 48%), 198K cycles against 263K, 393 KB of local traffic from 3.6's spills,
 stalls per issue led by fixed-latency waits (0.98) and the short scoreboard (0.51).
-Its first product is an FP8 wgmma (``QK8``, `fp8mla.decode.SM90_MMA8_DS_QK8`; the sparse
+Its first product can be an FP8 wgmma (``QK8``: `DecodePlan(fp8_scores=True)` or
+`fp8mla.decode.SM90_MMA8_DS_QK8`, off by default — scores within ~1.3e-3 of the row's largest
+logit, h200-20261202-s25-qk8-precision.json; the sparse
 kernel's `_scores_fp8_scaled`): per scale chunk the ring's e4m3 bytes against q's two e4m3
 halves in fresh accumulators, scaled in float32, the bf16 rope by a bf16 wgmma — no spills at
 255 registers, B=64 × 8K × 16 heads 116.7 against 125.5 µs (h200-20261202-s24-qk8b-flush-ab).
