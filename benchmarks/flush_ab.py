@@ -83,7 +83,7 @@ def main() -> int:
                 one = graphed(fn)
                 row = {"case": name, "arm": label,
                        "patch": patch, "kernel": plan.kernel, "splits": plan.num_splits,
-                       "ring": plan.ring_stages}
+                       "ring": plan.ring_stages, "qk8": plan.qk8}
                 for mode in ("zero", "read"):
                     row[f"us_{mode}"] = round(event_median_us(one, modes[mode]), 2)
             finally:

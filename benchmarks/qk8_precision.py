@@ -8,12 +8,14 @@ exactly into two e4m3 halves, but the wgmma keeps its FP8 sums to ~14 bits, so e
 chunk's score carries an error relative to that chunk's largest terms. This runs each path with
 QK8 off and on over q rows of growing logits — N(0, 1), ×10, ×30, and N(0, 1) with one element
 of 300 — and records, per kind, the largest |out − reference| and |lse − reference| over all
-rows (the reference: float32 over the same dequantized cache) and the largest |logit|. Several
-seeds a kind; one JSON row per (path, kind, QK8).
+rows (the reference: float32 over the same dequantized cache), the largest |logit| and the
+largest ratio of a row's |lse| error to its own largest |logit|. Several seeds a kind (each a
+fresh cache or pool and q); one JSON row per (path, kind, QK8).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -25,7 +27,9 @@ from fp8mla.bench.sparse import sparse_problem
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format
 from fp8mla.sparse import SparsePlan
-from helpers import paged_cache
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from helpers import paged_cache  # noqa: E402
 
 KINDS = ("randn", "x10", "x30", "outlier300")
 SEEDS = (1, 2, 3)
@@ -57,18 +61,25 @@ def dense_errors(fmt: str, q: torch.Tensor, seed: int, qk8: bool) -> dict:
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     kv = cache.dequantize(0)
     ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, KV_DIM ** -0.5)
-    logit = max(float((q[b, 0].float() @ kv[table[b, torch.arange(n, device="cuda") // 64]
-                                          .long(), torch.arange(n, device="cuda") % 64].T)
-                      .abs().max()) for b, n in enumerate(lens)) * KV_DIM ** -0.5
-    return {"out": float((out.float() - ro.float()).abs().max()),
-            "lse": float((lse - rl).abs().max()), "logit": logit}
+    pos = [torch.arange(n, device="cuda") for n in lens]
+    logit = torch.stack([(q[b, 0].float() @ kv[table[b, pos[b] // 64].long(), pos[b] % 64].T)
+                         .abs().max(-1)[0] for b in range(len(lens))]) * KV_DIM ** -0.5
+    return _errors(out, lse, ro, rl, logit[:, None])
+
+
+def _errors(out, lse, ro, rl, logit):
+    """The largest |Δout| and |Δlse|, the largest row |logit| (``logit``: lse's shape) and the
+    largest |Δlse| / |logit| of a row."""
+    dl = (lse - rl).abs()
+    return {"out": float((out.float() - ro.float()).abs().max()), "lse": float(dl.max()),
+            "logit": float(logit.max()), "lse_per_logit": float((dl / logit).max())}
 
 
 def sparse_errors(q: torch.Tensor, seed: int, qk8: bool) -> dict:
     """One sparse run (8 heads, topk 2048, fp8_ds_mla) against the reference."""
     fmt = kv_format("fp8_ds_mla")
     rows, idx, _ = sparse_problem(q.shape[0], q.shape[1], 2048, 1, fmt, "cuda",
-                                  pool_tokens=1 << 16)
+                                  pool_tokens=1 << 16, seed=seed)
     plan = SparsePlan(num_queries=q.shape[0], num_heads=q.shape[1], topk=2048, kv_format=fmt,
                       device="cuda")
     assert plan.mma8 and plan.qk8 == qk8
@@ -76,9 +87,7 @@ def sparse_errors(q: torch.Tensor, seed: int, qk8: bool) -> dict:
     kv = dequantize_kv(rows[idx.flatten().long()], fmt).view(*idx.shape, KV_DIM)
     s = torch.einsum("thd,tkd->thk", q.float(), kv) * KV_DIM ** -0.5
     ro = torch.softmax(s, -1) @ kv[..., :LATENT_DIM]
-    return {"out": float((out.float() - ro).abs().max()),
-            "lse": float((lse - torch.logsumexp(s, -1)).abs().max()),
-            "logit": float(s.abs().max())}
+    return _errors(out, lse, ro, torch.logsumexp(s, -1), s.abs().amax(-1))
 
 
 def main() -> int:
@@ -92,7 +101,7 @@ def main() -> int:
             for qk8 in (False, True):
                 for k in QK8_SWITCHES:
                     setattr(decode_mod, k, qk8)
-                worst = {"out": 0.0, "lse": 0.0, "logit": 0.0}
+                worst = {"out": 0.0, "lse": 0.0, "logit": 0.0, "lse_per_logit": 0.0}
                 for seed in SEEDS:
                     g = torch.Generator().manual_seed(seed)
                     if path == "sparse":

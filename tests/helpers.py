@@ -76,11 +76,11 @@ def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None
     return cache, table, seqlens
 
 
-def extreme_q(batch: int, heads: int, device="cuda") -> torch.Tensor:
+def extreme_q(batch: int, heads: int, device="cuda", seed: int = 0) -> torch.Tensor:
     """q bf16 [batch, heads, 576] (batch ≥ 2, heads ≥ 5) with rows that stress a per-row
     power-of-two split into e4m3 halves: 30× (logits in the hundreds), 1e-4 and 1e-30
     magnitude, all zeros, one huge element among small ones (head 4 of the second query)."""
-    q = torch.randn(batch, heads, 576, device=device)
+    q = torch.randn(batch, heads, 576, generator=torch.Generator().manual_seed(seed)).to(device)
     q[0, 0] *= 30  # large logits: the softmax nearly one-hot
     q[0, 1] *= 1e-4
     q[0, 2] *= 1e-30
@@ -100,6 +100,12 @@ def assert_close_qk8(out, lse, ro, rl, logit_max, name=""):
     """out bf16 [..., 512] and lse float32 [...] against the float32 reference (ro, rl) of the
     same shapes, each row's tolerance (atol 0.016 + rtol 0.016 on out, 1e-3 on lse) widened by
     QK8_LOGIT_SHARE · logit_max (float32 [...], the row's largest |scaled score|)."""
+    assert out.shape == ro.shape and lse.shape == rl.shape == logit_max.shape, (
+        f"{name}: shapes out {list(out.shape)} / {list(ro.shape)}, lse {list(lse.shape)} / "
+        f"{list(rl.shape)}, logit_max {list(logit_max.shape)}")
+    for got, want, what in ((out.float(), ro.float(), "out"), (lse, rl, "lse")):
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()), (
+            f"{name} {what}: NaN / inf where the reference has none (or the reverse)")
     extra = QK8_LOGIT_SHARE * logit_max
     err = (out.float() - ro.float()).abs() - (0.016 + 0.016 * ro.float().abs() + extra[..., None])
     where = torch.nonzero(err == err.max())[0].tolist()

@@ -87,6 +87,7 @@ def _check_max_logits(plan, q, kv, table, lens, page_size):
     """plan.max_logits [batch, s_q, heads] after a causal run: per query row the max of its
     scaled scores over the positions it sees (query i of s_q: the first len − s_q + i + 1),
     −inf where it sees none. kv: float32 [pages, page_size, 576], the pool dequantized."""
+    assert plan.causal
     s_q = q.shape[1]
     for b, n in enumerate(lens):
         for i in range(s_q):
@@ -309,7 +310,7 @@ def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, pol
     16 blind rows differed, +inf against −inf.)"""
     _mma16_only(monkeypatch, qk8=qk8)
     plan = _check_poisoned_tails(heads, s_q, lens, 64, splits, "fp8_ds_mla", policy)
-    assert plan.kernel == "mma16" and plan.head_blocks == 2
+    assert plan.kernel == "mma16" and plan.head_blocks == 2 and plan.qk8 == qk8
 
 
 @pytest.mark.parametrize("fmt,policy", [("fp8", None), ("fp8_ds_mla", "pow2"),
@@ -323,7 +324,7 @@ def test_sm90_mma16_fp8_scores_any_q_magnitude(fmt, policy, monkeypatch):
     _mma16_only(monkeypatch)  # the switches off: the plan asks for it (``fp8_scores``)
     lens = [700, 3000]
     cache, table, seqlens = paged_cache(fmt, lens, 64, policy=policy, device="cuda", seed=8)
-    q = extreme_q(2, 16).unsqueeze(1)
+    q = extreme_q(2, 16, seed=8).unsqueeze(1)
     plan = DecodePlan(batch=2, num_heads=16, kv_format=cache.fmt, page_size=64,
                       cache_seqlens=seqlens, device="cuda", num_splits=2, fp8_scores=True)
     assert plan.kernel == "mma16" and plan.qk8
@@ -351,6 +352,7 @@ def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, 5, fmt,
                                  "pow2" if fmt == "fp8_ds_mla" else None)
     assert plan.kernel == kernel and plan.part_out.dtype == torch.bfloat16
+    assert plan.qk8 == (kernel == "mma16")
 
 
 @pytest.mark.parametrize("qk8", [False, True])
@@ -499,7 +501,7 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     """A pool whose first row is not 16-byte aligned cannot be described for TMA: a plan of
     the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla head blocks) hands that call to
     the Triton kernel with its own config, and the result matches the reference; the same plan
-    then serves an aligned copy of the pool on its own kernel."""
+    then serves the aligned pool on its own kernel."""
     _mma16_only(monkeypatch, qk8=True)
     lens = [3000, 65, 0]
     cache, table, seqlens = paged_cache(fmt, lens, 64,
@@ -509,11 +511,12 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     shifted = torch.empty(pool.numel() + 8, dtype=torch.uint8, device="cuda")[8:].view(
         pool.shape)
     shifted.copy_(pool)
-    assert shifted.data_ptr() % 16 == 8
+    assert shifted.data_ptr() % 16 == 8 and pool.data_ptr() % 16 == 0
     q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                       page_size=64, cache_seqlens=seqlens, device="cuda")
     assert plan.mma8 and plan.head_blocks == (2 if heads * s_q > 16 else 1)
+    assert plan.qk8 == (heads * s_q > 8)  # the wide forms' FP8 product, switched on
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
     for rows in (shifted, pool):
         out, lse = plan.run(q, rows, table, seqlens, fp8_scale=cache.scale(0))

@@ -187,7 +187,7 @@ def test_sparse_mma8_fp8_scores_any_q_magnitude(policy, monkeypatch):
     `assert_close_qk8`'s tolerance."""
     _force(monkeypatch, "mma8", qk8=False)  # the switch off: the plan asks for it
     cache, _, _, idx = sparse_problem("fp8_ds_mla", 3, 8, 2048, policy=policy, seed=19)
-    q = extreme_q(3, 8)
+    q = extreme_q(3, 8, seed=19)
     lengths = torch.tensor([2048, 1800, 700], dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=3, num_heads=8, topk=2048, kv_format=cache.fmt,
                       device="cuda", fp8_scores=True)

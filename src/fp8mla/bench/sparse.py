@@ -27,7 +27,7 @@ from fp8mla.testing import assert_close
 from fp8mla.topk import default_chunk, topk_indices
 
 __all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk",
-           "sparse_problem", "check_sparse"]
+           "sparse_problem", "check_sparse", "checked_sparse_plan"]
 
 SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64, 8, 2048, 1)]
 INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
@@ -51,10 +51,11 @@ def _record(case, backend, us, moved, flops, ceiling, env, note=None):
                   ceiling_TBps=round(ceiling, 3), note=note, **env)
 
 
-def sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens=POOL_TOKENS):
+def sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens=POOL_TOKENS, seed=None):
     """The sparse case's inputs: (pool rows uint8 [pool_tokens, row_bytes], index lists int32
-    [batch · s_q, topk] drawn uniformly over the pool, q bfloat16 [batch · s_q, heads, 576])."""
-    g = torch.Generator().manual_seed(batch * heads + s_q)
+    [batch · s_q, topk] drawn uniformly over the pool, q bfloat16 [batch · s_q, heads, 576]);
+    ``seed`` defaults to one per shape."""
+    g = torch.Generator().manual_seed(batch * heads + s_q if seed is None else seed)
     rows = torch.empty(pool_tokens, fmt.row_bytes, dtype=torch.uint8, device=device)
     for i in range(0, pool_tokens, 1 << 18):
         n = min(1 << 18, pool_tokens - i)
