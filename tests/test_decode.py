@@ -888,3 +888,25 @@ def test_combine_merges_splits_online(device, block_d, block_s):
     assert_close(args[3].cpu(), want.masked_fill(empty[..., None], 0.0), name="out")
     assert_close(args[4].cpu(), total.masked_fill(empty, -7.0), name="lse")
     assert torch.equal(args[5].cpu(), mx.amax(1))
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_blind_query_rows(device, fmt, policy, splits):
+    """Causal MTP over requests shorter than s_q: a query that sees no token gets zeros, lse
+    ``empty_lse`` (−inf, or +inf where asked) and max_logits −inf, with one split (the kernel
+    writes them) or three (the combine); every other row matches the reference."""
+    lens, s_q, heads = [1, 70, 2, 3], 3, 3
+    cache, table, seqlens = paged_cache(fmt, lens, 16, policy=policy, device=device, seed=29)
+    q = _q(len(lens), s_q, heads, device, 30)
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                      page_size=16, cache_seqlens=seqlens, device=device, num_splits=splits)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _check(cache, table, seqlens, q, out, lse, 576 ** -0.5, policy)
+    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens])
+    assert blind.sum() == 3 and torch.all(out[blind] == 0)
+    assert torch.all(plan.max_logits[blind] == float("-inf"))
+    assert torch.all(plan.max_logits[~blind].isfinite())
+    _, lse_inf = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0),
+                          empty_lse=float("inf"))
+    assert torch.all(lse_inf[blind] == float("inf")) and torch.equal(lse_inf[~blind], lse[~blind])

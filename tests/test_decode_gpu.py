@@ -522,3 +522,36 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
         out, lse = plan.run(q, rows, table, seqlens, fp8_scale=cache.scale(0))
         assert_close(out, ro, name="out")
         assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@pytest.mark.parametrize("fmt,heads,s_q,splits,kernel", [
+    ("fp8", 4, 2, None, "mma8"), ("fp8", 8, 2, 3, "mma16"), ("fp8_ds_mla", 4, 2, None, "mma8"),
+    ("fp8_ds_mla", 8, 2, None, "mma16"), ("fp8_ds_mla", 16, 2, 3, "mma16"),  # head blocks
+    ("fp8_ds_mla", 4, 4, 1, "mma16"), ("bf16", 8, 2, None, "triton"),
+    ("fp8", 32, 4, None, "triton"),  # 128 rows: the 64-head Gluon kernel takes s_q 1 only
+])
+def test_blind_query_rows(fmt, heads, s_q, splits, kernel, monkeypatch):
+    """Causal MTP over requests shorter than s_q: a query that sees no token gets zeros, lse
+    ``empty_lse`` (−inf, or +inf where asked) and max_logits −inf on every kernel, one split or
+    several (the combine); the request's other queries and the other requests match the
+    reference."""
+    _mma16_only(monkeypatch)
+    lens = [1, 3000, s_q - 1, 2]
+    cache, table, seqlens = paged_cache(fmt, lens, 64,
+                                        policy="pow2" if fmt == "fp8_ds_mla" else None,
+                                        device="cuda", seed=heads + s_q)
+    q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                      page_size=64, cache_seqlens=seqlens, device="cuda", num_splits=splits)
+    assert plan.kernel == kernel, plan.kernel
+    kv = cache.dequantize(0)
+    ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    assert_close(out, ro, name="out")  # blind rows: zeros on both sides
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")  # blind rows: −inf on both
+    _check_max_logits(plan, q, kv, table, lens, 64)
+    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens])
+    assert blind.any() and not blind.all()
+    _, lse_inf = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0),
+                          empty_lse=float("inf"))
+    assert torch.all(lse_inf[blind] == float("inf")) and torch.equal(lse_inf[~blind], lse[~blind])
