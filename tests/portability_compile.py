@@ -386,12 +386,12 @@ def compile_target(cc):
                  ("decode_narrow/fp8/H16", decode_narrow_compile, {}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
-                 ("decode_mma16_qk16/fp8/H16", decode_mma8_compile,  # (mma.sync q · Kᵀ)
-                  {"heads": 16, "qk8": False}),
+                 ("decode_mma16_qk8/fp8/H16", decode_mma8_compile,  # (fp8_scores=True)
+                  {"heads": 16, "qk8": True}),
                  ("decode_mma8/fp8_ds_mla/H8", decode_mma8_ds_compile, {}),
                  ("decode_mma16/fp8_ds_mla/H16", decode_mma8_ds_compile, {"heads": 16}),
-                 ("decode_mma16_qk16/fp8_ds_mla/H16", decode_mma8_ds_compile,
-                  {"heads": 16, "qk8": False}),
+                 ("decode_mma16_qk8/fp8_ds_mla/H16", decode_mma8_ds_compile,
+                  {"heads": 16, "qk8": True}),
                  ("sparse_mma8/fp8_ds_mla/H8", sparse_mma8_compile, {}),
                  ("sparse_mma8_qk8/fp8_ds_mla/H8", sparse_mma8_compile,  # (off by default)
                   {"qk8": True}),

@@ -55,9 +55,9 @@ def _expected():
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
                          "decode_narrow/fp8/H16", "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
-                         "decode_mma16_qk16/fp8/H16",
+                         "decode_mma16_qk8/fp8/H16",
                          "decode_mma8/fp8_ds_mla/H8", "decode_mma16/fp8_ds_mla/H16",
-                         "decode_mma16_qk16/fp8_ds_mla/H16",
+                         "decode_mma16_qk8/fp8_ds_mla/H16",
                          "sparse_mma8/fp8_ds_mla/H8", "sparse_mma8_qk8/fp8_ds_mla/H8",
                          "sparse_narrow/fp8_ds_mla/H16"):
                 yield what, cc
