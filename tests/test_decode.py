@@ -903,7 +903,8 @@ def test_blind_query_rows(device, fmt, policy, splits):
                       page_size=16, cache_seqlens=seqlens, device=device, num_splits=splits)
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5, policy)
-    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens])
+    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens],
+                         device=lse.device)
     assert blind.sum() == 3 and torch.all(out[blind] == 0)
     assert torch.all(plan.max_logits[blind] == float("-inf"))
     assert torch.all(plan.max_logits[~blind].isfinite())

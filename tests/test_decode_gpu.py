@@ -550,7 +550,8 @@ def test_blind_query_rows(fmt, heads, s_q, splits, kernel, monkeypatch):
     assert_close(out, ro, name="out")  # blind rows: zeros on both sides
     assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")  # blind rows: −inf on both
     _check_max_logits(plan, q, kv, table, lens, 64)
-    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens])
+    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens],
+                         device=lse.device)
     assert blind.any() and not blind.all()
     _, lse_inf = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0),
                           empty_lse=float("inf"))
