@@ -78,13 +78,15 @@ def check_sparse(out, q, rows, idx, fmt, queries: int = 2) -> None:
         assert_close(out[r], torch.softmax(s, -1) @ kv[r][:, :LATENT_DIM], name="sparse out")
 
 
-def checked_sparse_plan(batch, heads, topk, s_q=1, fmt_name="fp8_ds_mla", *, device="cuda"):
-    """The sparse case's plan (the launcher's configuration) and its call on `sparse_problem`'s
-    inputs, the first queries checked against the reference once: (case name, plan, call)."""
+def checked_sparse_plan(batch, heads, topk, s_q=1, fmt_name="fp8_ds_mla", *, device="cuda",
+                        pool_tokens=POOL_TOKENS, config=None, num_splits=None):
+    """The sparse case's plan (the launcher's configuration, or ``config`` / ``num_splits``)
+    and its call on `sparse_problem`'s inputs, the first queries checked against the reference
+    once: (case name, plan, call)."""
     fmt = kv_format(fmt_name)
-    rows, idx, q = sparse_problem(batch, heads, topk, s_q, fmt, device)
+    rows, idx, q = sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens)
     plan = SparsePlan(num_queries=batch * s_q, num_heads=heads, topk=topk, kv_format=fmt,
-                      device=device)
+                      device=device, config=config, num_splits=num_splits)
     fn = functools.partial(plan.run, q, rows, idx, check=False)
     check_sparse(fn()[0], q, rows, idx, fmt)
     return f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}", plan, fn
@@ -95,17 +97,13 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
                num_splits=None) -> list[Record]:
     """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
     graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py)."""
-    fmt = kv_format(fmt_name)
-    rows, idx, q = sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens)
-    t = batch * s_q
-    plan = SparsePlan(num_queries=t, num_heads=heads, topk=topk, kv_format=fmt, device=device,
-                      config=config, num_splits=num_splits)
-    fn = lambda: plan.run(q, rows, idx, check=False)
-    check_sparse(fn()[0], q, rows, idx, fmt)
+    case, plan, fn = checked_sparse_plan(batch, heads, topk, s_q, fmt_name, device=device,
+                                         pool_tokens=pool_tokens, config=config,
+                                         num_splits=num_splits)
     replay = _timed(fn, device)
-    moved = t * topk * fmt.row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
+    t = batch * s_q
+    moved = t * topk * plan.fmt.row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
     flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * t
-    case = f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}"
     note = kernel_note(plan)
     records = [_record(case, "fp8mla_graph", time_us(replay), moved, flops, ceiling, env,
                        note=note)]
