@@ -29,7 +29,7 @@ from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format
 from fp8mla.sparse import SparsePlan
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from helpers import paged_cache  # noqa: E402
+from helpers import paged_cache, request_rows  # noqa: E402
 
 KINDS = ("randn", "x10", "x30", "outlier300")
 SEEDS = (1, 2, 3)
@@ -61,9 +61,8 @@ def dense_errors(fmt: str, q: torch.Tensor, seed: int, qk8: bool) -> dict:
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     kv = cache.dequantize(0)
     ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, KV_DIM ** -0.5)
-    pos = [torch.arange(n, device="cuda") for n in lens]
-    logit = torch.stack([(q[b, 0].float() @ kv[table[b, pos[b] // 64].long(), pos[b] % 64].T)
-                         .abs().max(-1)[0] for b in range(len(lens))]) * KV_DIM ** -0.5
+    logit = torch.stack([(q[b, 0].float() @ request_rows(kv, table, b, n, 64).T)
+                         .abs().max(-1)[0] for b, n in enumerate(lens)]) * KV_DIM ** -0.5
     return _errors(out, lse, ro, rl, logit[:, None])
 
 

@@ -76,6 +76,29 @@ def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None
     return cache, table, seqlens
 
 
+def request_rows(kv: torch.Tensor, table: torch.Tensor, b: int, n: int,
+                 page_size: int) -> torch.Tensor:
+    """Request ``b``'s first ``n`` rows of a paged pool ``kv`` [pages, page_size, ...] through
+    its block-table row: [n, ...]."""
+    pos = torch.arange(n, device=kv.device)
+    return kv[table[b, pos // page_size].long(), pos % page_size]
+
+
+def assert_blind_rows(plan, run, lens: list[int], out: torch.Tensor,
+                      lse: torch.Tensor) -> torch.Tensor:
+    """The query rows of a causal decode that see no token (query i of s_q in a request of
+    n ≤ s_q − i − 1 tokens), after ``out`` / ``lse`` = ``run()`` with empty_lse −inf: zeros in
+    out and −inf in plan.max_logits there, and ``run(empty_lse=+inf)`` puts +inf in exactly
+    those rows' lse, every other lse bitwise as before. Returns the mask, bool [batch, s_q]."""
+    s_q = plan.s_q
+    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens],
+                         device=lse.device)
+    assert torch.all(out[blind] == 0) and torch.all(plan.max_logits[blind] == float("-inf"))
+    _, lse_inf = run(empty_lse=float("inf"))
+    assert torch.all(lse_inf[blind] == float("inf")) and torch.equal(lse_inf[~blind], lse[~blind])
+    return blind
+
+
 def extreme_q(batch: int, heads: int, device="cuda", seed: int = 0) -> torch.Tensor:
     """q bf16 [batch, heads, 576] (batch ≥ 2, heads ≥ 5) with rows that stress a per-row
     power-of-two split into e4m3 halves: 30× (logits in the hundreds), 1e-4 and 1e-30

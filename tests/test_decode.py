@@ -9,7 +9,7 @@ import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan, choose_num_splits, dense_decode
 from fp8mla.testing import assert_close
-from helpers import paged_cache
+from helpers import assert_blind_rows, paged_cache
 
 FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
 
@@ -901,13 +901,9 @@ def test_blind_query_rows(device, fmt, policy, splits):
     q = _q(len(lens), s_q, heads, device, 30)
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                       page_size=16, cache_seqlens=seqlens, device=device, num_splits=splits)
-    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    run = functools.partial(plan.run, q, cache.layer(0), table, seqlens,
+                            fp8_scale=cache.scale(0))
+    out, lse = run()
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5, policy)
-    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens],
-                         device=lse.device)
-    assert blind.sum() == 3 and torch.all(out[blind] == 0)
-    assert torch.all(plan.max_logits[blind] == float("-inf"))
-    assert torch.all(plan.max_logits[~blind].isfinite())
-    _, lse_inf = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0),
-                          empty_lse=float("inf"))
-    assert torch.all(lse_inf[blind] == float("inf")) and torch.equal(lse_inf[~blind], lse[~blind])
+    blind = assert_blind_rows(plan, run, lens, out, lse)
+    assert blind.sum() == 3 and torch.all(plan.max_logits[~blind].isfinite())

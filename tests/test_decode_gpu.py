@@ -1,5 +1,7 @@
 """Dense decode at full size and under CUDA-graph capture (GPU only)."""
 
+import functools
+
 import pytest
 import torch
 
@@ -7,7 +9,7 @@ import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan
 from fp8mla.testing import assert_close
-from helpers import assert_close_qk8, extreme_q, paged_cache
+from helpers import assert_blind_rows, assert_close_qk8, extreme_q, paged_cache, request_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -96,8 +98,7 @@ def _check_max_logits(plan, q, kv, table, lens, page_size):
             if seen <= 0:
                 assert torch.all(got == float("-inf")), f"max_logits[{b}, {i}]: {got}"
                 continue
-            pos = torch.arange(seen, device=q.device)
-            k = kv[table[b, pos // page_size].long(), pos % page_size]
+            k = request_rows(kv, table, b, seen, page_size)
             ref = (q[b, i].float() @ k.T).max(-1)[0] * 576 ** -0.5
             assert_close(got, ref, atol=1e-3, rtol=1e-3, name=f"max_logits[{b}, {i}]")
 
@@ -332,8 +333,7 @@ def test_sm90_mma16_fp8_scores_any_q_magnitude(fmt, policy, monkeypatch):
     kv = cache.dequantize(0)
     ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
     logit_max = torch.stack([
-        (q[b, 0].float() @ kv[table[b, torch.arange(n, device="cuda") // 64].long(),
-                              torch.arange(n, device="cuda") % 64].T).abs().max(-1)[0]
+        (q[b, 0].float() @ request_rows(kv, table, b, n, 64).T).abs().max(-1)[0]
         for b, n in enumerate(lens)])[:, None] * 576 ** -0.5
     assert_close_qk8(out, lse, ro, rl, logit_max)
 
@@ -546,13 +546,11 @@ def test_blind_query_rows(fmt, heads, s_q, splits, kernel, monkeypatch):
     assert plan.kernel == kernel, plan.kernel
     kv = cache.dequantize(0)
     ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
-    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    run = functools.partial(plan.run, q, cache.layer(0), table, seqlens,
+                            fp8_scale=cache.scale(0))
+    out, lse = run()
     assert_close(out, ro, name="out")  # blind rows: zeros on both sides
     assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")  # blind rows: −inf on both
     _check_max_logits(plan, q, kv, table, lens, 64)
-    blind = torch.tensor([[n - s_q + i + 1 <= 0 for i in range(s_q)] for n in lens],
-                         device=lse.device)
+    blind = assert_blind_rows(plan, run, lens, out, lse)
     assert blind.any() and not blind.all()
-    _, lse_inf = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0),
-                          empty_lse=float("inf"))
-    assert torch.all(lse_inf[blind] == float("inf")) and torch.equal(lse_inf[~blind], lse[~blind])

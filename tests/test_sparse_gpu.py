@@ -31,10 +31,17 @@ def _lists(live, queries, topk, num_slots, g):
     return idx
 
 
-def _check(cache, q, idx, lengths, out, lse):
+def _reference(cache, q, idx, lengths):
+    """The float32 reference over layer 0's dequantized rows (slots outside the pool skipped,
+    as the fast path does): (out, lse, the rows float32 [slots, 576], the in-pool mask)."""
     ok = (idx >= 0) & (idx < cache.num_slots)
     kv = cache.dequantize(0).reshape(-1, 576)
     ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    return ro, rl, kv, ok
+
+
+def _check(cache, q, idx, lengths, out, lse):
+    ro, rl, _, _ = _reference(cache, q, idx, lengths)
     assert_close(out, ro, name="out")
     assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
 
@@ -96,9 +103,7 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
     lse = torch.full((4, heads), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,
              empty_lse=float("inf"))
-    ok = (idx >= 0) & (idx < cache.num_slots)
-    kv = cache.dequantize(0).reshape(-1, 576)
-    ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    ro, rl, _, _ = _reference(cache, q, idx, lengths)
     assert_close(out, ro, name="out")
     live = [0, 1, 3]
     assert_close(lse[live], rl[live], atol=1e-3, rtol=1e-3, name="lse")
@@ -152,9 +157,7 @@ def test_narrow_sparse_kernels_direct_and_split(kernel, splits, heads, monkeypat
     lse = torch.full((4, heads), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,
              empty_lse=float("inf"))
-    ok = (idx >= 0) & (idx < cache.num_slots)
-    kv = cache.dequantize(0).reshape(-1, 576)
-    ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    ro, rl, _, _ = _reference(cache, q, idx, lengths)
     assert_close(out, ro, name="out")
     live = [0, 1, 3]
     assert_close(lse[live], rl[live], atol=1e-3, rtol=1e-3, name="lse")
@@ -194,9 +197,7 @@ def test_sparse_mma8_fp8_scores_any_q_magnitude(policy, monkeypatch):
     _served_by(plan, "mma8")
     assert plan.qk8
     out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
-    ok = (idx >= 0) & (idx < cache.num_slots)
-    kv = cache.dequantize(0).reshape(-1, 576)
-    ro, rl = reference.sparse_mla(q, kv, torch.where(ok, idx, -1), 576 ** -0.5, lengths)
+    ro, rl, kv, ok = _reference(cache, q, idx, lengths)
     listed = ok & (torch.arange(2048, device="cuda")[None, :] < lengths[:, None])
     logit_max = torch.stack([(q[t].float() @ kv[idx[t][listed[t]].long()].T).abs().max(-1)[0]
                              for t in range(3)]) * 576 ** -0.5
