@@ -51,11 +51,13 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # 46.7); then, the FP8 first product switched off by default for its precision
 # (`benchmarks/qk8_precision.py`), its cost measured: mma.sync (the default arm) against FP8
 # wgmma. A case is a (DecodeCase, format) or a sparse (batch, heads, topk, s_q) over fp8_ds_mla
-# rows
-QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
-ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
+# rows (h200-20261202-s25-10762b3-qk8-cost-flush-ab.json).
+# Session 26: the ≤ 16-row kernels merging a few splits themselves (`SM90_MERGE`, the last
+# split of a group to finish) against the combine kernel.
+ARMS = [("combine kernel", {"SM90_MERGE": False}), ("in-kernel merge", {"SM90_MERGE": True})]
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
-         (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla")]
+         (DecodeCase(64, 8192, 8), "fp8"), (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla"),
+         (64, 8, 2048, 1)]
 
 
 def checked(case):
@@ -83,7 +85,8 @@ def main() -> int:
                 one = graphed(fn)
                 row = {"case": name, "arm": label,
                        "patch": patch, "kernel": plan.kernel, "splits": plan.num_splits,
-                       "ring": plan.ring_stages, "qk8": plan.qk8}
+                       "ring": plan.ring_stages, "qk8": plan.qk8,
+                       "merge": plan.merge_splits}
                 for mode in ("zero", "read"):
                     row[f"us_{mode}"] = round(event_median_us(one, modes[mode]), 2)
             finally:

@@ -1,0 +1,139 @@
+"""What a decode call costs besides its kernels, on the GPU: the host's time per eager call (and
+where cProfile puts it), and the floor any CUDA-graph replay pays under the benchmark's timers
+(graphs of one and two no-op kernels, the second as a programmatic dependent launch as the
+split combine is), and the fastest a graph replay can read a case's bytes under those timers
+(the streaming-read kernel of the ceiling alone, over the bytes of the B=1 × 128K fp8 case,
+the sparse B=64 × 8-head case and the B=64 × 8K × 16 case).
+
+    python benchmarks/launch_costs.py OUT.json
+
+Host time per call: the wall time of 200 calls enqueued back to back, divided by 200, for
+cases whose GPU time is far below it (the queue never fills), then the same calls under
+cProfile (the top 25 functions by own time go to OUT.json's ``profile``).
+"""
+
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from fp8mla.bench.decode import DecodeCase, checked_plan
+from fp8mla.bench.harness import env_info, event_median_us, graphed, l2_flushes, time_us
+from fp8mla.kernels.stream import _stream_read_kernel
+
+# the bytes each target case moves (bench decode's / bench sparse's count: KV rows once + q + out)
+FLOOR_CASES = {"fp8 B1x128Kx8": 131072 * 576 + 8 * (576 + 512) * 2,
+               "sparse fp8_ds_mla B64x8 topk2048": 64 * 2048 * 656 + 64 * 8 * (576 + 512) * 2,
+               "fp8 B64x8Kx16": 64 * 8192 * 576 + 64 * 16 * (576 + 512) * 2}
+
+
+@triton.jit
+def _nop(x_ptr, PDL: tl.constexpr):
+    if PDL:
+        gdc_wait()
+    if tl.program_id(0) == 0:
+        tl.store(x_ptr, 1.0)
+    if PDL:
+        gdc_launch_dependents()
+
+
+def host_us(fn, calls: int = 200) -> tuple[float, float]:
+    """(host µs per call, wall µs per call including the GPU's drain)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return 1e6 * (t1 - t0) / calls, 1e6 * (t2 - t0) / calls
+
+
+def top_functions(fn, calls: int = 200, n: int = 25) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(n)
+    return text.getvalue()
+
+
+def nop_graphs() -> dict[str, object]:
+    x = torch.zeros(1, device="cuda")
+    one = lambda: _nop[(132,)](x, PDL=False)  # noqa: E731
+    two = lambda: (_nop[(132,)](x, PDL=False), _nop[(132,)](x, PDL=False))  # noqa: E731
+    pdl = lambda: (_nop[(132,)](x, PDL=True),  # noqa: E731
+                   _nop[(132,)](x, PDL=True, launch_pdl=True))
+    return {"eager_one": one, "graph_one": graphed(one), "graph_two": graphed(two),
+            "graph_two_pdl": graphed(pdl)}
+
+
+def read_floor(n_bytes: int, timers: dict) -> dict:
+    """The streaming-read kernel over ``n_bytes``, replayed from a graph, at the fastest of a few
+    program sizes under each timer: {timer: (µs, TB/s, words a program)}."""
+    n_words = n_bytes // 4
+    x = torch.ones(n_words, dtype=torch.int32, device="cuda")
+    best = {}
+    for iters in (1, 2, 4, 8, 16):
+        grid = (triton.cdiv(n_words, 4096 * iters),)
+        out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
+        replay = graphed(lambda g=grid, o=out, i=iters: _stream_read_kernel[g](
+            x, o, n_words, BLOCK=4096, ITERS=i, num_warps=8))
+        for name, timer in timers.items():
+            us = timer(replay)
+            if name not in best or us < best[name][0]:
+                best[name] = (round(us, 2), round(n_bytes / us / 1e6, 3), 4096 * iters)
+    return best
+
+
+def main() -> None:
+    if "--floors" in sys.argv:  # the read floors alone
+        flushes = l2_flushes()
+        timers = {"do_bench": time_us, "read_flush": lambda f: event_median_us(f, flushes["read"])}
+        rows = {name: read_floor(n, timers) for name, n in FLOOR_CASES.items()}
+        print(json.dumps(rows, indent=1))
+        with open(sys.argv[1], "w") as f:
+            json.dump({"env": env_info(), "floor": rows}, f, indent=1)
+        return
+    out = {"env": env_info(), "host": {}, "profile": {}, "floor": {}}
+    for name, case, fmt in [("fp8 B1x128Kx8", DecodeCase(1, 131072, 8), "fp8"),
+                            ("fp8 B64x8Kx16", DecodeCase(64, 8192, 16), "fp8"),
+                            ("bf16 B1x128Kx8", DecodeCase(1, 131072, 8), "bf16"),
+                            ("fp8 pool-sized B1x4Kx8", DecodeCase(1, 4096, 8), "fp8")]:
+        plan, fn = checked_plan(case, fmt)
+        host, wall = host_us(fn)
+        out["host"][name] = {"host_us": round(host, 1), "wall_us": round(wall, 1),
+                             "num_splits": plan.num_splits}
+        print(name, out["host"][name], flush=True)
+        if name.startswith("fp8 B1x128K"):
+            out["profile"][name] = top_functions(fn)
+            print(out["profile"][name], flush=True)
+    flushes = l2_flushes()
+    for name, fn in nop_graphs().items():
+        row = {"do_bench": round(time_us(fn), 2),
+               "read_flush": round(event_median_us(fn, flushes["read"]), 2),
+               "no_flush": round(event_median_us(fn, flushes["none"]), 2)}
+        out["floor"][name] = row
+        print(name, row, flush=True)
+    timers = {"do_bench": time_us, "read_flush": lambda f: event_median_us(f, flushes["read"])}
+    for name, n_bytes in FLOOR_CASES.items():
+        out["floor"][f"read {name} ({n_bytes} B)"] = row = read_floor(n_bytes, timers)
+        print("read", name, n_bytes, row, flush=True)
+    with open(sys.argv[1], "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
