@@ -52,12 +52,17 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # (`benchmarks/qk8_precision.py`), its cost measured: mma.sync (the default arm) against FP8
 # wgmma. A case is a (DecodeCase, format) or a sparse (batch, heads, topk, s_q) over fp8_ds_mla
 # rows (h200-20261202-s25-10762b3-qk8-cost-flush-ab.json).
-# Session 26: the ≤ 16-row kernels merging a few splits themselves (`SM90_MERGE`, the last
-# split of a group to finish) against the combine kernel.
-ARMS = [("combine kernel", {"SM90_MERGE": False}), ("in-kernel merge", {"SM90_MERGE": True})]
+# Session 26: the ≤ 16-row kernels merging ≤ 4 / 8 splits themselves, the last split of each
+# (request, head block) to finish counting arrivals with an integer atomic (an experiment at
+# 64e3d42, since removed), against the combine kernel (h200-20261203-s26-64e3d42-merge-flush-
+# ab.json): slower in every pair — fp8 B=64 × 8K × 16 104.1 / 100.9 and 103.4 / 100.1 against
+# 102.9 / 99.5 and 103.5 / 99.7, × 8 heads 95.1 / 86.9 against 94.4 / 85.8, fp8_ds_mla MTP
+# s_q 2 × 16 212.6 / 212.2 against 209.7 / 209.5, sparse B=64 × 8 48.4 / 42.2 against
+# 47.7 / 41.5.
+QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
+ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
-         (DecodeCase(64, 8192, 8), "fp8"), (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla"),
-         (64, 8, 2048, 1)]
+         (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla")]
 
 
 def checked(case):
@@ -85,8 +90,7 @@ def main() -> int:
                 one = graphed(fn)
                 row = {"case": name, "arm": label,
                        "patch": patch, "kernel": plan.kernel, "splits": plan.num_splits,
-                       "ring": plan.ring_stages, "qk8": plan.qk8,
-                       "merge": plan.merge_splits}
+                       "ring": plan.ring_stages, "qk8": plan.qk8}
                 for mode in ("zero", "read"):
                     row[f"us_{mode}"] = round(event_median_us(one, modes[mode]), 2)
             finally:

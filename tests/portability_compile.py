@@ -184,14 +184,6 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
                           options={"num_warps": num_warps or k90.NUM_WARPS})
 
 
-def _merge_consts(sig, merge):
-    """The ≤ 16-row kernels' in-kernel split merge over ``merge`` splits (0: none): adds its
-    counter to ``sig``, returns its constexpr."""
-    if merge:
-        sig["arrive_ptr"] = "*i32"
-    return {"MERGE": merge} if merge else {"arrive_ptr": None, "MERGE": 0}
-
-
 def _dense_sm90_sig(strides):
     """The runtime signature of the dense Gluon SM90 kernels (TMA descriptors over fp8 rows),
     with ``strides`` the i32 strides they take."""
@@ -237,7 +229,7 @@ def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
 
 
 def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None,
-                        qk8=None, merge=0):
+                        qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_mma8`)
     for sm_90, as the launcher takes it for fp8 plans of s_q × heads ≤ 16 (``rows``: the
     program's rows, from s_q × heads where None; ``stages``: the ring's, the launcher's where
@@ -258,12 +250,12 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "QK8": qk8, **_merge_consts(sig, merge)},
+        "QK8": qk8},
         num_warps=k8.NUM_WARPS)
 
 
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None,
-                           qk8=None, merge=0):
+                           qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs over fp8_ds_mla pages
     (`fp8mla.kernels.decode_sm90_mma8_ds`) for sm_90, with ``stages`` ring stages (the
     launcher's default where None) and ``rows`` program rows (from s_q × heads where None);
@@ -289,8 +281,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
         "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "R": rows,
-        "QK8": (decode_mod.SM90_MMA8_DS_QK8 and rows == 16) if qk8 is None else qk8,
-        **_merge_consts(sig, merge)},
+        "QK8": (decode_mod.SM90_MMA8_DS_QK8 and rows == 16) if qk8 is None else qk8},
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
@@ -313,7 +304,7 @@ def sparse_sm90_compile(direct=False):
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
-def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, merge=0):
+def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
     """The Gluon SM90 sparse kernel of ≤ 8-row programs over fp8_ds_mla index lists
     (`fp8mla.kernels.decode_sm90_mma8_sparse`) for sm_90, with ``stages`` ring stages (the
     launcher's default where None); None where this Triton has no (such) Gluon."""
@@ -332,8 +323,7 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, merge=0):
     return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
         "DIRECT": direct, "HEADS": heads,
         "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES,
-        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8,
-        **_merge_consts(sig, merge)},
+        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
 
 
@@ -391,30 +381,24 @@ def compile_target(cc):
             lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
                 cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))
     if cc == SM90_CC:  # the Gluon kernels (where Triton has them): 64-head and ≤ 16-row programs
-        # (the ≤ 16-row kernels' split forms with their in-kernel merge at its widest,
-        # `fp8mla.decode.SM90_MERGE_VALUES` partial values a thread: 8 splits of 8 rows, 4 of
-        # 16 — what the launcher takes at B=64; without it they are the direct form plus the
-        # partials' stores)
         gluon = [("decode_sm90/fp8/H128", decode_sm90_compile, {}),
                  ("sparse_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {}),
                  ("decode_narrow/fp8/H16", decode_narrow_compile, {}),
-                 ("decode_mma8/fp8/H8", decode_mma8_compile, {"merge": 8}),
-                 ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16, "merge": 4}),
+                 ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
+                 ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
                  ("decode_mma16_qk8/fp8/H16", decode_mma8_compile,  # (fp8_scores=True)
-                  {"heads": 16, "qk8": True, "merge": 4}),
-                 ("decode_mma8/fp8_ds_mla/H8", decode_mma8_ds_compile, {"merge": 8}),
-                 ("decode_mma16/fp8_ds_mla/H16", decode_mma8_ds_compile,
-                  {"heads": 16, "merge": 4}),
+                  {"heads": 16, "qk8": True}),
+                 ("decode_mma8/fp8_ds_mla/H8", decode_mma8_ds_compile, {}),
+                 ("decode_mma16/fp8_ds_mla/H16", decode_mma8_ds_compile, {"heads": 16}),
                  ("decode_mma16_qk8/fp8_ds_mla/H16", decode_mma8_ds_compile,
-                  {"heads": 16, "qk8": True, "merge": 4}),
-                 ("sparse_mma8/fp8_ds_mla/H8", sparse_mma8_compile, {"merge": 8}),
+                  {"heads": 16, "qk8": True}),
+                 ("sparse_mma8/fp8_ds_mla/H8", sparse_mma8_compile, {}),
                  ("sparse_mma8_qk8/fp8_ds_mla/H8", sparse_mma8_compile,  # (off by default)
-                  {"qk8": True, "merge": 8}),
+                  {"qk8": True}),
                  ("sparse_narrow/fp8_ds_mla/H16", sparse_narrow_compile, {})]
         for direct in (False, True):
             for name, compile_fn, kw in gluon:
-                k = compile_fn(direct, **{a: v for a, v in kw.items()
-                                          if not (direct and a == "merge")})
+                k = compile_fn(direct, **kw)
                 if k is not None:
                     lines.append(row(f"{name}{'-direct' * direct}", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {

@@ -390,46 +390,6 @@ def test_sparse_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     assert not sparse().mma8
 
 
-def test_in_kernel_merge_taken_where_documented(monkeypatch):
-    """`SM90_MERGE`: the ≤ 16-row kernels (dense fp8 and fp8_ds_mla, sparse) merge their
-    splits themselves where the split count's next power of two times the program's rows is
-    at most `SM90_MERGE_VALUES`, with an int32 arrival count per (request, head block), zero
-    and counted in the workspace; elsewhere (one split, hundreds of splits, the Triton and
-    64-row kernels) the combine kernel merges."""
-    from fp8mla.bench.harness import kernel_note
-    from fp8mla.kernels import decode_sm90_mma8 as k8
-    from fp8mla.runtime import Target
-    from fp8mla.sparse import SparsePlan
-
-    if not k8.AVAILABLE:
-        pytest.skip("this Triton has no (such) Gluon")
-    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
-    dense = functools.partial(_dense_plan, batch=64, ctx=8192)
-    assert decode_mod.SM90_MERGE and decode_mod.SM90_MERGE_VALUES == 64  # the defaults
-    wide = dense(heads=16)  # B=64 × 8K × 16: 4 splits of 16 rows
-    assert wide.kernel == "mma16" and wide.num_splits == 4 and wide.merge_splits == 4
-    assert wide._arrivals.dtype == torch.int32 and wide._arrivals.shape == (64,)
-    assert not wide._arrivals.any()
-    assert wide.workspace_bytes == 64 * 4 * 16 * (512 + 2) * 4 + 64 * 4
-    assert " merge=4 " in kernel_note(wide) and " pdl=False " in kernel_note(wide)
-    assert dense(heads=16, splits=3).merge_splits == 4
-    assert dense(heads=16, splits=5).merge_splits == 0  # 8 × 16 values a thread: too many
-    assert dense(heads=8, splits=8).merge_splits == 8 and dense(heads=8, splits=5).merge_splits == 8
-    assert dense(heads=8, splits=9).merge_splits == 0
-    assert dense(heads=8, splits=1).merge_splits == 0  # one split: written directly
-    assert dense(heads=8, batch=1, ctx=131072).merge_splits == 0  # 256 splits: the combine
-    ds = dense(fmt="fp8_ds_mla", heads=16, s_q=2, splits=4)  # head blocks: a count per block
-    assert ds.head_blocks == 2 and ds.merge_splits == 4 and ds._arrivals.shape == (128,)
-    assert dense(heads=64, splits=2).merge_splits == 0  # the 64-row kernel
-    assert dense(fmt="bf16", heads=8, splits=2).merge_splits == 0  # the Triton kernel
-    sparse = SparsePlan(num_queries=64, num_heads=8, topk=2048, kv_format="fp8_ds_mla",
-                        device="cpu")
-    assert sparse.mma8 and sparse.num_splits == 4 and sparse.merge_splits == 4
-    monkeypatch.setattr(decode_mod, "SM90_MERGE", False)
-    assert dense(heads=16).merge_splits == 0 and dense(heads=16)._arrivals is None
-    assert " pdl=True " in kernel_note(dense(heads=16))
-
-
 def test_resident_programs_from_kernel_resources():
     from fp8mla.runtime import resident_programs
 

@@ -462,58 +462,17 @@ def test_programmatic_dependent_combine_in_a_graph(monkeypatch, fmt, heads):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the launcher takes programmatic dependent launch on SM90 only")
     monkeypatch.setattr(decode_mod, "PDL", True)
-    monkeypatch.setattr(decode_mod, "SM90_MERGE", False)  # the combine kernel, not the merge
     plan = _graph_replays(fmt, heads)
     assert plan.num_splits > 1 and plan._pdl  # the combine ran, as a dependent launch
-    assert not plan.merge_splits
 
 
-@pytest.mark.parametrize("fmt,heads,s_q,splits", [
-    ("fp8", 8, 1, 3), ("fp8", 8, 1, 8), ("fp8", 4, 2, 5), ("fp8", 16, 1, 4), ("fp8", 8, 2, 3),
-    ("fp8_ds_mla", 8, 1, 2), ("fp8_ds_mla", 16, 1, 3), ("fp8_ds_mla", 16, 2, 4),
-])
-def test_in_kernel_merge_matches_reference(fmt, heads, s_q, splits, monkeypatch):
-    """`SM90_MERGE`: the ≤ 16-row kernels' last split of each (request, head block) merges the
-    partials (8 and 16 rows, fp8_ds_mla head blocks, split counts that are not powers of two,
-    splits left empty by a 2-token and an empty request, NaN page tails), against the
-    reference; three more runs give bitwise the same outputs, and every arrival count is back
-    at zero after each."""
-    _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MERGE", True)
-    plan = _check_poisoned_tails(heads, s_q, [8192, 2, 0, 65, 700], 64, splits, fmt,
-                                 "pow2" if fmt == "fp8_ds_mla" else None)
-    assert plan.merge_splits == 1 << (splits - 1).bit_length()
-    assert plan._arrivals.numel() == 5 * plan.head_blocks and not plan._arrivals.any()
-    assert plan.head_blocks == (2 if heads * s_q > 16 else 1)
-    q = torch.randn(5, s_q, heads, 576, device="cuda").bfloat16()
-    cache, table, seqlens = paged_cache(fmt, [8192, 2, 0, 65, 700], 64, device="cuda", seed=1)
-    runs = []
-    for _ in range(3):
-        runs.append([t.clone() for t in plan.run(q, cache.layer(0), table, seqlens,
-                                                 fp8_scale=cache.scale(0))])
-        torch.cuda.synchronize()
-        assert not plan._arrivals.any()
-    assert all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r, strict=True))
-
-
-@pytest.mark.parametrize("fmt,heads", [("fp8", 8), ("fp8", 16), ("fp8_ds_mla", 16)])
-def test_in_kernel_merge_in_a_graph(monkeypatch, fmt, heads):
-    """The in-kernel merge (`SM90_MERGE`) captured in a CUDA graph and replayed with new
-    lengths and contents: each replay matches the reference (the arrival counts re-arm
-    themselves between replays)."""
-    _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MERGE", True)
-    plan = _graph_replays(fmt, heads, num_splits=4)
-    assert plan.num_splits == 4 and plan.merge_splits == 4
-
-
-def _graph_replays(fmt, heads=16, num_splits=None):
+def _graph_replays(fmt, heads=16):
     lens = [3000, 700, 64]
     cache, table, seqlens = paged_cache(fmt, [4096] * 3, 64, device="cuda", seed=3)
     seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
     q = torch.randn(3, 1, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=3, num_heads=heads, kv_format=cache.fmt, page_size=64,
-                      max_seqlen=4096, device="cuda", num_splits=num_splits)
+                      max_seqlen=4096, device="cuda")
     plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), check=False)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -1,6 +1,5 @@
 """Determinism: no floating-point atomics, so the same inputs give bitwise-identical outputs run to
-run (the in-kernel split merge's integer arrival counts only decide which split merges, not
-the order it sums in; its GPU test checks that bitwise).
+run.
 Batch invariance holds for a fixed split count: a request's output does not depend on the other
 requests in the batch. (The automatic scheduler picks the split count from the batch size, so
 without a fixed ``num_splits`` the rounding — not the math — may differ between batch sizes.)"""

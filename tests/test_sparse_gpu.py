@@ -205,26 +205,19 @@ def test_sparse_mma8_fp8_scores_any_q_magnitude(policy, monkeypatch):
 
 
 @pytest.mark.parametrize("heads,kernel", [(128, "triton"), (8, "triton"), (8, "mma8"),
-                                          (8, "mma8-qk8"), (8, "mma8-merge"), (5, "mma8-merge")])
+                                          (8, "mma8-qk8")])
 def test_cuda_graph_replays_with_new_lists_and_contents(heads, kernel, monkeypatch):
     """One capture, replays after the index lists, lengths, q and the listed rows changed
-    (8 heads: on the Triton kernel and on the ≤ 8-row Gluon kernel, both first products; and
-    with 5 splits merged in that kernel, `SM90_MERGE`, so a query of 5 entries leaves splits
-    empty; its arrival counts back at zero after every replay)."""
-    import fp8mla.decode as decode_mod
-
-    merge = kernel == "mma8-merge"
-    monkeypatch.setattr(decode_mod, "SM90_MERGE", merge)
+    (8 heads: on the Triton kernel and on the ≤ 8-row Gluon kernel, both first products)."""
     if kernel.startswith("mma8"):
         _force(monkeypatch, "mma8", qk8=kernel == "mma8-qk8")
         kernel = "mma8"
     cache, live, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 2048, seed=5)
     lengths = torch.full((4,), 2048, dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=4, num_heads=heads, topk=2048, kv_format="fp8_ds_mla",
-                      device="cuda", num_splits=5 if merge else None)
+                      device="cuda")
     if kernel == "mma8":
         _served_by(plan, "mma8")
-    assert bool(plan.merge_splits) == merge
     plan.run(q, cache.layer(0), idx, lengths, check=False)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -239,5 +232,3 @@ def test_cuda_graph_replays_with_new_lists_and_contents(heads, kernel, monkeypat
                     torch.randn(len(live), 64, generator=g).bfloat16().cuda(), live.cuda())
         graph.replay()
         _check(cache, q, idx, lengths, out, lse)
-        if merge:
-            assert plan.merge_splits == 8 and not plan._arrivals.any()

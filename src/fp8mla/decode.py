@@ -54,7 +54,11 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # ABAB, every pair faster with it — B=64 × 8K × 16 heads fp8 104.8 / 104.8 µs against 105.1 /
 # 105.2, B=1 × 128K 39.5 / 39.7 against 39.8 / 40.0, fp8_ds_mla 126.6 against 126.7, the pool
 # case 12.9 against 13.2 (h200-20261202-s22-87b29d9-pdl-decode-variants.json); session 11's
-# four pairs on the Triton kernel likewise (0.2–0.9 µs)
+# four pairs on the Triton kernel likewise (0.2–0.9 µs). (Merging in the decode kernel instead —
+# the last of a group's ≤ 8 splits to finish, counted by an integer atomic, merges its partials —
+# lost to this by 0.5–3 µs in every case measured: session 26, h200-20261203-s26-64e3d42-merge-
+# flush-ab.json, source at 64e3d42; not profiled — each program's GPU-scope release before it
+# counts and the last one's serial merge, both at the grid's tail, are the suspects)
 PDL = True
 # split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
 # the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
@@ -191,15 +195,6 @@ SM90_MMA16_QK8_MIN_TILES = 32
 # 16.8 (s22-0fa10af-decode-variants.json)
 SM90_MMA16_DS = True
 SM90_MMA16_DS_MIN_TILES = 0
-# the ≤ 16-row kernels (dense fp8, fp8_ds_mla, sparse) merge a plan's splits themselves where
-# they are few: the last split of a (request, head block) to finish merges the group's partials
-# (`decode_sm90_mma8._merge_if_last`), so the plan is one launch instead of the decode and the
-# combine. Taken where the next power of two of the split count times the program's rows is at
-# most `SM90_MERGE_VALUES` (the merge holds that many partial values a thread per 128-dim
-# chunk): 4 splits of 16 rows, 8 of 8 — B=64 × 8K × 16 heads, B=64 × 8 heads sparse; the
-# 256 splits of B=1 × 128K keep the combine kernel, whose hundreds of programs share the reads
-SM90_MERGE = True
-SM90_MERGE_VALUES = 64
 
 
 def mma8_stages(rows: int) -> int:
@@ -402,12 +397,6 @@ class DecodePlan:
                                                   self._tile_tokens()))
         # the ≤ 16-row kernel's first product as FP8 wgmma (`_qk8`)
         self.qk8 = self.mma8 and self._qk8(max_seqlen, fp8_scores)
-        # splits the ≤ 16-row kernel merges itself (a power of two ≥ num_splits; 0: the
-        # combine kernel merges them), with its arrival counts: int32 [batch × head_blocks],
-        # zero between launches (`SM90_MERGE`)
-        self.merge_splits = self._merge_splits()
-        self._arrivals = (torch.zeros(batch * self.head_blocks, dtype=torch.int32,
-                                      device=self.device) if self.merge_splits else None)
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
@@ -439,21 +428,11 @@ class DecodePlan:
 
     @property
     def workspace_bytes(self) -> int:
-        """Bytes of split partials and their arrival counts (independent of the pool and of
-        the lengths)."""
+        """Bytes of split partials (independent of the pool and of the lengths)."""
         if self.num_splits == 1:
             return 0
         return (self.part_out.numel() * self.part_out.element_size()
-                + (self.part_lse.numel() + self.part_max.numel()) * 4
-                + (self._arrivals.numel() * 4 if self.merge_splits else 0))
-
-    def _merge_splits(self) -> int:
-        """The power of two ≥ num_splits the ≤ 16-row kernel merges in itself, 0 where the
-        combine kernel merges (`SM90_MERGE`)."""
-        if not (SM90_MERGE and self.mma8 and self.num_splits > 1):
-            return 0
-        splits = triton.next_power_of_2(self.num_splits)
-        return splits if splits * self.mma_rows <= SM90_MERGE_VALUES else 0
+                + (self.part_lse.numel() + self.part_max.numel()) * 4)
 
     def run(
         self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
@@ -791,7 +770,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
-                QK8=self.qk8, **self._merge_args(), num_warps=km.NUM_WARPS)
+                QK8=self.qk8, num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
@@ -840,7 +819,7 @@ class DecodePlan:
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 DIRECT=direct, S_Q=self.s_q, HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
-                **self._merge_args(), num_warps=kd.NUM_WARPS)
+                num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
@@ -855,7 +834,7 @@ class DecodePlan:
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
                 TIMELINE=self.timeline is not None,
-                QK8=self.qk8, **self._merge_args(), num_warps=k8.NUM_WARPS)
+                QK8=self.qk8, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn
@@ -892,22 +871,16 @@ class DecodePlan:
         direct = self.num_splits == 1
         # (a dense pool not 16-byte aligned cannot be described for TMA: the Triton kernel,
         # which gathers such a pool, serves that call)
-        merged = False
         if self.sm90 and (self.sparse or rows.data_ptr() % 16 == 0):
             self._launch_sm90(q, rows, block_table, cache_seqlens, kv_scale, out, lse,
                               empty_lse, direct)
-            merged = bool(self.merge_splits)
         else:
             args, meta = self._kernel_args(q, rows, block_table, cache_seqlens, kv_scale,
                                            direct, out, lse, empty_lse)
             _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
-        if not direct and not merged:
+        if not direct:
             self._combine(out, lse, empty_lse)
         return out, lse
-
-    def _merge_args(self) -> dict:
-        """The ≤ 16-row kernels' arguments for merging the splits in the kernel."""
-        return dict(arrive_ptr=self._arrivals, MERGE=self.merge_splits)
 
     def _combine(self, out, lse, empty_lse):
         """Merge the split workspace (part_out / part_lse / part_max) into out / lse."""

@@ -490,12 +490,11 @@ if AVAILABLE:
                     split, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                     num_heads, num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
-                    HEADS: gl.constexpr, arrive_ptr=None, MERGE: gl.constexpr = 0):
+                    HEADS: gl.constexpr):
         """Normalize the accumulators ([128, R rows] each: row m of acc k holds dim
         d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
         nothing was attended — and max_logits) or this split's partials (workspace rows
-        [batch, num_splits, S_Q, num_heads]); with ``MERGE``, the group's last split to
-        arrive then merges them (`_merge_if_last`)."""
+        [batch, num_splits, S_Q, num_heads])."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
@@ -518,70 +517,6 @@ if AVAILABLE:
         gl.store(o_ptr + STEP, acc1 * inv[None, :], mask=m)
         gl.store(o_ptr + 2 * STEP, acc2 * inv[None, :], mask=m)
         gl.store(o_ptr + 3 * STEP, acc3 * inv[None, :], mask=m)
-        if not DIRECT and MERGE > 0:
-            _merge_if_last(arrive_ptr, b, out_ptr, lse_ptr, max_ptr, part_out_ptr,
-                           part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
-                           stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits,
-                           S_Q, HEADS, m_i.shape[0], MERGE)
-
-    @gluon.jit
-    def _merge_if_last(arrive_ptr, b, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr,
-                       part_max_ptr, stride_ob, stride_os, stride_oh, stride_lb, stride_ls,
-                       stride_lh, lse_empty, num_heads, num_splits, S_Q: gl.constexpr,
-                       HEADS: gl.constexpr, R: gl.constexpr, MERGE: gl.constexpr):
-        """The split combine inside the decode kernel: every split of a (request, head block)
-        counts its arrival in ``arrive_ptr`` (int32, one per request and head block, zero
-        before the launch: the last arrival sets it back) once its partials are written, and
-        the last to arrive merges the group's ``num_splits`` (≤ MERGE, a power of two)
-        partials into out / lse / max_logits as `fp8mla.kernels.decode._combine_splits_kernel`
-        does. The merge reads every partial from memory in split order, its own included,
-        so the result does not depend on which split arrives last. No program waits for
-        another, so no launch order or residency is assumed. Ordering: the CTA barrier puts
-        every thread's partial stores before the one thread's release (acq_rel, GPU scope)
-        increment, whose acquire in the last program precedes its loads; those bypass L1
-        (``.cg``), which may hold lines of an earlier launch."""
-        _cta_barrier()
-        count = arrive_ptr + b * gl.num_programs(2) + gl.program_id(2)
-        arrived = gl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_splits - 1:
-            gl.store(count, 0)  # every split has arrived: armed for the next launch
-            # [split, row, dim]: a thread holds every split of 4 dims of R / 4 rows
-            L3: gl.constexpr = gl.BlockedLayout([MERGE, R // 4, 4], [1, 1, 32], [1, 4, 1],
-                                                [2, 1, 0])
-            SR: gl.constexpr = gl.SliceLayout(2, L3)
-            RD: gl.constexpr = gl.SliceLayout(0, L3)
-            s = gl.arange(0, MERGE, layout=gl.SliceLayout(1, SR))
-            qi, head, ok = _rows(gl.arange(0, R, layout=gl.SliceLayout(0, SR)), num_heads,
-                                 S_Q, HEADS)
-            ws = ((b * num_splits + s[:, None]) * S_Q + qi[None, :]).to(gl.int64) * num_heads \
-                + head[None, :]
-            valid = (s[:, None] < num_splits) & ok[None, :]
-            lse_s = gl.load(part_lse_ptr + ws, mask=valid, other=float("-inf"),
-                            cache_modifier=".cg")
-            max_s = gl.load(part_max_ptr + ws, mask=valid, other=float("-inf"),
-                            cache_modifier=".cg")
-            top = gl.max(lse_s, axis=0)
-            top = gl.where(top == float("-inf"), 0.0, top)  # no −inf − −inf
-            w = gl.exp(lse_s - top[None, :])  # 0 for empty splits
-            total = gl.sum(w, axis=0)
-            has = total > 0.0
-            w = w / gl.where(has, total, 1.0)[None, :]
-            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qi * stride_ls + head * stride_lh,
-                     gl.where(has, top + gl.log(gl.where(has, total, 1.0)), lse_empty),
-                     mask=ok)
-            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + head,
-                     gl.max(max_s, axis=0), mask=ok)
-            d = gl.arange(0, 128, layout=gl.SliceLayout(0, RD))
-            src = part_out_ptr + ws[:, :, None] * 512 + d[None, :][None, :, :]
-            qo, ho, oko = _rows(gl.arange(0, R, layout=gl.SliceLayout(1, RD)), num_heads, S_Q,
-                                HEADS)
-            dst = (out_ptr + b.to(gl.int64) * stride_ob + qo * stride_os + ho * stride_oh)[:, None] \
-                + d[None, :]
-            for c in gl.static_range(4):
-                parts = gl.load(src + 128 * c, mask=valid[:, :, None], other=0.0,
-                                cache_modifier=".cg")
-                gl.store(dst + 128 * c, gl.sum(parts * w[:, :, None], axis=0),
-                         mask=oko[:, None])
 
     @gluon.jit
     def _last_positions(end, seqlen, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr,
@@ -614,7 +549,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False, arrive_ptr=None, MERGE: gl.constexpr = 0,
+        QK8: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -776,7 +711,7 @@ if AVAILABLE:
                     1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
-                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS, arrive_ptr, MERGE)
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
         if TIMELINE:
             _stamp(stamp_ptr, 4)
             smid = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32,
