@@ -24,7 +24,6 @@ from fp8mla.bench.harness import (
     event_median_us,
     graphed,
     keep_row,
-    kernel_note,
     l2_flushes,
 )
 from fp8mla.bench.sparse import checked_sparse_plan
@@ -59,14 +58,17 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # ab.json): slower in every pair — fp8 B=64 × 8K × 16 104.1 / 100.9 and 103.4 / 100.1 against
 # 102.9 / 99.5 and 103.5 / 99.7, × 8 heads 95.1 / 86.9 against 94.4 / 85.8, fp8_ds_mla MTP
 # s_q 2 × 16 212.6 / 212.2 against 209.7 / 209.5, sparse B=64 × 8 48.4 / 42.2 against
-# 47.7 / 41.5.
-# Then the sparse ≤ 8-row kernel without the CTA barriers triton 3.6's shared-memory hazard
-# analysis puts between its gather's four latent copies (`SPARSE_SM90_MMA8_ONE_COPY`) and
-# between its four P stores (`SPARSE_SM90_MMA8_SPLIT_P`): 11 barriers a tile → 8 → 5.
-ONE = {"SPARSE_SM90_MMA8_ONE_COPY": True}
-ARMS = [("as before", {}), ("one gather copy", ONE),
-        ("one copy, four P", {**ONE, "SPARSE_SM90_MMA8_SPLIT_P": True})]
-CASES = [(64, 8, 2048, 1), (128, 8, 2048, 1), (64, 4, 2048, 2)]
+# 47.7 / 41.5. Then the sparse ≤ 8-row kernel without the CTA barriers triton 3.6's shared-
+# memory hazard analysis puts between its gather's four latent copies (one copy op) and between
+# its four P stores (four allocations) — 11 barriers a tile → 5 (an experiment at 430bef4, since
+# removed; triton 3.9 puts none there), h200-20261203-s26-barriers-flush-ab.json: level — B=64
+# × 8 heads 47.3 / 40.9 and 47.6 / 41.3 against 46.9 / 40.8 and 47.4 / 41.4, B=128 × 8 72.8 /
+# 66.3 twice against 73.1 / 66.9 and 72.9 / 66.9, s_q 2 × 4 heads 69.5 / 62.7 and 69.5 / 62.8
+# against 69.5 / 63.0 and 69.5 / 63.4: the warps wait there for other reasons.
+QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
+ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla")]
 
 
 def checked(case):
@@ -94,7 +96,7 @@ def main() -> int:
                 one = graphed(fn)
                 row = {"case": name, "arm": label,
                        "patch": patch, "kernel": plan.kernel, "splits": plan.num_splits,
-                       "ring": plan.ring_stages, "qk8": plan.qk8, "note": kernel_note(plan)}
+                       "ring": plan.ring_stages, "qk8": plan.qk8}
                 for mode in ("zero", "read"):
                     row[f"us_{mode}"] = round(event_median_us(one, modes[mode]), 2)
             finally:

@@ -227,8 +227,7 @@ if AVAILABLE:
                 p_base = 4 * (i % 2)
             else:
                 p_base = 0
-            _store_p(p_s.index(p_base), p_s.index(p_base + 1), p_s.index(p_base + 2),
-                     p_s.index(p_base + 3), p, sc0, sc1, sc2, sc3)
+            _store_p(p_s, p_base, p, sc0, sc1, sc2, sc3)
             if R == NR:
                 # the generic proxy's reads of the stage copied into next (tile i − 1's, or
                 # q's staging at i = 0) ordered before the TMA's writes; then P is whole and
@@ -238,9 +237,7 @@ if AVAILABLE:
             if R == NR:
                 row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
                                        row_next, bt_row, start, end, page_shift, NS, ROPE_COL)
-            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s.index(p_base),
-                                              p_s.index(p_base + 1), p_s.index(p_base + 2),
-                                              p_s.index(p_base + 3), alpha, acc0,
+            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base, alpha, acc0,
                                               acc1, acc2, acc3, end - n0)
             sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3
         for st in gl.static_range(NS):

@@ -35,6 +35,14 @@ fenced for the async proxy before each tile's barrier) — 161 registers instead
 instructions a tile instead of 911, but level on the H200 (B=64 × 8 heads 47.3 / 47.5 µs
 against 47.3 / 47.9; h200-20261202-s24-qk8a-sparse-variants.json): the gathers' latency, not
 the product, bounds it. The fp8_ds_mla dense wide form takes it (`decode_sm90_mma8_ds`).
+
+Triton 3.6's shared-memory hazard analysis puts a CTA barrier between the gather's four latent
+copies and between the four P stores (11 barriers a tile; triton 3.9: 5). Without them (one
+copy op, four P allocations: 430bef4, session 26) the H200 measured level (B=64 × 8 heads 47.3 /
+40.9 µs against 46.9 / 40.8; h200-20261203-s26-barriers-flush-ab.json), so they stay. Nsight
+Compute at B=64 × 8 heads (h200-20261203-s26-7542535-ncu-source-sparse-B64-H8): DRAM at 52% of
+peak; the loop's stall samples spread over fixed-latency waits (17%), the MIO queue (11%),
+the gathers (10%) and shared-memory loads (8%) with two 4-warp programs per SM.
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE
@@ -96,10 +104,6 @@ if AVAILABLE:
     # the ring's [64, 128]-byte pieces as the gather writes them: 16 bytes a thread, 8 lanes
     # a row (conflict-free under the 128-byte swizzle)
     GATHER = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))
-    # the same for the latent's four chunks at once, [4, 64, 128] (rows as GATHER's)
-    GATHER3 = gl.constexpr(gl.BlockedLayout([1, 1, 16], [1, 4, 8], [1, 4, 1], [2, 1, 0]))
-    SH8_3 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
-                                              rank=3))
     SH8 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
     SH16 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                              rank=2))
@@ -111,29 +115,15 @@ if AVAILABLE:
         warp_bases=[[8, 0], [16, 0]], block_bases=[], shape=[32, 16]))
 
     @gluon.jit
-    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, ONE_COPY: gl.constexpr = False):
+    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok):
         """cp.async of one tile's rows (``slot`` where ``ok``; zeros elsewhere) into ring stage
         ``stage``: the latent's four 128-byte chunks chunk-major ([4 · 64, 128] bytes), the
-        bf16 rope's 128 bytes; one commit group. ``ONE_COPY``: the four chunks as one copy
-        op (the same instructions), not four (between which the compiler's shared-memory
-        hazard analysis puts a CTA barrier each: it cannot tell the slices apart)."""
+        bf16 rope's 128 bytes; one commit group."""
         c = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER))
         row = u8_ptr + slot.to(gl.int64)[:, None] * 656 + c[None, :]
         lat = lat_buf.index(stage)
-        if ONE_COPY:
-            R3: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, GATHER3))
-            s3 = gl.expand_dims(gl.expand_dims(gl.convert_layout(slot, R3), 0), 2)
-            ok3 = gl.expand_dims(gl.expand_dims(gl.convert_layout(ok, R3), 0), 2)
-            k = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, GATHER3)))
-            k3 = gl.expand_dims(gl.expand_dims(k, 1), 2)
-            c3 = gl.expand_dims(gl.expand_dims(
-                gl.arange(0, 128, layout=gl.SliceLayout(0, gl.SliceLayout(1, GATHER3))), 0), 1)
-            _cp_async(_view(lat, gl.uint8, [4, BN, 128], SH8_3),
-                      u8_ptr + s3.to(gl.int64) * 656 + k3 * 128 + c3,
-                      mask=ok3 & (k3 >= 0) & (c3 >= 0))
-        else:
-            for k in gl.static_range(4):
-                _cp_async(lat.slice(k * BN, BN, dim=0), row + k * 128, mask=ok[:, None])
+        for k in gl.static_range(4):
+            _cp_async(lat.slice(k * BN, BN, dim=0), row + k * 128, mask=ok[:, None])
         _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
         async_copy.commit_group()
 
@@ -157,15 +147,15 @@ if AVAILABLE:
         return gl.convert_layout(a, KA)
 
     @gluon.jit
-    def _pv(vw, p_c, c: gl.constexpr, kc: gl.constexpr, acc, n_valid):
+    def _pv(vw, p_s, base, c: gl.constexpr, kc: gl.constexpr, acc, n_valid):
         """acc (chunk c's Oᵀ) += entries 16kc … 16kc + 15 of chunk c's Vᵀ · (scale_c ⊙ P)ᵀ
-        (``p_c``: that P, [64, R]); the words of entries from ``n_valid`` on zeroed (a page's
-        tail may hold NaN)."""
+        (P: ``p_s.index(base + c)``); the words of entries from ``n_valid`` on zeroed (a
+        page's tail may hold NaN)."""
         words = vw.slice(32 * c, 32, dim=0).slice(16 * kc, 16, dim=1).load(V_CHUNK)
         if n_valid < BN:
             e = gl.arange(0, 16, layout=gl.SliceLayout(0, V_CHUNK))
             words = gl.where((16 * kc + e)[None, :] < n_valid, words, 0)
-        pk = p_c.slice(16 * kc, 16, dim=0).load(QB)
+        pk = p_s.index(base + c).slice(16 * kc, 16, dim=0).load(QB)
         return mma_v2(_chunk_operand(words), pk, acc)
 
     @gluon.jit
@@ -277,28 +267,28 @@ if AVAILABLE:
         return p, alpha, m_new, l_acc * alpha + p
 
     @gluon.jit
-    def _store_p(p0, p1, p2, p3, p, sc0, sc1, sc2, sc3):
-        """P scaled per chunk c, in fp16, into ``p<c>`` ([64 entries, R rows] each)."""
-        p0.store((p * sc0[:, None]).to(gl.float16))
-        p1.store((p * sc1[:, None]).to(gl.float16))
-        p2.store((p * sc2[:, None]).to(gl.float16))
-        p3.store((p * sc3[:, None]).to(gl.float16))
+    def _store_p(p_s, base, p, sc0, sc1, sc2, sc3):
+        """P scaled per chunk, in fp16, into ``p_s.index(base + c)`` (``p_s``: [4 chunks per
+        buffer, 64 entries, R rows])."""
+        p_s.index(base).store((p * sc0[:, None]).to(gl.float16))
+        p_s.index(base + 1).store((p * sc1[:, None]).to(gl.float16))
+        p_s.index(base + 2).store((p * sc2[:, None]).to(gl.float16))
+        p_s.index(base + 3).store((p * sc3[:, None]).to(gl.float16))
 
     @gluon.jit
-    def _tile_pv(lat, p0, p1, p2, p3, alpha, acc0, acc1, acc2, acc3, n_valid):
+    def _tile_pv(lat, p_s, base, alpha, acc0, acc1, acc2, acc3, n_valid):
         """The accumulators times ``alpha`` plus the tile's Vᵀ · (scale ⊙ P)ᵀ per chunk (P as
-        `_store_p` left it in ``p0`` … ``p3``; the words of entries from ``n_valid`` on
-        zeroed)."""
+        `_store_p` left it at ``base``; the words of entries from ``n_valid`` on zeroed)."""
         acc0 = acc0 * alpha
         acc1 = acc1 * alpha
         acc2 = acc2 * alpha
         acc3 = acc3 * alpha
         vw = _view(lat, gl.int32, [128, BN], V_WORDS)
         for kc in gl.static_range(4):
-            acc0 = _pv(vw, p0, 0, kc, acc0, n_valid)
-            acc1 = _pv(vw, p1, 1, kc, acc1, n_valid)
-            acc2 = _pv(vw, p2, 2, kc, acc2, n_valid)
-            acc3 = _pv(vw, p3, 3, kc, acc3, n_valid)
+            acc0 = _pv(vw, p_s, base, 0, kc, acc0, n_valid)
+            acc1 = _pv(vw, p_s, base, 1, kc, acc1, n_valid)
+            acc2 = _pv(vw, p_s, base, 2, kc, acc2, n_valid)
+            acc3 = _pv(vw, p_s, base, 3, kc, acc3, n_valid)
         return acc0, acc1, acc2, acc3
 
     @gluon.jit
@@ -322,24 +312,13 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
-        ONE_COPY: gl.constexpr = False, SPLIT_P: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4 * BN, 128], SH8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], SH8)
-        if SPLIT_P:  # four allocations: no hazard analysis barrier between their stores
-            p0 = gl.allocate_shared_memory(gl.float16, [BN, NR], P_SHARED)
-            p1 = gl.allocate_shared_memory(gl.float16, [BN, NR], P_SHARED)
-            p2 = gl.allocate_shared_memory(gl.float16, [BN, NR], P_SHARED)
-            p3 = gl.allocate_shared_memory(gl.float16, [BN, NR], P_SHARED)
-        else:
-            p_s = gl.allocate_shared_memory(gl.float16, [4, BN, NR], P_SHARED)
-            p0 = p_s.index(0)
-            p1 = p_s.index(1)
-            p2 = p_s.index(2)
-            p3 = p_s.index(3)
+        p_s = gl.allocate_shared_memory(gl.float16, [4, BN, NR], P_SHARED)
         if QK8:  # qᵀ for the wgmma: the latent's e4m3 halves, the bf16 rope
             q8_lat = gl.allocate_shared_memory(gl.float8e4nv, [8 * NR, 128], Q8_LAT)
             q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [NR, 64], SH16)
@@ -351,7 +330,7 @@ if AVAILABLE:
         tg = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER))
         for st in gl.static_range(NS - 1):
             slot, ok = _entries(list_row, start + st * BN + tg, end, num_slots)
-            _gather(u8_ptr, lat_buf, rope_buf, st, slot, ok, ONE_COPY)
+            _gather(u8_ptr, lat_buf, rope_buf, st, slot, ok)
         slot_g, ok_g = _entries(list_row, start + (NS - 1) * BN + tg, end, num_slots)
         tm = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         keep, sc0, sc1, sc2, sc3 = _tile_entries(list_row, f32_ptr, start + tm, end, num_slots)
@@ -376,7 +355,7 @@ if AVAILABLE:
             if QK8:
                 fence_async_shared()  # ... before the wgmma (the async proxy) reads them
             _cta_barrier()  # everyone's; every warp past tile i − 1: its stage is free
-            _gather(u8_ptr, lat_buf, rope_buf, (i + NS - 1) % NS, slot_g, ok_g, ONE_COPY)
+            _gather(u8_ptr, lat_buf, rope_buf, (i + NS - 1) % NS, slot_g, ok_g)
             slot_g, ok_g = _entries(list_row, start + (i + NS) * BN + tg, end, num_slots)
             keep_n, sn0, sn1, sn2, sn3 = _tile_entries(list_row, f32_ptr,
                                                        start + (i + 1) * BN + tm, end, num_slots)
@@ -384,10 +363,10 @@ if AVAILABLE:
             p, alpha, m_i, l_acc = _tile_softmax(lat_buf.index(stage), rope_buf.index(stage),
                                                  qs, q_rope, sc0, sc1, sc2, sc3, keep[:, None],
                                                  qk_scale, m_i, l_acc, False, q_inv, QK8)
-            _store_p(p0, p1, p2, p3, p, sc0, sc1, sc2, sc3)
+            _store_p(p_s, 0, p, sc0, sc1, sc2, sc3)
             _cta_barrier()  # P is whole (and read before the next tile's barrier)
-            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p0, p1, p2, p3, alpha, acc0,
-                                              acc1, acc2, acc3, BN)  # skipped entries: zeros
+            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha, acc0, acc1,
+                                              acc2, acc3, BN)  # skipped entries: zeros
             keep, sc0, sc1, sc2, sc3 = keep_n, sn0, sn1, sn2, sn3
         async_copy.wait_group(0)
 
