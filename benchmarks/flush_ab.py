@@ -55,7 +55,7 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # Session 26: the ≤ 16-row kernels merging ≤ 4 / 8 splits themselves, the last split of each
 # (request, head block) to finish counting arrivals with an integer atomic (an experiment at
 # 64e3d42, since removed), against the combine kernel (h200-20261203-s26-64e3d42-merge-flush-
-# ab.json): slower in every pair — fp8 B=64 × 8K × 16 104.1 / 100.9 and 103.4 / 100.1 against
+# ab.json): level at best — fp8 B=64 × 8K × 16 104.1 / 100.9 and 103.4 / 100.1 against
 # 102.9 / 99.5 and 103.5 / 99.7, × 8 heads 95.1 / 86.9 against 94.4 / 85.8, fp8_ds_mla MTP
 # s_q 2 × 16 212.6 / 212.2 against 209.7 / 209.5, sparse B=64 × 8 48.4 / 42.2 against
 # 47.7 / 41.5. Then the sparse ≤ 8-row kernel without the CTA barriers triton 3.6's shared-

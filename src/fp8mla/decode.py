@@ -56,9 +56,10 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # case 12.9 against 13.2 (h200-20261202-s22-87b29d9-pdl-decode-variants.json); session 11's
 # four pairs on the Triton kernel likewise (0.2–0.9 µs). (Merging in the decode kernel instead —
 # the last of a group's ≤ 8 splits to finish, counted by an integer atomic, merges its partials —
-# lost to this by 0.5–3 µs in every case measured: session 26, h200-20261203-s26-64e3d42-merge-
-# flush-ab.json, source at 64e3d42; not profiled — each program's GPU-scope release before it
-# counts and the last one's serial merge, both at the grid's tail, are the suspects)
+# measured level at fp8_ds_mla B=64 × 16 heads and 0.5–5 µs slower in the other four cases:
+# session 26, h200-20261203-s26-64e3d42-merge-flush-ab.json, source at 64e3d42; not profiled —
+# each program's GPU-scope release before it counts and the last one's serial merge, both at
+# the grid's tail, are the suspects)
 PDL = True
 # split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
 # the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
