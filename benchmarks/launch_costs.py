@@ -26,12 +26,20 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import env_info, event_median_us, graphed, l2_flushes, time_us
+from fp8mla.bench.sparse import sparse_bytes
+from fp8mla.formats import kv_format
 from fp8mla.kernels.stream import _stream_read_kernel
 
-# the bytes each target case moves (bench decode's / bench sparse's count: KV rows once + q + out)
-FLOOR_CASES = {"fp8 B1x128Kx8": 131072 * 576 + 8 * (576 + 512) * 2,
-               "sparse fp8_ds_mla B64x8 topk2048": 64 * 2048 * 656 + 64 * 8 * (576 + 512) * 2,
-               "fp8 B64x8Kx16": 64 * 8192 * 576 + 64 * 16 * (576 + 512) * 2}
+
+def _dense_bytes(case: DecodeCase) -> int:
+    return case.kv_bytes(kv_format("fp8").row_bytes) + case.io_bytes()
+
+
+# the bytes each target case moves, as bench decode / bench sparse count them
+FLOOR_CASES = {"fp8 B1x128Kx8": _dense_bytes(DecodeCase(1, 131072, 8)),
+               "sparse fp8_ds_mla B64x8 topk2048": sparse_bytes(
+                   64, 8, 2048, 1, kv_format("fp8_ds_mla").row_bytes),
+               "fp8 B64x8Kx16": _dense_bytes(DecodeCase(64, 8192, 16))}
 
 
 @triton.jit
@@ -80,29 +88,36 @@ def nop_graphs() -> dict[str, object]:
             "graph_two_pdl": graphed(pdl)}
 
 
-def read_floor(n_bytes: int, timers: dict) -> dict:
+def timers() -> dict:
+    """do_bench (the targets' timer: a zeroing flush) and the event median after a reading
+    flush (the L2 left clean), by name."""
+    read = l2_flushes()["read"]
+    return {"do_bench": time_us, "read_flush": lambda f: event_median_us(f, read)}
+
+
+def read_floor(n_bytes: int, timed: dict) -> dict:
     """The streaming-read kernel over ``n_bytes``, replayed from a graph, at the fastest of a few
-    program sizes under each timer: {timer: (µs, TB/s, words a program)}."""
+    program sizes under each of ``timed``'s timers: {timer: (µs, TB/s, words a program)}."""
+    block = 4096
     n_words = n_bytes // 4
     x = torch.ones(n_words, dtype=torch.int32, device="cuda")
     best = {}
     for iters in (1, 2, 4, 8, 16):
-        grid = (triton.cdiv(n_words, 4096 * iters),)
+        grid = (triton.cdiv(n_words, block * iters),)
         out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
         replay = graphed(lambda g=grid, o=out, i=iters: _stream_read_kernel[g](
-            x, o, n_words, BLOCK=4096, ITERS=i, num_warps=8))
-        for name, timer in timers.items():
+            x, o, n_words, BLOCK=block, ITERS=i, num_warps=8))
+        for name, timer in timed.items():
             us = timer(replay)
             if name not in best or us < best[name][0]:
-                best[name] = (round(us, 2), round(n_bytes / us / 1e6, 3), 4096 * iters)
+                best[name] = (round(us, 2), round(n_bytes / us / 1e6, 3), block * iters)
     return best
 
 
 def main() -> None:
     if "--floors" in sys.argv:  # the read floors alone
-        flushes = l2_flushes()
-        timers = {"do_bench": time_us, "read_flush": lambda f: event_median_us(f, flushes["read"])}
-        rows = {name: read_floor(n, timers) for name, n in FLOOR_CASES.items()}
+        timed = timers()
+        rows = {name: read_floor(n, timed) for name, n in FLOOR_CASES.items()}
         print(json.dumps(rows, indent=1))
         with open(sys.argv[1], "w") as f:
             json.dump({"env": env_info(), "floor": rows}, f, indent=1)
@@ -120,16 +135,13 @@ def main() -> None:
         if name.startswith("fp8 B1x128K"):
             out["profile"][name] = top_functions(fn)
             print(out["profile"][name], flush=True)
-    flushes = l2_flushes()
+    timed = {**timers(), "no_flush": lambda f: event_median_us(f, l2_flushes()["none"])}
     for name, fn in nop_graphs().items():
-        row = {"do_bench": round(time_us(fn), 2),
-               "read_flush": round(event_median_us(fn, flushes["read"]), 2),
-               "no_flush": round(event_median_us(fn, flushes["none"]), 2)}
-        out["floor"][name] = row
+        out["floor"][name] = row = {t: round(timer(fn), 2) for t, timer in timed.items()}
         print(name, row, flush=True)
-    timers = {"do_bench": time_us, "read_flush": lambda f: event_median_us(f, flushes["read"])}
+    del timed["no_flush"]  # (a replay with no flush outruns the host: not a floor)
     for name, n_bytes in FLOOR_CASES.items():
-        out["floor"][f"read {name} ({n_bytes} B)"] = row = read_floor(n_bytes, timers)
+        out["floor"][f"read {name} ({n_bytes} B)"] = row = read_floor(n_bytes, timed)
         print("read", name, n_bytes, row, flush=True)
     with open(sys.argv[1], "w") as f:
         json.dump(out, f, indent=1)

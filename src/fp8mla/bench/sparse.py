@@ -92,6 +92,12 @@ def checked_sparse_plan(batch, heads, topk, s_q=1, fmt_name="fp8_ds_mla", *, dev
     return f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}", plan, fn
 
 
+def sparse_bytes(batch, heads, topk, s_q, row_bytes) -> int:
+    """Bytes a sparse decode case moves: the listed rows gathered once, q and out."""
+    t = batch * s_q
+    return t * topk * row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
+
+
 def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
                device="cuda", pool_tokens=POOL_TOKENS, config=None,
                num_splits=None) -> list[Record]:
@@ -101,9 +107,8 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
                                          pool_tokens=pool_tokens, config=config,
                                          num_splits=num_splits)
     replay = _timed(fn, device)
-    t = batch * s_q
-    moved = t * topk * plan.fmt.row_bytes + t * heads * (KV_DIM + LATENT_DIM) * 2
-    flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * t
+    moved = sparse_bytes(batch, heads, topk, s_q, plan.fmt.row_bytes)
+    flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * batch * s_q
     note = kernel_note(plan)
     records = [_record(case, "fp8mla_graph", time_us(replay), moved, flops, ceiling, env,
                        note=note)]
