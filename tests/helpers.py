@@ -48,8 +48,10 @@ def sparse_lists(live: torch.Tensor, tokens: int, topk: int, g: torch.Generator)
 
 def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None = None,
                 extra_pages: int = 3, device: str = "cpu", fp8_scale: float = 0.03,
-                seed: int = 0):
-    """A poisoned cache holding random tokens for requests of ``lens``, pages shuffled.
+                seed: int = 0, rows=None):
+    """A poisoned cache holding random tokens for requests of ``lens``, pages shuffled
+    (``rows``: a function (request, latent float32 [n, 512], rope [n, 64]) → the pair to store
+    instead, where given).
 
     Returns (cache, block_table int32 [batch, max_pages] padded with POISON_PAD,
     cache_seqlens int32 [batch])."""
@@ -71,6 +73,8 @@ def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None
         slots = table[b, pos // page_size].long() * page_size + pos % page_size
         lat = torch.randn(n, 512, generator=g).to(device)
         rope = torch.randn(n, 64, generator=g).to(device)
+        if rows is not None:
+            lat, rope = rows(b, lat, rope)
         cache.store(0, lat.bfloat16(), rope.bfloat16(), slots)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
     return cache, table, seqlens

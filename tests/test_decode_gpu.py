@@ -253,6 +253,42 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
+@pytest.mark.parametrize("warp_max", [True, False])
+@pytest.mark.parametrize("fmt,policy,heads", [("fp8", None, 8), ("fp8", None, 16),
+                                              ("fp8_ds_mla", "pow2", 8),
+                                              ("fp8_ds_mla", "fp32", 16)])
+def test_sm90_mma_kernels_max_growing_in_one_warp(fmt, policy, heads, warp_max, monkeypatch):
+    """Scores whose running max keeps growing, each time in one warp's 16 tokens: keys scaled
+    up along the sequence, and in tile k the key at 16 · (k % 4) + 5 aligned with head 0's q
+    (larger each tile). The ≤ 16-row kernels' softmax with a reference per warp reconciled
+    after P's barrier (`SM90_MMA8_WARP_MAX`: P's token blocks rescaled where a row's max
+    grew) and the max taken across warps (off) both match the reference."""
+    _mma16_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_WARP_MAX", warp_max)
+    lens = [5000, 700]
+    g = torch.Generator().manual_seed(heads)
+    q = torch.randn(2, 1, heads, 576, generator=g).bfloat16().cuda()
+
+    def rows(b, lat, rope):
+        n = lat.shape[0]
+        ramp = 0.3 + 2.0 * torch.arange(n) / n
+        lat, rope = lat * ramp[:, None], rope * ramp[:, None]
+        spikes = torch.arange(0, n - 21, 64) + 16 * (torch.arange(0, n - 21, 64) // 64 % 4) + 5
+        lat[spikes] = q[b, 0, 0, :512].float().sign().cpu() * ramp[spikes, None]
+        return lat, rope
+
+    cache, table, seqlens = paged_cache(fmt, lens, 64, policy=policy, device="cuda", seed=5,
+                                        rows=rows)
+    plan = DecodePlan(batch=2, num_heads=heads, kv_format=cache.fmt, page_size=64,
+                      cache_seqlens=seqlens, device="cuda", num_splits=2)
+    assert plan.kernel == ("mma8" if heads == 8 else "mma16")
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+    assert rl[:, 0, 0].min() > 20  # head 0's spikes dominate: its max grew tile after tile
+
+
 @pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
     (16, 1, [8192, 1, 4097, 0, 130], 64, None),
     (16, 1, [131072], 64, None),
