@@ -65,13 +65,16 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # × 8 heads 47.3 / 40.9 and 47.6 / 41.3 against 46.9 / 40.8 and 47.4 / 41.4, B=128 × 8 72.8 /
 # 66.3 twice against 73.1 / 66.9 and 72.9 / 66.9, s_q 2 × 4 heads 69.5 / 62.7 and 69.5 / 62.8
 # against 69.5 / 63.0 and 69.5 / 63.4: the warps wait there for other reasons.
-# Session 27: the ≤ 16-row kernels' softmax with a reference per warp, reconciled after P's
-# barrier (`SM90_MMA8_WARP_MAX`, the default arm), against the max taken across warps each tile.
-ARMS = [("max across warps", {"SM90_MMA8_WARP_MAX": False}),
-        ("per-warp references", {"SM90_MMA8_WARP_MAX": True})]
-CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"), (64, 8, 2048, 1),
-         (DecodeCase(64, 8192, 8), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
-         (DecodeCase(1, 131072, 8), "fp8_ds_mla")]
+# Session 27: the ≤ 16-row kernels' online softmax without the max across warps each tile —
+# each warp's P against its own reference, reconciled after P's barrier (2 fewer barriers a
+# tile; an experiment at 0eef3d2, since removed) — against the max across warps
+# (h200-20261203-s27-0eef3d2-warp-max-flush-ab.json): slower or level — fp8 B=64 × 8K × 16
+# 105.3 / 102.4 and 105.1 / 102.4 against 103.0 / 99.4 and 103.7 / 99.8, fp8_ds_mla × 16
+# 136.6 / 132.1 against 124.8 / 119.7, B=1 × 128K and sparse B=64 × 8 within 0.5.
+QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
+ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla")]
 
 
 def checked(case):

@@ -229,7 +229,7 @@ def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
 
 
 def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None,
-                        qk8=None, warp_max=None):
+                        qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_mma8`)
     for sm_90, as the launcher takes it for fp8 plans of s_q × heads ≤ 16 (``rows``: the
     program's rows, from s_q × heads where None; ``stages``: the ring's, the launcher's where
@@ -250,13 +250,12 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "QK8": qk8,
-        "WARP_MAX": decode_mod.SM90_MMA8_WARP_MAX if warp_max is None else warp_max},
+        "QK8": qk8},
         num_warps=k8.NUM_WARPS)
 
 
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None,
-                           qk8=None, warp_max=None):
+                           qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs over fp8_ds_mla pages
     (`fp8mla.kernels.decode_sm90_mma8_ds`) for sm_90, with ``stages`` ring stages (the
     launcher's default where None) and ``rows`` program rows (from s_q × heads where None);
@@ -282,8 +281,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
         "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "R": rows,
-        "QK8": (decode_mod.SM90_MMA8_DS_QK8 and rows == 16) if qk8 is None else qk8,
-        "WARP_MAX": decode_mod.SM90_MMA8_WARP_MAX if warp_max is None else warp_max},
+        "QK8": (decode_mod.SM90_MMA8_DS_QK8 and rows == 16) if qk8 is None else qk8},
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
@@ -306,7 +304,7 @@ def sparse_sm90_compile(direct=False):
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
-def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, warp_max=None):
+def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
     """The Gluon SM90 sparse kernel of ≤ 8-row programs over fp8_ds_mla index lists
     (`fp8mla.kernels.decode_sm90_mma8_sparse`) for sm_90, with ``stages`` ring stages (the
     launcher's default where None); None where this Triton has no (such) Gluon."""
@@ -325,8 +323,7 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, warp_max=N
     return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
         "DIRECT": direct, "HEADS": heads,
         "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES,
-        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8,
-        "WARP_MAX": decode_mod.SM90_MMA8_WARP_MAX if warp_max is None else warp_max},
+        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
 
 

@@ -253,28 +253,26 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
-@pytest.mark.parametrize("warp_max", [True, False])
 @pytest.mark.parametrize("fmt,policy,heads", [("fp8", None, 8), ("fp8", None, 16),
                                               ("fp8_ds_mla", "pow2", 8),
                                               ("fp8_ds_mla", "fp32", 16)])
-def test_sm90_mma_kernels_max_growing_in_one_warp(fmt, policy, heads, warp_max, monkeypatch):
-    """Scores whose running max keeps growing, each time in one warp's 16 tokens: keys scaled
-    up along the sequence, and in tile k the key at 16 · (k % 4) + 5 aligned with head 0's q
-    (larger each tile). The ≤ 16-row kernels' softmax with a reference per warp reconciled
-    after P's barrier (`SM90_MMA8_WARP_MAX`: P's token blocks rescaled where a row's max
-    grew) and the max taken across warps (off) both match the reference."""
+def test_sm90_mma_kernels_max_growing_tile_after_tile(fmt, policy, heads, monkeypatch):
+    """Scores whose running max keeps growing, each time in another warp's 16 tokens: keys
+    scaled up along the sequence, and in tile k the key at 16 · (k % 4) + 5 aligned with head
+    0's q (larger each tile, as far as e4m3 resolves it). The ≤ 16-row kernels' rescaling of
+    the accumulators (skipped on tiles where no row's max grew) matches the reference."""
     _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MMA8_WARP_MAX", warp_max)
     lens = [5000, 700]
     g = torch.Generator().manual_seed(heads)
     q = torch.randn(2, 1, heads, 576, generator=g).bfloat16().cuda()
 
     def rows(b, lat, rope):
-        n = lat.shape[0]
-        ramp = 0.3 + 2.0 * torch.arange(n) / n
+        n, dev = lat.shape[0], lat.device
+        ramp = 0.3 + 2.0 * torch.arange(n, device=dev) / n
         lat, rope = lat * ramp[:, None], rope * ramp[:, None]
-        spikes = torch.arange(0, n - 21, 64) + 16 * (torch.arange(0, n - 21, 64) // 64 % 4) + 5
-        lat[spikes] = q[b, 0, 0, :512].float().sign().cpu() * ramp[spikes, None]
+        tiles = torch.arange(0, n - 21, 64, device=dev)
+        spikes = tiles + 16 * (tiles // 64 % 4) + 5
+        lat[spikes] = q[b, 0, 0, :512].float().sign().to(dev) * ramp[spikes, None]
         return lat, rope
 
     cache, table, seqlens = paged_cache(fmt, lens, 64, policy=policy, device="cuda", seed=5,

@@ -163,10 +163,6 @@ SM90_MMA16_DS_HEAD_BLOCKS = True
 # 65.6 (h200-20261202-s21-9271bf1-decode-variants.json); B=16 × 8K and B=1 × 128K (8 tiles)
 # 45.5 / 45.7 against 42.3 / 42.6 (s21-42e9e38); 3 stages (one program per SM) 118.2 at B=64
 SM90_MMA16 = True
-# the ≤ 16-row kernels' online softmax without a max across warps each tile
-# (`decode_sm90_mma8._warp_softmax`): each warp's P against its own reference, reconciled after
-# P's barrier (P's token blocks scaled in the second product where a row's max grew)
-SM90_MMA8_WARP_MAX = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
@@ -775,7 +771,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
-                QK8=self.qk8, WARP_MAX=SM90_MMA8_WARP_MAX, num_warps=km.NUM_WARPS)
+                QK8=self.qk8, num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
@@ -824,7 +820,7 @@ class DecodePlan:
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 DIRECT=direct, S_Q=self.s_q, HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
-                WARP_MAX=SM90_MMA8_WARP_MAX, num_warps=kd.NUM_WARPS)
+                num_warps=kd.NUM_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
@@ -839,7 +835,7 @@ class DecodePlan:
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
                 TIMELINE=self.timeline is not None,
-                QK8=self.qk8, WARP_MAX=SM90_MMA8_WARP_MAX, num_warps=k8.NUM_WARPS)
+                QK8=self.qk8, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

@@ -256,7 +256,6 @@ if AVAILABLE:
     R_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=_r_words_bases(ROPE_K_BITS)))
     V_WORDS = gl.constexpr(gl.SharedLinearLayout(offset_bases=V_WORDS_BASES))
     P_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    M_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
     # q [8 rows, 4 · W dims] (dim d = 4w + j) staged once in a free ring stage as fp16
     # [lane j, row r, word w ^ 8r]: each of qᵀ's B-operand register pairs (words w, w + 1 of one
     # lane and row) is one 4-byte load, the 8 rows' 16-byte runs in distinct banks.
@@ -533,77 +532,6 @@ if AVAILABLE:
         return last
 
     @gluon.jit
-    def _warp_state(R: gl.constexpr):
-        """`_warp_softmax`'s start: P's sums per thread seen as [4 warps, 16 tokens, R] (0) and
-        the warps' references [4, R] (−inf)."""
-        l3 = gl.reshape(gl.zeros([BN, R], gl.float32, layout=MMA), [4, BN // 4, R])
-        return l3, gl.max(l3, axis=1) + float("-inf")
-
-    @gluon.jit
-    def _warp_softmax(s, m_all, m_w, l3, m_t):
-        """The online softmax's tile without a reduction across warps: Sᵀ [64 tokens, R]
-        (warp w holds tokens 16w … 16w + 15) seen as [4, 16, R]; each warp takes as its
-        reference the running max of all rows (``m_all``, [4, R], every row the same) or its
-        own tokens' max where larger, and keeps P's sums relative to it (``m_w``: the warp's
-        previous reference; references only grow); the new references stored into ``m_t``
-        (shared [4 · R]) for `_warp_merge` → (P = 2^(S − reference) fp32 [64, R] in the MMA
-        layout, the new references [4, R], the sums). The consumer of P scales warp w's
-        tokens by 2^(its reference − the max over the warps) (`_warp_merge`'s factors)."""
-        s3 = gl.reshape(s, [4, BN // 4, s.shape[1]])
-        m_new = gl.maximum(m_all, gl.max(s3, axis=1))
-        ref = gl.expand_dims(gl.where(m_new == float("-inf"), 0.0, m_new), 1)  # no −inf − −inf
-        p3 = gl.exp2(s3 - ref)
-        l3 = l3 * gl.exp2(gl.expand_dims(m_w, 1) - ref) + p3
-        _view(m_t, gl.float32, [4, s.shape[1]], P_SHARED).store(m_new)
-        return gl.convert_layout(gl.reshape(p3, [BN, s.shape[1]]), MMA), m_new, l3
-
-    @gluon.jit
-    def _max_of_warps(m_t, R: gl.constexpr, layout: gl.constexpr):
-        """The largest of the four warps' references (``m_t``, shared [4 · R]), [R] in
-        ``layout``."""
-        return gl.maximum(gl.maximum(m_t.slice(0, R).load(layout), m_t.slice(R, R).load(layout)),
-                          gl.maximum(m_t.slice(2 * R, R).load(layout), m_t.slice(3 * R, R).load(layout)))
-
-    @gluon.jit
-    def _warp_factor(m_t, w: gl.constexpr, m_ref, R: gl.constexpr):
-        """2^(warp w's reference (in ``m_t``) − ``m_ref``) per row, fp16 [R] along P's
-        B-operand columns: what P's tokens 16w … 16w + 15 are scaled by."""
-        return gl.exp2(m_t.slice(w * R, R).load(gl.SliceLayout(0, QB)) - m_ref).to(gl.float16)
-
-    @gluon.jit
-    def _warp_merge(m_t, m_i, m_w):
-        """After P's barrier: the running max over all rows' tokens from the warps' references
-        (``m_t``, shared [4 · R]) → (the new max [R], the accumulators' factor [R], whether any
-        row's max grew (every warp agrees), P's four token blocks' factors (fp16 [R] each,
-        ones unless it grew), the new max as [4, R] like ``m_w``)."""
-        m_new = _max_of_warps(m_t, m_i.shape[0], gl.SliceLayout(0, MMA))
-        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_ref)
-        grew = gl.max((m_new > m_i).to(gl.int32), axis=0) > 0
-        if grew:
-            q_ref = _max_of_warps(m_t, m_i.shape[0], gl.SliceLayout(0, QB))
-            q_ref = gl.where(q_ref == float("-inf"), 0.0, q_ref)
-            f0 = _warp_factor(m_t, 0, q_ref, m_i.shape[0])
-            f1 = _warp_factor(m_t, 1, q_ref, m_i.shape[0])
-            f2 = _warp_factor(m_t, 2, q_ref, m_i.shape[0])
-            f3 = _warp_factor(m_t, 3, q_ref, m_i.shape[0])
-        else:
-            f0 = gl.full([m_i.shape[0]], 1.0, gl.float16, layout=gl.SliceLayout(0, QB))
-            f1, f2, f3 = f0, f0, f0
-        m_all = gl.zeros_like(m_w) + gl.convert_layout(
-            m_new, gl.SliceLayout(0, m_w.type.layout))[None, :]
-        return m_new, alpha, grew, f0, f1, f2, f3, m_all
-
-    @gluon.jit
-    def _warp_sums(l3, m_w, m_i):
-        """P's sums per row [R] (the accumulators' column layout) from the warps' sums and
-        references, against the running max ``m_i``."""
-        m_all = gl.convert_layout(m_i, gl.SliceLayout(0, m_w.type.layout))
-        ref = gl.where(m_all == float("-inf"), 0.0, m_all)
-        lw = gl.sum(l3, axis=1) * gl.exp2(m_w - ref[None, :])
-        return gl.convert_layout(gl.sum(lw, axis=0), gl.SliceLayout(0, MMA))
-
-    @gluon.jit
     def _fresh_state(R: gl.constexpr):
         """The online softmax's start for R query rows: the running max per row (−inf), P's
         sums per thread ([64, R], 0) and the four Oᵀ accumulators ([128, R], 0)."""
@@ -621,7 +549,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False, WARP_MAX: gl.constexpr = False,
+        QK8: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -700,10 +628,6 @@ if AVAILABLE:
             last_all = end - 1
         tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
-        if WARP_MAX:  # the warps' references and sums, their references double-buffered as P
-            l3, m_w = _warp_state(R)
-            m_all = m_w
-            m_s = gl.allocate_shared_memory(gl.float32, [2, 4 * R], M_SHARED)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         if TIMELINE:
             _stamp(stamp_ptr, 1)
@@ -747,29 +671,21 @@ if AVAILABLE:
                 s = s * qk_scale
             else:
                 s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=0))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+            p = gl.exp2(s - m_ref[None, :])
+            alpha1 = gl.exp2(m_i - m_ref)
+            alpha = alpha1[None, :]
+            l_acc = l_acc * alpha + p
+            m_i = m_new
             p_buf = p_s.index(i % 2)
-            if WARP_MAX:
-                m_t = m_s.index(i % 2)  # this tile's references, [4 · R]
-                p, m_w, l3 = _warp_softmax(s, m_all, m_w, l3, m_t)
-            else:
-                m_new = gl.maximum(m_i, gl.max(s, axis=0))
-                m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
-                p = gl.exp2(s - m_ref[None, :])
-                alpha1 = gl.exp2(m_i - m_ref)
-                l_acc = l_acc * alpha1[None, :] + p
-                m_i = m_new
-                grew = gl.min(alpha1, axis=0) < 1.0  # some row's max grew (every warp agrees)
             p_buf.store(p.to(gl.float16))
             fence_async_shared()
             _cta_barrier()  # P is whole (and, NS > 2, every warp past tile i − 1: its stage free)
             if NS > 2:
                 row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
                                        row_next, bt_row, start, end, page_shift, NS, 512)
-            if WARP_MAX:
-                m_i, alpha1, grew, f0, f1, f2, f3, m_all = _warp_merge(m_t, m_i,
-                                                                       m_w)
-            if grew:
-                alpha = alpha1[None, :]
+            if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
                 acc0 = acc0 * alpha
                 acc1 = acc1 * alpha
                 acc2 = acc2 * alpha
@@ -781,15 +697,6 @@ if AVAILABLE:
                     v = gl.where((n0 + kc * 16 + tv)[None, :] < end, v, 0)
                 v0, v1, v2, v3 = _f16_lanes(v)
                 pk = p_buf.slice(kc * 16, 16, dim=0).load(QB)
-                if WARP_MAX:  # P's tokens 16kc … 16kc + 15 are warp kc's
-                    if kc == 0:
-                        pk = pk * f0[None, :]
-                    elif kc == 1:
-                        pk = pk * f1[None, :]
-                    elif kc == 2:
-                        pk = pk * f2[None, :]
-                    else:
-                        pk = pk * f3[None, :]
                 acc0 = mma_v2(v0, pk, acc0)
                 acc1 = mma_v2(v1, pk, acc1)
                 acc2 = mma_v2(v2, pk, acc2)
@@ -799,13 +706,9 @@ if AVAILABLE:
         if TIMELINE:
             _stamp(stamp_ptr, 3)
 
-        if WARP_MAX:
-            l_i = _warp_sums(l3, m_w, m_i)
-        else:
-            l_i = gl.sum(l_acc, axis=0)
         # acc_j's row m: dim 4m + j
         _write_rows(acc0, acc1, acc2, acc3, 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA)),
-                    1, m_i, l_i, kv_mult, b, split,
+                    1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
                     lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)

@@ -99,7 +99,6 @@ if AVAILABLE:
     )
     from fp8mla.kernels.decode_sm90_mma8 import (
         BN,
-        M_SHARED,
         MMA,
         NR,
         P_SHARED,
@@ -113,10 +112,6 @@ if AVAILABLE:
         _q_rows,
         _ring_start,
         _view,
-        _warp_merge,
-        _warp_softmax,
-        _warp_state,
-        _warp_sums,
     )
     from fp8mla.kernels.decode_sm90_mma8_sparse import (
         SH16,
@@ -125,7 +120,6 @@ if AVAILABLE:
         _q_rope_operand,
         _store_p,
         _tile_pv,
-        _tile_scores,
         _tile_softmax,
         _write_chunks,
     )
@@ -152,7 +146,6 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, num_slots,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         NS: gl.constexpr, R: gl.constexpr, QK8: gl.constexpr = False,
-        WARP_MAX: gl.constexpr = False,
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -215,10 +208,6 @@ if AVAILABLE:
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
-        if WARP_MAX:  # `decode_sm90_mma8._warp_softmax`'s state
-            l3, m_w = _warp_state(R)
-            m_all = m_w
-            m_s = gl.allocate_shared_memory(gl.float32, [2, 4 * R], M_SHARED)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         for i in range(n_tiles):
             n0 = start + i * BN
@@ -231,17 +220,9 @@ if AVAILABLE:
             sn0, sn1, sn2, sn3 = _tile_scales(f32_ptr, bt_row, n0 + BN, end, page_shift,
                                               num_slots)
             mbarrier.wait(bars.index(stage), (i // NS) & 1)
-            if WARP_MAX:
-                s = _tile_scores(lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0,
-                                 sc1, sc2, sc3, (n0 + t)[:, None] <= last[None, :], qk_scale,
-                                 R > NR, q_inv, QK8)
-                m_t = m_s.index(i % 2)
-                p, m_w, l3 = _warp_softmax(s, m_all, m_w, l3, m_t)
-            else:
-                p, alpha, m_i, l_acc = _tile_softmax(
-                    lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0, sc1, sc2, sc3,
-                    (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc, R > NR, q_inv,
-                    QK8)
+            p, alpha, m_i, l_acc = _tile_softmax(
+                lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0, sc1, sc2, sc3,
+                (n0 + t)[:, None] <= last[None, :], qk_scale, m_i, l_acc, R > NR, q_inv, QK8)
             if R == NR:
                 p_base = 4 * (i % 2)
             else:
@@ -256,23 +237,13 @@ if AVAILABLE:
             if R == NR:
                 row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
                                        row_next, bt_row, start, end, page_shift, NS, ROPE_COL)
-            if WARP_MAX:
-                m_i, alpha1, grew, f0, f1, f2, f3, m_all = _warp_merge(m_t, m_i, m_w)
-                acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base,
-                                                  alpha1[None, :], acc0, acc1, acc2, acc3,
-                                                  end - n0, f0, f1, f2, f3)
-            else:
-                acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base, alpha,
-                                                  acc0, acc1, acc2, acc3, end - n0)
+            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, p_base, alpha, acc0,
+                                              acc1, acc2, acc3, end - n0)
             sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
 
-        if WARP_MAX:
-            l_i = _warp_sums(l3, m_w, m_i)
-        else:
-            l_i = gl.sum(l_acc, axis=0)
-        _write_chunks(acc0, acc1, acc2, acc3, m_i, l_i, b, split, out_ptr, lse_ptr, max_ptr,
+        _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                       stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
                       S_Q, HEADS)

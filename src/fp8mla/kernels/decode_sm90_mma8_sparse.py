@@ -79,7 +79,6 @@ if AVAILABLE:
         BN,
         K_WORDS,
         KA,
-        M_SHARED,
         MMA,
         NR,
         P_SHARED,
@@ -98,10 +97,6 @@ if AVAILABLE:
         _rows,
         _scores_chunk,
         _view,
-        _warp_merge,
-        _warp_softmax,
-        _warp_state,
-        _warp_sums,
         _wg8_latent,
         _write_rows,
     )
@@ -152,18 +147,15 @@ if AVAILABLE:
         return gl.convert_layout(a, KA)
 
     @gluon.jit
-    def _pv(vw, p_s, base, c: gl.constexpr, kc: gl.constexpr, acc, n_valid, f=None):
+    def _pv(vw, p_s, base, c: gl.constexpr, kc: gl.constexpr, acc, n_valid):
         """acc (chunk c's Oᵀ) += entries 16kc … 16kc + 15 of chunk c's Vᵀ · (scale_c ⊙ P)ᵀ
-        (P: ``p_s.index(base + c)``, its columns times ``f`` where given: `_warp_merge`'s
-        factor of the warp that wrote those entries); the words of entries from ``n_valid`` on
-        zeroed (a page's tail may hold NaN)."""
+        (P: ``p_s.index(base + c)``); the words of entries from ``n_valid`` on zeroed (a
+        page's tail may hold NaN)."""
         words = vw.slice(32 * c, 32, dim=0).slice(16 * kc, 16, dim=1).load(V_CHUNK)
         if n_valid < BN:
             e = gl.arange(0, 16, layout=gl.SliceLayout(0, V_CHUNK))
             words = gl.where((16 * kc + e)[None, :] < n_valid, words, 0)
         pk = p_s.index(base + c).slice(16 * kc, 16, dim=0).load(QB)
-        if f is not None:
-            pk = pk * f[None, :]
         return mma_v2(_chunk_operand(words), pk, acc)
 
     @gluon.jit
@@ -250,24 +242,12 @@ if AVAILABLE:
     @gluon.jit
     def _tile_softmax(lat, rope, qs, q_rope, sc0, sc1, sc2, sc3, visible, qk_scale, m_i,
                       l_acc, WIDE: gl.constexpr, q_inv=None, QK8: gl.constexpr = False):
-        """One tile's scores (`_tile_scores`) and the online softmax down each column (base 2;
-        a tile with nothing visible while nothing was before leaves the state as it is):
-        (P, the accumulators' factor, the new max, P's per-thread sums)."""
-        s = _tile_scores(lat, rope, qs, q_rope, sc0, sc1, sc2, sc3, visible, qk_scale, WIDE,
-                         q_inv, QK8)
-        m_new = gl.maximum(m_i, gl.max(s, axis=0))
-        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
-        p = gl.exp2(s - m_ref[None, :])
-        alpha = gl.exp2(m_i - m_ref)[None, :]
-        return p, alpha, m_new, l_acc * alpha + p
-
-    @gluon.jit
-    def _tile_scores(lat, rope, qs, q_rope, sc0, sc1, sc2, sc3, visible, qk_scale,
-                     WIDE: gl.constexpr, q_inv=None, QK8: gl.constexpr = False):
         """One tile's scores Sᵀ [64 entries, R rows] from a ring stage (``lat``, ``rope``; qᵀ
         as `_scaled_scores` takes it, ``WIDE`` or not; q_rope: bf16 [64, R]; or, ``QK8``, q's
-        staged halves and rope and ``q_inv`` as `_scores_fp8_scaled` takes them), times
-        ``qk_scale``, −inf where not ``visible``."""
+        staged halves and rope and ``q_inv`` as `_scores_fp8_scaled` takes them),
+        −inf where not ``visible``, and the online softmax down each column (base 2; a tile
+        with nothing visible while nothing was before leaves the state as it is): (P, the
+        accumulators' factor, the new max, P's per-thread sums)."""
         if QK8:
             s = _scores_fp8_scaled(lat, rope, qs, q_rope, q_inv, sc0, sc1, sc2, sc3,
                                    q_rope.shape[0])
@@ -279,7 +259,12 @@ if AVAILABLE:
             s = _scaled_scores(kw, qs, sc2, 2, s, WIDE)
             s = _scaled_scores(kw, qs, sc3, 3, s, WIDE)
             s = mma_v2(_view(rope, gl.bfloat16, [BN, 64], SH16).load(KA), q_rope, s)
-        return gl.where(visible, s * qk_scale, float("-inf"))
+        s = gl.where(visible, s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=0))
+        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+        p = gl.exp2(s - m_ref[None, :])
+        alpha = gl.exp2(m_i - m_ref)[None, :]
+        return p, alpha, m_new, l_acc * alpha + p
 
     @gluon.jit
     def _store_p(p_s, base, p, sc0, sc1, sc2, sc3):
@@ -291,44 +276,31 @@ if AVAILABLE:
         p_s.index(base + 3).store((p * sc3[:, None]).to(gl.float16))
 
     @gluon.jit
-    def _tile_pv(lat, p_s, base, alpha, acc0, acc1, acc2, acc3, n_valid, f0=None, f1=None,
-                 f2=None, f3=None):
+    def _tile_pv(lat, p_s, base, alpha, acc0, acc1, acc2, acc3, n_valid):
         """The accumulators times ``alpha`` plus the tile's Vᵀ · (scale ⊙ P)ᵀ per chunk (P as
-        `_store_p` left it at ``base``, entries 16w … 16w + 15 times ``fw`` where given:
-        `_warp_merge`'s factors; the words of entries from ``n_valid`` on zeroed)."""
+        `_store_p` left it at ``base``; the words of entries from ``n_valid`` on zeroed)."""
         acc0 = acc0 * alpha
         acc1 = acc1 * alpha
         acc2 = acc2 * alpha
         acc3 = acc3 * alpha
         vw = _view(lat, gl.int32, [128, BN], V_WORDS)
         for kc in gl.static_range(4):
-            f = None
-            if f0 is not None:  # P's entries 16kc … 16kc + 15 are warp kc's
-                if kc == 0:
-                    f = f0
-                elif kc == 1:
-                    f = f1
-                elif kc == 2:
-                    f = f2
-                else:
-                    f = f3
-            acc0 = _pv(vw, p_s, base, 0, kc, acc0, n_valid, f)
-            acc1 = _pv(vw, p_s, base, 1, kc, acc1, n_valid, f)
-            acc2 = _pv(vw, p_s, base, 2, kc, acc2, n_valid, f)
-            acc3 = _pv(vw, p_s, base, 3, kc, acc3, n_valid, f)
+            acc0 = _pv(vw, p_s, base, 0, kc, acc0, n_valid)
+            acc1 = _pv(vw, p_s, base, 1, kc, acc1, n_valid)
+            acc2 = _pv(vw, p_s, base, 2, kc, acc2, n_valid)
+            acc3 = _pv(vw, p_s, base, 3, kc, acc3, n_valid)
         return acc0, acc1, acc2, acc3
 
     @gluon.jit
-    def _write_chunks(acc0, acc1, acc2, acc3, m_i, l_i, b, split, out_ptr, lse_ptr,
+    def _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr,
                       max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os,
                       stride_oh, stride_lb, stride_ls, stride_lh, lse_empty, num_heads,
                       num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
                       HEADS: gl.constexpr):
-        """`_write_rows` of the per-chunk accumulators (acc c's row m: dim 128c + d[m]; P's sums
-        ``l_i`` [R])."""
+        """`_write_rows` of the per-chunk accumulators (acc c's row m: dim 128c + d[m])."""
         m = gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
         d = 4 * (8 * ((m >> 4) & 3) + (m & 7)) + 2 * (m >> 6) + ((m >> 3) & 1)
-        _write_rows(acc0, acc1, acc2, acc3, d, 128, m_i, l_i, 1.0, b, split,
+        _write_rows(acc0, acc1, acc2, acc3, d, 128, m_i, gl.sum(l_acc, axis=0), 1.0, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
                     lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
@@ -340,7 +312,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
-        WARP_MAX: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -378,10 +349,6 @@ if AVAILABLE:
             q_inv = None
 
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(NR)
-        if WARP_MAX:  # `decode_sm90_mma8._warp_softmax`'s state
-            l3, m_w = _warp_state(NR)
-            m_all = m_w
-            m_s = gl.allocate_shared_memory(gl.float32, [2, 4 * NR], M_SHARED)
         for i in range(n_tiles):
             stage = i % NS
             async_copy.wait_group(NS - 2)  # this thread's copies of tile i
@@ -393,32 +360,17 @@ if AVAILABLE:
             keep_n, sn0, sn1, sn2, sn3 = _tile_entries(list_row, f32_ptr,
                                                        start + (i + 1) * BN + tm, end, num_slots)
 
-            if WARP_MAX:
-                s = _tile_scores(lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0,
-                                 sc1, sc2, sc3, keep[:, None], qk_scale, False, q_inv, QK8)
-                m_t = m_s.index(i % 2)
-                p, m_w, l3 = _warp_softmax(s, m_all, m_w, l3, m_t)
-            else:
-                p, alpha, m_i, l_acc = _tile_softmax(
-                    lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0, sc1, sc2, sc3,
-                    keep[:, None], qk_scale, m_i, l_acc, False, q_inv, QK8)
+            p, alpha, m_i, l_acc = _tile_softmax(lat_buf.index(stage), rope_buf.index(stage),
+                                                 qs, q_rope, sc0, sc1, sc2, sc3, keep[:, None],
+                                                 qk_scale, m_i, l_acc, False, q_inv, QK8)
             _store_p(p_s, 0, p, sc0, sc1, sc2, sc3)
             _cta_barrier()  # P is whole (and read before the next tile's barrier)
-            if WARP_MAX:
-                m_i, alpha1, grew, f0, f1, f2, f3, m_all = _warp_merge(m_t, m_i, m_w)
-                acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha1[None, :],
-                                                  acc0, acc1, acc2, acc3, BN, f0, f1, f2, f3)
-            else:
-                acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha, acc0,
-                                                  acc1, acc2, acc3, BN)  # skipped: zeros
+            acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha, acc0, acc1,
+                                              acc2, acc3, BN)  # skipped entries: zeros
             keep, sc0, sc1, sc2, sc3 = keep_n, sn0, sn1, sn2, sn3
         async_copy.wait_group(0)
 
-        if WARP_MAX:
-            l_i = _warp_sums(l3, m_w, m_i)
-        else:
-            l_i = gl.sum(l_acc, axis=0)
-        _write_chunks(acc0, acc1, acc2, acc3, m_i, l_i, b, split, out_ptr, lse_ptr, max_ptr,
+        _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, 0, stride_oh,
                       stride_lb, 0, stride_lh, lse_empty, num_heads, num_splits, DIRECT, 1,
                       HEADS)
