@@ -490,11 +490,14 @@ if AVAILABLE:
                     split, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                     num_heads, num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
-                    HEADS: gl.constexpr):
+                    HEADS: gl.constexpr, m_max=None):
         """Normalize the accumulators ([128, R rows] each: row m of acc k holds dim
-        d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
-        nothing was attended — and max_logits) or this split's partials (workspace rows
-        [batch, num_splits, S_Q, num_heads])."""
+        d[m] + k · STEP; P's sums ``l_i`` against the reference ``m_i``, the rows' max scaled
+        scores ``m_max`` where it differs from it) and write the final rows (one split: out,
+        lse — ``lse_empty`` where nothing was attended — and max_logits) or this split's
+        partials (workspace rows [batch, num_splits, S_Q, num_heads])."""
+        if m_max is None:
+            m_max = m_i
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
@@ -505,13 +508,13 @@ if AVAILABLE:
             o_ptr = o_row[None, :] + d[:, None]
             gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qi * stride_ls + head * stride_lh,
                      gl.where(has, lse, lse_empty), mask=ok)
-            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + head, m_i / LOG2E,
+            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + head, m_max / LOG2E,
                      mask=ok)
         else:
             ws = ((b * num_splits + split) * S_Q + qi).to(gl.int64) * num_heads + head
             o_ptr = part_out_ptr + ws[None, :] * 512 + d[:, None]
             gl.store(part_lse_ptr + ws, lse, mask=ok)
-            gl.store(part_max_ptr + ws, m_i / LOG2E, mask=ok)
+            gl.store(part_max_ptr + ws, m_max / LOG2E, mask=ok)
         m = ok[None, :]
         gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
         gl.store(o_ptr + STEP, acc1 * inv[None, :], mask=m)
@@ -549,7 +552,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False,
+        QK8: gl.constexpr = False, LAZY: gl.constexpr = 0.0,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -628,6 +631,7 @@ if AVAILABLE:
             last_all = end - 1
         tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
+        m_max = m_i  # the rows' max scaled scores (m_i: P's reference, LAZY below it)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         if TIMELINE:
             _stamp(stamp_ptr, 1)
@@ -671,7 +675,12 @@ if AVAILABLE:
                 s = s * qk_scale
             else:
                 s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=0))
+            if LAZY > 0:  # a row's reference moves only once its max passed it by > LAZY
+                m_max = gl.maximum(m_max, gl.max(s, axis=0))
+                m_new = gl.where(m_max > m_i + LAZY, m_max, m_i)
+            else:
+                m_new = gl.maximum(m_i, gl.max(s, axis=0))
+                m_max = m_new
             m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
             p = gl.exp2(s - m_ref[None, :])
             alpha1 = gl.exp2(m_i - m_ref)
@@ -711,7 +720,7 @@ if AVAILABLE:
                     1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
-                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS, m_max)
         if TIMELINE:
             _stamp(stamp_ptr, 4)
             smid = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32,
