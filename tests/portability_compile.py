@@ -250,7 +250,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "QK8": qk8, "LAZY": decode_mod.SM90_MMA8_LAZY_LOG2},
+        "QK8": qk8},
         num_warps=k8.NUM_WARPS)
 
 

@@ -253,19 +253,16 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
-@pytest.mark.parametrize("fmt,policy,heads,lazy", [("fp8", None, 8, 8.0), ("fp8", None, 16, 8.0),
-                                                   ("fp8", None, 8, 0.0), ("fp8", None, 16, 0.0),
-                                                   ("fp8_ds_mla", "pow2", 8, 0.0),
-                                                   ("fp8_ds_mla", "fp32", 16, 0.0)])
-def test_sm90_mma_kernels_max_growing_tile_after_tile(fmt, policy, heads, lazy, monkeypatch):
+@pytest.mark.parametrize("fmt,policy,heads", [("fp8", None, 8), ("fp8", None, 16),
+                                              ("fp8_ds_mla", "pow2", 8),
+                                              ("fp8_ds_mla", "fp32", 16)])
+def test_sm90_mma_kernels_max_growing_tile_after_tile(fmt, policy, heads, monkeypatch):
     """Scores whose running max keeps growing, each time in another warp's 16 tokens: keys
     scaled up along the sequence, and in tile k the key at 16 · (k % 4) + 5 aligned with head
     0's q (larger each tile, as far as e4m3 resolves it). The ≤ 16-row kernels' rescaling of
-    the accumulators (skipped on tiles where no row's max grew; the fp8 kernel's reference
-    moving only once a row's max passed it by `SM90_MMA8_LAZY_LOG2`, or every tile at 0)
-    matches the reference, max_logits included."""
+    the accumulators (skipped on tiles where no row's max grew) matches the reference,
+    max_logits included."""
     _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MMA8_LAZY_LOG2", lazy)
     lens = [5000, 700]
     g = torch.Generator().manual_seed(heads)
     q = torch.randn(2, 1, heads, 576, generator=g).bfloat16().cuda()

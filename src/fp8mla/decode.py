@@ -163,10 +163,6 @@ SM90_MMA16_DS_HEAD_BLOCKS = True
 # 65.6 (h200-20261202-s21-9271bf1-decode-variants.json); B=16 × 8K and B=1 × 128K (8 tiles)
 # 45.5 / 45.7 against 42.3 / 42.6 (s21-42e9e38); 3 stages (one program per SM) 118.2 at B=64
 SM90_MMA16 = True
-# the dense fp8 ≤ 16-row kernel's softmax reference per row moves only once the row's max
-# passed it by more than this (log2 units: P ≤ 2^8 in fp16), so the accumulators' rescale
-# runs on few tiles; 0: the exact running max each tile
-SM90_MMA8_LAZY_LOG2 = 8.0
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
@@ -839,7 +835,7 @@ class DecodePlan:
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
                 TIMELINE=self.timeline is not None,
-                QK8=self.qk8, LAZY=SM90_MMA8_LAZY_LOG2, num_warps=k8.NUM_WARPS)
+                QK8=self.qk8, num_warps=k8.NUM_WARPS)
             return
         if self.narrow:
             from fp8mla.kernels import decode_sm90_narrow as kn

@@ -82,6 +82,15 @@ need 9 KB more shared memory than a 3-stage ring leaves for two programs per SM.
 Both forms skip the scores' mask on tiles every row sees whole and the accumulators' rescale on
 tiles where no row's max grew (±0.3 µs).
 
+Tried and removed in session 27 (H200, flush A/B; source at the commits): (1) the softmax
+without the max across warps — each warp's P against its own reference, the references
+reconciled after P's barrier and P's token blocks rescaled in the second product where a row's
+max grew (0eef3d2; 2 of the tile's 7 barriers gone, here and in the fp8_ds_mla and sparse
+kernels): B=64 × 8K × 16 heads 105.2 / 102.4 µs against 103.4 / 99.6, fp8_ds_mla × 16 136.6
+against 124.7, the 8-row cases level; (2) a lazy reference, moved only once a row's max passed
+it by 2^8, so the rescale (taken on most tiles of 16-row programs) runs on few (346f864):
+level within 0.3 µs. Neither the max's barriers nor the rescale bound the tile.
+
 Outputs match `_mla_decode_kernel`'s: the final rows (one split) or the split's partials for
 `_combine_splits_kernel`. Query row r is (s_q index r // HEADS, head r % HEADS); causal among
 the s_q queries.
@@ -490,14 +499,11 @@ if AVAILABLE:
                     split, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                     num_heads, num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
-                    HEADS: gl.constexpr, m_max=None):
+                    HEADS: gl.constexpr):
         """Normalize the accumulators ([128, R rows] each: row m of acc k holds dim
-        d[m] + k · STEP; P's sums ``l_i`` against the reference ``m_i``, the rows' max scaled
-        scores ``m_max`` where it differs from it) and write the final rows (one split: out,
-        lse — ``lse_empty`` where nothing was attended — and max_logits) or this split's
-        partials (workspace rows [batch, num_splits, S_Q, num_heads])."""
-        if m_max is None:
-            m_max = m_i
+        d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
+        nothing was attended — and max_logits) or this split's partials (workspace rows
+        [batch, num_splits, S_Q, num_heads])."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
@@ -508,13 +514,13 @@ if AVAILABLE:
             o_ptr = o_row[None, :] + d[:, None]
             gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qi * stride_ls + head * stride_lh,
                      gl.where(has, lse, lse_empty), mask=ok)
-            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + head, m_max / LOG2E,
+            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + head, m_i / LOG2E,
                      mask=ok)
         else:
             ws = ((b * num_splits + split) * S_Q + qi).to(gl.int64) * num_heads + head
             o_ptr = part_out_ptr + ws[None, :] * 512 + d[:, None]
             gl.store(part_lse_ptr + ws, lse, mask=ok)
-            gl.store(part_max_ptr + ws, m_max / LOG2E, mask=ok)
+            gl.store(part_max_ptr + ws, m_i / LOG2E, mask=ok)
         m = ok[None, :]
         gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
         gl.store(o_ptr + STEP, acc1 * inv[None, :], mask=m)
@@ -552,7 +558,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False, LAZY: gl.constexpr = 0.0,
+        QK8: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -631,7 +637,6 @@ if AVAILABLE:
             last_all = end - 1
         tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
-        m_max = m_i  # the rows' max scaled scores (m_i: P's reference, LAZY below it)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         if TIMELINE:
             _stamp(stamp_ptr, 1)
@@ -675,12 +680,7 @@ if AVAILABLE:
                 s = s * qk_scale
             else:
                 s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
-            if LAZY > 0:  # a row's reference moves only once its max passed it by > LAZY
-                m_max = gl.maximum(m_max, gl.max(s, axis=0))
-                m_new = gl.where(m_max > m_i + LAZY, m_max, m_i)
-            else:
-                m_new = gl.maximum(m_i, gl.max(s, axis=0))
-                m_max = m_new
+            m_new = gl.maximum(m_i, gl.max(s, axis=0))
             m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
             p = gl.exp2(s - m_ref[None, :])
             alpha1 = gl.exp2(m_i - m_ref)
@@ -720,7 +720,7 @@ if AVAILABLE:
                     1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
-                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS, m_max)
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
         if TIMELINE:
             _stamp(stamp_ptr, 4)
             smid = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32,
