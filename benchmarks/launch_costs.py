@@ -3,9 +3,11 @@ where cProfile puts it), and the floor any CUDA-graph replay pays under the benc
 (graphs of one and two no-op kernels, the second as a programmatic dependent launch as the
 split combine is), and the fastest a graph replay can read a case's bytes under those timers
 (the streaming-read kernel of the ceiling alone, over the bytes of the B=1 × 128K fp8 case,
-the sparse B=64 × 8-head case and the B=64 × 8K × 16 case).
+the sparse B=64 × 8-head case and the B=64 × 8K × 16 case) — and, for the sparse case, the
+fastest a replay can gather its rows: a kernel that only reads the listed 656-byte rows of the
+same shape (64 lists of 2048 slots drawn uniformly over bench sparse's 1M-row pool).
 
-    python benchmarks/launch_costs.py OUT.json
+    python benchmarks/launch_costs.py OUT.json [--floors]   (--floors: the floors alone)
 
 Host time per call: the wall time of 200 calls enqueued back to back, divided by 200, for
 cases whose GPU time is far below it (the queue never fills), then the same calls under
@@ -26,9 +28,9 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import env_info, event_median_us, graphed, l2_flushes, time_us
-from fp8mla.bench.sparse import sparse_bytes
+from fp8mla.bench.sparse import POOL_TOKENS, sparse_bytes
 from fp8mla.formats import kv_format
-from fp8mla.kernels.stream import _stream_read_kernel
+from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel
 
 
 def _dense_bytes(case: DecodeCase) -> int:
@@ -114,11 +116,46 @@ def read_floor(n_bytes: int, timed: dict) -> dict:
     return best
 
 
+def gather_floor(batch: int, topk: int, timed: dict) -> dict:
+    """The gather-read kernel over ``batch`` lists of ``topk`` slots drawn uniformly over a pool
+    of POOL_TOKENS 656-byte rows, replayed from a graph, at the fastest of a few program shapes
+    under each of ``timed``'s timers: {timer: (µs, TB/s on the sparse case's bytes, (rows a
+    step, steps, warps))}."""
+    row_words = kv_format("fp8_ds_mla").row_bytes // 4
+    pool = torch.ones(POOL_TOKENS, row_words, dtype=torch.int32, device="cuda")
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, POOL_TOKENS, (batch, topk), generator=g, dtype=torch.int32).cuda()
+    n_bytes = sparse_bytes(batch, 8, topk, 1, row_words * 4)
+    best = {}
+    for rows, steps, warps in ((32, 1, 4), (64, 1, 4), (64, 2, 4), (64, 4, 4), (64, 8, 4),
+                               (128, 1, 8), (128, 2, 8), (128, 4, 8), (256, 1, 8)):
+        grid = (batch, triton.cdiv(topk, rows * steps))
+        out = torch.empty(grid, dtype=torch.int32, device="cuda")
+        replay = graphed(lambda g=grid, o=out, r=rows, s=steps, w=warps: _gather_read_kernel[g](
+            pool, idx, o, topk, ROWS=r, ITERS=s, num_warps=w))
+        replay()
+        assert out.sum().item() == batch * topk * row_words  # every listed row read, once
+        for name, timer in timed.items():
+            us = timer(replay)
+            if name not in best or us < best[name][0]:
+                best[name] = (round(us, 2), round(n_bytes / us / 1e6, 3), (rows, steps, warps))
+    return best
+
+
+def floors(timed: dict) -> dict:
+    """`read_floor` of every FLOOR_CASES case, then `gather_floor` of the sparse case."""
+    rows = {}
+    for name, n_bytes in FLOOR_CASES.items():
+        rows[f"read {name} ({n_bytes} B)"] = read_floor(n_bytes, timed)
+        print(name, rows[f"read {name} ({n_bytes} B)"], flush=True)
+    rows["gather sparse fp8_ds_mla B64x8 topk2048"] = gather_floor(64, 2048, timed)
+    print("gather", rows["gather sparse fp8_ds_mla B64x8 topk2048"], flush=True)
+    return rows
+
+
 def main() -> None:
     if "--floors" in sys.argv:  # the read floors alone
-        timed = timers()
-        rows = {name: read_floor(n, timed) for name, n in FLOOR_CASES.items()}
-        print(json.dumps(rows, indent=1))
+        rows = floors(timers())
         with open(sys.argv[1], "w") as f:
             json.dump({"env": env_info(), "floor": rows}, f, indent=1)
         return
@@ -141,9 +178,7 @@ def main() -> None:
     for name, fn in nop_graphs().items():
         out["floor"][name] = row = {t: round(timer(fn), 2) for t, timer in nop_timed.items()}
         print(name, row, flush=True)
-    for name, n_bytes in FLOOR_CASES.items():
-        out["floor"][f"read {name} ({n_bytes} B)"] = row = read_floor(n_bytes, timed)
-        print("read", name, n_bytes, row, flush=True)
+    out["floor"].update(floors(timed))
     with open(sys.argv[1], "w") as f:
         json.dump(out, f, indent=1)
 

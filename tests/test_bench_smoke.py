@@ -4,6 +4,7 @@ device, so a GPU session spends its minutes measuring, not debugging."""
 from dataclasses import replace
 
 import pytest
+import torch
 
 from fp8mla import topk
 from fp8mla.bench import decode as bench_decode
@@ -92,3 +93,33 @@ def test_by_backend_picks_the_named_record(device):
     assert by_backend(recs, "fp8mla") is recs[0]
     with pytest.raises(KeyError, match="fp8mla_graph"):
         by_backend(recs, "fp8mla_graph" if device == "cpu" else "nothing")
+
+
+@pytest.mark.parametrize("rows, iters", [(16, 1), (8, 3)])
+def test_read_floor_kernels_sum_what_they_read(device, rows, iters):
+    # the floors' kernels read every word they are given, once: the streaming read over a
+    # length that ends mid-block, the gather over lists of odd width with duplicate slots
+    # (each listed row's 164 words, its 128 / 32 / 4-word runs, summed once per entry)
+    import triton
+
+    from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel
+
+    g = torch.Generator().manual_seed(rows * 10 + iters)
+    x = torch.randint(-50, 50, (1000,), generator=g, dtype=torch.int32).to(device)
+    out = torch.empty(triton.cdiv(1000, 64 * iters), dtype=torch.int32, device=device)
+    _stream_read_kernel[(out.shape[0],)](x, out, 1000, BLOCK=64, ITERS=iters)
+    assert out.sum().item() == x.sum().item()
+
+    pool = torch.randint(-50, 50, (300, 164), generator=g, dtype=torch.int32).to(device)
+    idx = torch.randint(0, 300, (3, 37), generator=g, dtype=torch.int32)
+    idx[1, :5] = idx[1, 5]  # duplicates are read (and summed) once per listing
+    idx = idx.to(device)
+    chunks = triton.cdiv(37, rows * iters)
+    out = torch.full((3, chunks), 7, dtype=torch.int32, device=device)
+    _gather_read_kernel[(3, chunks)](pool, idx, out, 37, ROWS=rows, ITERS=iters)
+    sums = pool.sum(dim=1)
+    want = torch.zeros(3, chunks, dtype=torch.int64)
+    for lst in range(3):
+        for e in range(37):
+            want[lst, e // (rows * iters)] += sums[idx[lst, e]].item()
+    assert torch.equal(out.cpu().long(), want)
