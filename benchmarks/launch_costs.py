@@ -27,10 +27,10 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
+from fp8mla.bench.floors import gather_floor, read_floor
 from fp8mla.bench.harness import env_info, event_median_us, graphed, l2_flushes, time_us
 from fp8mla.bench.sparse import POOL_TOKENS, sparse_bytes
 from fp8mla.formats import kv_format
-from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel
 
 
 def _dense_bytes(case: DecodeCase) -> int:
@@ -97,59 +97,35 @@ def timers() -> dict:
     return {"do_bench": time_us, "read_flush": lambda f: event_median_us(f, read)}
 
 
-def read_floor(n_bytes: int, timed: dict) -> dict:
-    """The streaming-read kernel over ``n_bytes``, replayed from a graph, at the fastest of a few
-    program sizes under each of ``timed``'s timers: {timer: (µs, TB/s, words a program)}."""
-    block = 4096
-    n_words = n_bytes // 4
-    x = torch.ones(n_words, dtype=torch.int32, device="cuda")
-    best = {}
-    for iters in (1, 2, 4, 8, 16):
-        grid = (triton.cdiv(n_words, block * iters),)
-        out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
-        replay = graphed(lambda g=grid, o=out, i=iters: _stream_read_kernel[g](
-            x, o, n_words, BLOCK=block, ITERS=i, num_warps=8))
-        for name, timer in timed.items():
-            us = timer(replay)
-            if name not in best or us < best[name][0]:
-                best[name] = (round(us, 2), round(n_bytes / us / 1e6, 3), block * iters)
-    return best
+STREAM_SWEEP = tuple((4096, steps, 8) for steps in (1, 2, 4, 8, 16))
+GATHER_SWEEP = ((16, 1, 1), (16, 1, 2), (32, 1, 2), (32, 1, 4), (32, 2, 4), (64, 1, 4),
+                (64, 2, 4), (64, 4, 4), (64, 1, 8), (128, 1, 8), (128, 2, 8))
 
 
-def gather_floor(batch: int, topk: int, timed: dict) -> dict:
-    """The gather-read kernel over ``batch`` lists of ``topk`` slots drawn uniformly over a pool
-    of POOL_TOKENS 656-byte rows, replayed from a graph, at the fastest of a few program shapes
-    under each of ``timed``'s timers: {timer: (µs, TB/s on the sparse case's bytes, (rows a
-    step, steps, warps))}."""
-    row_words = kv_format("fp8_ds_mla").row_bytes // 4
-    pool = torch.ones(POOL_TOKENS, row_words, dtype=torch.int32, device="cuda")
-    g = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, POOL_TOKENS, (batch, topk), generator=g, dtype=torch.int32).cuda()
-    n_bytes = sparse_bytes(batch, 8, topk, 1, row_words * 4)
-    best = {}
-    for rows, steps, warps in ((32, 1, 4), (64, 1, 4), (64, 2, 4), (64, 4, 4), (64, 8, 4),
-                               (128, 1, 8), (128, 2, 8), (128, 4, 8), (256, 1, 8)):
-        grid = (batch, triton.cdiv(topk, rows * steps))
-        out = torch.empty(grid, dtype=torch.int32, device="cuda")
-        replay = graphed(lambda g=grid, o=out, r=rows, s=steps, w=warps: _gather_read_kernel[g](
-            pool, idx, o, topk, ROWS=r, ITERS=s, num_warps=w))
-        replay()
-        assert out.sum().item() == batch * topk * row_words  # every listed row read, once
-        for name, timer in timed.items():
-            us = timer(replay)
-            if name not in best or us < best[name][0]:
-                best[name] = (round(us, 2), round(n_bytes / us / 1e6, 3), (rows, steps, warps))
-    return best
+def _rates(best: dict, n_bytes: int) -> dict:
+    """{timer: (µs, shape)} → {timer: (µs, TB/s on ``n_bytes``, shape)}."""
+    return {t: (round(us, 2), round(n_bytes / us / 1e6, 3), shape)
+            for t, (us, shape) in best.items()}
 
 
 def floors(timed: dict) -> dict:
-    """`read_floor` of every FLOOR_CASES case, then `gather_floor` of the sparse case."""
+    """`floors.read_floor` of every FLOOR_CASES case, then `floors.gather_floor` of the sparse
+    case's shape (64 lists of 2048 slots drawn uniformly over bench sparse's 1M-row pool), each
+    over a wider sweep of program shapes than the benchmarks': {row name: {timer: (µs, TB/s,
+    shape)}}."""
     rows = {}
     for name, n_bytes in FLOOR_CASES.items():
-        rows[f"read {name} ({n_bytes} B)"] = read_floor(n_bytes, timed)
-        print(name, rows[f"read {name} ({n_bytes} B)"], flush=True)
-    rows["gather sparse fp8_ds_mla B64x8 topk2048"] = gather_floor(64, 2048, timed)
-    print("gather", rows["gather sparse fp8_ds_mla B64x8 topk2048"], flush=True)
+        rows[f"read {name} ({n_bytes} B)"] = row = _rates(
+            read_floor(n_bytes, timed, shapes=STREAM_SWEEP), n_bytes)
+        print("read", name, row, flush=True)
+    pool = torch.ones(POOL_TOKENS, kv_format("fp8_ds_mla").row_bytes, dtype=torch.uint8,
+                      device="cuda")
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, POOL_TOKENS, (64, 2048), generator=g, dtype=torch.int32).cuda()
+    n_bytes = FLOOR_CASES["sparse fp8_ds_mla B64x8 topk2048"]
+    rows["gather sparse fp8_ds_mla B64x8 topk2048"] = row = _rates(
+        gather_floor(pool, idx, timed, shapes=GATHER_SWEEP), n_bytes)
+    print("gather", row, flush=True)
     return rows
 
 

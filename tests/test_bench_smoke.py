@@ -26,9 +26,13 @@ def test_decode_cases_smoke(device):
     mtp = bench_decode.DECODE_CASES[-1]
     assert (mtp.heads, mtp.s_q) == (16, 2)
     case = bench_decode.DecodeCase(2, 130, 16, s_q=2)
-    recs = bench_decode.run_case(case, "fp8", ENV, 1.0, device=device)
+    recs = bench_decode.run_case(case, "fp8", ENV, 1.0, device=device, floor=True)
     assert recs[0].case == "dense_decode/fp8/B2-ctx130-H16-sq2"
     assert recs[0].note.startswith("kernel=triton splits=") and recs[0].TBps > 0
+    # the streaming read of the same bytes (checked read whole inside `floors.read_floor`)
+    floor = [r for r in recs if r.backend.startswith("read_floor")]
+    assert floor[0].backend == "read_floor" and floor[0].note.startswith("program=4096 words")
+    assert floor[0].TBps * floor[0].us == pytest.approx(recs[0].TBps * recs[0].us, rel=1e-3)
     pool = bench_decode.DecodeCase(1, 100, 8, pool_tokens=1024)
     recs = bench_decode.run_case(pool, "fp8", ENV, 1.0, backends=(
         "fp8mla", "gather_cast", "full_cast"), kind="pool_cast/one_layer", device=device)
@@ -40,8 +44,16 @@ def test_decode_cases_smoke(device):
 
 
 def test_sparse_case_smoke(device):
-    rec = bench_sparse.run_sparse(2, 8, 32, 2, ENV, 1.0, device=device, pool_tokens=4096)[0]
+    recs = bench_sparse.run_sparse(2, 8, 32, 2, ENV, 1.0, device=device, pool_tokens=4096,
+                                   floor=True)
+    rec = recs[0]
     assert rec.case == "sparse_decode/fp8_ds_mla/B2-H8-topk32-sq2" and rec.TFLOPS > 0
+    # the gather floor of the same rows and lists, its bytes counted as fp8mla's (the gather
+    # kernel's sums checked inside `floors.gather_floor`)
+    floor = [r for r in recs if r.backend.startswith("gather_floor")]
+    assert floor[0].backend == "gather_floor" and floor[0].note.startswith("program=")
+    assert floor[0].TBps * floor[0].us == pytest.approx(rec.TBps * rec.us, rel=1e-3)
+    assert floor[0].TFLOPS is None
     # a configuration and split count of benchmarks/sparse_variants.py reach the plan
     cfg = replace(decode_config(90, "fp8_ds_mla", 8, 1), block_n=32)
     rec = bench_sparse.run_sparse(2, 8, 64, 1, ENV, 1.0, device=device, pool_tokens=4096,
@@ -95,14 +107,15 @@ def test_by_backend_picks_the_named_record(device):
         by_backend(recs, "fp8mla_graph" if device == "cpu" else "nothing")
 
 
-@pytest.mark.parametrize("rows, iters", [(16, 1), (8, 3)])
-def test_read_floor_kernels_sum_what_they_read(device, rows, iters):
+@pytest.mark.parametrize("rows, iters, row_words", [(16, 1, 164), (8, 3, 144)])
+def test_read_floor_kernels_sum_what_they_read(device, rows, iters, row_words):
     # the floors' kernels read every word they are given, once: the streaming read over a
     # length that ends mid-block, the gather over lists of odd width with duplicate slots
-    # (each listed row's 164 words, its 128 / 32 / 4-word runs, summed once per entry)
+    # (each listed row's words — fp8_ds_mla's 164 in runs of 128 / 32 / 4, fp8's 144 in 128 /
+    # 16 — summed once per entry)
     import triton
 
-    from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel
+    from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel, word_runs
 
     g = torch.Generator().manual_seed(rows * 10 + iters)
     x = torch.randint(-50, 50, (1000,), generator=g, dtype=torch.int32).to(device)
@@ -110,16 +123,27 @@ def test_read_floor_kernels_sum_what_they_read(device, rows, iters):
     _stream_read_kernel[(out.shape[0],)](x, out, 1000, BLOCK=64, ITERS=iters)
     assert out.sum().item() == x.sum().item()
 
-    pool = torch.randint(-50, 50, (300, 164), generator=g, dtype=torch.int32).to(device)
+    pool = torch.randint(-50, 50, (300, row_words), generator=g, dtype=torch.int32).to(device)
     idx = torch.randint(0, 300, (3, 37), generator=g, dtype=torch.int32)
     idx[1, :5] = idx[1, 5]  # duplicates are read (and summed) once per listing
     idx = idx.to(device)
     chunks = triton.cdiv(37, rows * iters)
     out = torch.full((3, chunks), 7, dtype=torch.int32, device=device)
-    _gather_read_kernel[(3, chunks)](pool, idx, out, 37, ROWS=rows, ITERS=iters)
+    r1, r2, r3 = word_runs(row_words)
+    _gather_read_kernel[(3, chunks)](pool, idx, out, 37, R1=r1, R2=r2, R3=r3, ROWS=rows,
+                                     ITERS=iters)
     sums = pool.sum(dim=1)
     want = torch.zeros(3, chunks, dtype=torch.int64)
     for lst in range(3):
         for e in range(37):
             want[lst, e // (rows * iters)] += sums[idx[lst, e]].item()
     assert torch.equal(out.cpu().long(), want)
+
+
+def test_word_runs():
+    from fp8mla.kernels.stream import word_runs
+
+    assert word_runs(164) == (128, 32, 4) and word_runs(144) == (128, 16, 0)
+    assert word_runs(288) == (256, 32, 0) and word_runs(64) == (64, 0, 0)
+    with pytest.raises(ValueError, match="row_words"):
+        word_runs(15)  # 8 + 4 + 2 + 1

@@ -91,7 +91,7 @@ def run(args) -> int:
     formats = [f for f in args.formats.split(",") if f]
     jobs = [(c, f) for f in formats for c in DECODE_CASES] if args.cases == "all" else []
     for case, fmt in _progress(jobs, "decode"):
-        for rec in run_case(case, fmt, env, ceiling):
+        for rec in run_case(case, fmt, env, ceiling, floor=True):
             records.append(rec)
             _print(rec)
         if args.sweep and case.heads < 64:
@@ -116,7 +116,7 @@ def _run_sparse(args, env, ceiling, path) -> int:
 
     records = []
     for batch, heads, topk, s_q in _progress(SPARSE_CASES, "sparse"):
-        for rec in run_sparse(batch, heads, topk, s_q, env, ceiling):
+        for rec in run_sparse(batch, heads, topk, s_q, env, ceiling, floor=True):
             records.append(rec)
             _print(rec)
     for rec in run_indexer_topk(env, ceiling):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8mla import reference
+from fp8mla.bench.floors import floor_note, read_floor
 from fp8mla.bench.harness import Record, graphed, kernel_note, time_us, time_us_clean_l2
 from fp8mla.cache import build_block_table
 from fp8mla.decode import DecodePlan, dense_decode
@@ -105,16 +106,18 @@ def checked_plan(case: DecodeCase, fmt_name: str, *, num_splits: int | None = No
 def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
              backends=("fp8mla",), config: DecodeConfig | None = None,
              num_splits: int | None = None, kind: str | None = None,
-             device: str = "cuda") -> list[Record]:
+             device: str = "cuda", floor: bool = False) -> list[Record]:
     """Check, then time ``case`` for each backend; one `Record` each. fp8mla is timed three
     times: eagerly (``fp8mla``: Python launch overhead included), replayed from a CUDA graph
     (``fp8mla_graph``: how a server runs decode), both with do_bench's flush (the targets'
     timer), and the replay after a flush that leaves the L2 clean (``fp8mla_graph_cleanL2``:
-    as a serving step starts; `harness.l2_flushes`). Baselines run eagerly. device "cpu" (the
-    interpreter: tests) times eagerly only."""
+    as a serving step starts; `harness.l2_flushes`). Baselines run eagerly. floor: also the
+    case's read floor (`floors.read_floor` of the bytes counted; backends ``read_floor``,
+    ``read_floor_cleanL2``). device "cpu" (the interpreter: tests) times eagerly only."""
     fmt, rows, table, seqlens, q, scale = make_problem(case, fmt_name, device)
     records = []
     case_name = case.name(kind or f"dense_decode/{fmt_name}", fmt_name)
+    moved = case.kv_bytes(fmt.row_bytes) + case.io_bytes()
     for backend in backends:
         if backend == "fp8mla":
             plan = DecodePlan(batch=case.batch, num_heads=case.heads, s_q=case.s_q,
@@ -134,10 +137,18 @@ def run_case(case: DecodeCase, fmt_name: str, env: dict, ceiling: float, *,
         _check(case, fmt, rows, table, seqlens, q, scale, out, lse)
         for name, f, timer in timed:
             us = timer(f)
-            moved = case.kv_bytes(fmt.row_bytes) + case.io_bytes()
             records.append(Record(
                 case=case_name, backend=name, us=round(us, 2),
                 TBps=round(moved / (us * 1e-6) / 1e12, 3),
                 TFLOPS=round(case.flops() / (us * 1e-6) / 1e12, 1),
                 ceiling_TBps=round(ceiling, 3), note=note, **env))
+    if floor:
+        timers = {"read_floor": time_us}
+        if device == "cuda":
+            timers["read_floor_cleanL2"] = time_us_clean_l2
+        for name, (us, shape) in read_floor(moved, timers, device).items():
+            records.append(Record(case=case_name, backend=name, us=round(us, 2),
+                                  TBps=round(moved / (us * 1e-6) / 1e12, 3), TFLOPS=None,
+                                  ceiling_TBps=round(ceiling, 3),
+                                  note=floor_note(shape, "words"), **env))
     return records

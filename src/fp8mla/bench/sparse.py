@@ -17,6 +17,7 @@ import functools
 import torch
 
 from fp8mla import reference
+from fp8mla.bench.floors import floor_note, gather_floor
 from fp8mla.bench.harness import Record, graphed, kernel_note, time_us, time_us_clean_l2
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
@@ -83,13 +84,20 @@ def checked_sparse_plan(batch, heads, topk, s_q=1, fmt_name="fp8_ds_mla", *, dev
     """The sparse case's plan (the launcher's configuration, or ``config`` / ``num_splits``)
     and its call on `sparse_problem`'s inputs, the first queries checked against the reference
     once: (case name, plan, call)."""
+    return _checked_problem(batch, heads, topk, s_q, fmt_name, device, pool_tokens, config,
+                            num_splits)[:3]
+
+
+def _checked_problem(batch, heads, topk, s_q, fmt_name, device, pool_tokens, config,
+                     num_splits):
+    """`checked_sparse_plan`'s (case name, plan, call), then the problem's rows and lists."""
     fmt = kv_format(fmt_name)
     rows, idx, q = sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens)
     plan = SparsePlan(num_queries=batch * s_q, num_heads=heads, topk=topk, kv_format=fmt,
                       device=device, config=config, num_splits=num_splits)
     fn = functools.partial(plan.run, q, rows, idx, check=False)
     check_sparse(fn()[0], q, rows, idx, fmt)
-    return f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}", plan, fn
+    return f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}", plan, fn, rows, idx
 
 
 def sparse_bytes(batch, heads, topk, s_q, row_bytes) -> int:
@@ -100,21 +108,30 @@ def sparse_bytes(batch, heads, topk, s_q, row_bytes) -> int:
 
 def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
                device="cuda", pool_tokens=POOL_TOKENS, config=None,
-               num_splits=None) -> list[Record]:
+               num_splits=None, floor=False) -> list[Record]:
     """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
-    graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py)."""
-    case, plan, fn = checked_sparse_plan(batch, heads, topk, s_q, fmt_name, device=device,
-                                         pool_tokens=pool_tokens, config=config,
-                                         num_splits=num_splits)
+    graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py).
+    floor: also the gather floor of the same rows and lists (`floors.gather_floor`; backends
+    ``gather_floor``, ``gather_floor_cleanL2``: the bytes counted as fp8mla's)."""
+    case, plan, fn, rows, idx = _checked_problem(batch, heads, topk, s_q, fmt_name, device,
+                                                 pool_tokens, config, num_splits)
     replay = _timed(fn, device)
     moved = sparse_bytes(batch, heads, topk, s_q, plan.fmt.row_bytes)
     flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * batch * s_q
     note = kernel_note(plan)
     records = [_record(case, "fp8mla_graph", time_us(replay), moved, flops, ceiling, env,
                        note=note)]
-    if torch.device(device).type == "cuda":  # the same replay with a clean L2 (`run_case`)
+    cuda = torch.device(device).type == "cuda"
+    if cuda:  # the same replay with a clean L2 (`run_case`)
         records.append(_record(case, "fp8mla_graph_cleanL2", time_us_clean_l2(replay), moved,
                                flops, ceiling, env, note=note))
+    if floor:
+        timers = {"gather_floor": time_us}
+        if cuda:
+            timers["gather_floor_cleanL2"] = time_us_clean_l2
+        for name, (us, shape) in gather_floor(rows, idx, timers, device).items():
+            records.append(_record(case, name, us, moved, None, ceiling, env,
+                                   note=floor_note(shape, "rows")))
     return records
 
 

@@ -18,27 +18,45 @@ def _stream_read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
 
+def word_runs(row_words: int) -> tuple[int, int, int]:
+    """A row of ``row_words`` int32 words as up to three power-of-two runs, longest first (0:
+    none) — 164 (fp8_ds_mla's 656 bytes) as 128 + 32 + 4, 144 as 128 + 16 + 0 — so every
+    load of `_gather_read_kernel` is a whole power-of-two tile, 16-byte aligned where the
+    row's bytes are."""
+    runs = [1 << b for b in range(row_words.bit_length() - 1, -1, -1) if row_words >> b & 1]
+    if not 1 <= len(runs) <= 3:
+        raise ValueError(f"row_words: expected a sum of at most 3 powers of two, got {row_words}")
+    return tuple(runs + [0] * (3 - len(runs)))
+
+
 @triton.jit
-def _gather_read_kernel(rows_ptr, idx_ptr, out_ptr, width, ROWS: tl.constexpr,
-                        ITERS: tl.constexpr):
-    """Sum whole 656-byte rows (int32 words [pool, 164], read as runs of 128, 32 and 4 words,
-    each 16-byte aligned) at the slots listed in idx (int32 [lists, width]); program (list,
-    chunk) takes entries [chunk·ROWS·ITERS, …) of its list, ROWS at a time. One int32 out a
-    program, [lists, chunks]."""
+def _gather_read_kernel(rows_ptr, idx_ptr, out_ptr, width, R1: tl.constexpr, R2: tl.constexpr,
+                        R3: tl.constexpr, ROWS: tl.constexpr, ITERS: tl.constexpr):
+    """Sum whole rows (int32 words [pool, R1 + R2 + R3], read as the runs `word_runs` gives)
+    at the slots listed in idx (int32 [lists, width]); program (list, chunk) takes entries
+    [chunk·ROWS·ITERS, …) of its list, ROWS at a time. One int32 out a program, [lists,
+    chunks]."""
     lst = tl.program_id(0)
     base = tl.program_id(1) * ROWS * ITERS
     r = tl.arange(0, ROWS)
-    a = tl.zeros((ROWS, 128), tl.int32)
-    b = tl.zeros((ROWS, 32), tl.int32)
-    c = tl.zeros((ROWS, 4), tl.int32)
+    a1 = tl.zeros((ROWS, R1), tl.int32)
+    if R2 > 0:
+        a2 = tl.zeros((ROWS, R2), tl.int32)
+    if R3 > 0:
+        a3 = tl.zeros((ROWS, R3), tl.int32)
     for i in range(ITERS):
         e = base + i * ROWS + r
         ok = e < width
         slot = tl.load(idx_ptr + lst.to(tl.int64) * width + e, mask=ok, other=0)
-        row = rows_ptr + slot.to(tl.int64)[:, None] * 164
-        a += tl.load(row + tl.arange(0, 128)[None, :], mask=ok[:, None], other=0)
-        b += tl.load(row + 128 + tl.arange(0, 32)[None, :], mask=ok[:, None], other=0)
-        c += tl.load(row + 160 + tl.arange(0, 4)[None, :], mask=ok[:, None], other=0)
-    total = tl.sum(tl.sum(a, axis=1), axis=0) + tl.sum(tl.sum(b, axis=1), axis=0)
-    tl.store(out_ptr + lst * tl.num_programs(1) + tl.program_id(1),
-             total + tl.sum(tl.sum(c, axis=1), axis=0))
+        row = rows_ptr + slot.to(tl.int64)[:, None] * (R1 + R2 + R3)
+        a1 += tl.load(row + tl.arange(0, R1)[None, :], mask=ok[:, None], other=0)
+        if R2 > 0:
+            a2 += tl.load(row + R1 + tl.arange(0, R2)[None, :], mask=ok[:, None], other=0)
+        if R3 > 0:
+            a3 += tl.load(row + R1 + R2 + tl.arange(0, R3)[None, :], mask=ok[:, None], other=0)
+    total = tl.sum(tl.sum(a1, axis=1), axis=0)
+    if R2 > 0:
+        total += tl.sum(tl.sum(a2, axis=1), axis=0)
+    if R3 > 0:
+        total += tl.sum(tl.sum(a3, axis=1), axis=0)
+    tl.store(out_ptr + lst * tl.num_programs(1) + tl.program_id(1), total)
