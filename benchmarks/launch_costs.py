@@ -114,18 +114,20 @@ def floors(timed: dict) -> dict:
     over a wider sweep of program shapes than the benchmarks': {row name: {timer: (µs, TB/s,
     shape)}}."""
     rows = {}
-    for name, n_bytes in FLOOR_CASES.items():
-        rows[f"read {name} ({n_bytes} B)"] = row = _rates(
-            read_floor(n_bytes, timed, shapes=STREAM_SWEEP), n_bytes)
-        print("read", name, row, flush=True)
     pool = torch.ones(POOL_TOKENS, kv_format("fp8_ds_mla").row_bytes, dtype=torch.uint8,
                       device="cuda")
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, POOL_TOKENS, (64, 2048), generator=g, dtype=torch.int32).cuda()
-    n_bytes = FLOOR_CASES["sparse fp8_ds_mla B64x8 topk2048"]
-    rows["gather sparse fp8_ds_mla B64x8 topk2048"] = row = _rates(
-        gather_floor(pool, idx, timed, shapes=GATHER_SWEEP), n_bytes)
-    print("gather", row, flush=True)
+    for evict in ("", "evict_first"):  # the loads' L2 eviction policy
+        tail = f" {evict}" if evict else ""
+        for name, n_bytes in FLOOR_CASES.items():
+            rows[f"read {name} ({n_bytes} B){tail}"] = row = _rates(
+                read_floor(n_bytes, timed, shapes=STREAM_SWEEP, evict=evict), n_bytes)
+            print("read", name, tail, row, flush=True)
+        n_bytes = FLOOR_CASES["sparse fp8_ds_mla B64x8 topk2048"]
+        rows[f"gather sparse fp8_ds_mla B64x8 topk2048{tail}"] = row = _rates(
+            gather_floor(pool, idx, timed, shapes=GATHER_SWEEP, evict=evict), n_bytes)
+        print("gather", tail, row, flush=True)
     return rows
 
 

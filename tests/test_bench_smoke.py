@@ -107,8 +107,9 @@ def test_by_backend_picks_the_named_record(device):
         by_backend(recs, "fp8mla_graph" if device == "cpu" else "nothing")
 
 
-@pytest.mark.parametrize("rows, iters, row_words", [(16, 1, 164), (8, 3, 144)])
-def test_read_floor_kernels_sum_what_they_read(device, rows, iters, row_words):
+@pytest.mark.parametrize("rows, iters, row_words, evict", [(16, 1, 164, ""),
+                                                           (8, 3, 144, "evict_first")])
+def test_read_floor_kernels_sum_what_they_read(device, rows, iters, row_words, evict):
     # the floors' kernels read every word they are given, once: the streaming read over a
     # length that ends mid-block, the gather over lists of odd width with duplicate slots
     # (each listed row's words — fp8_ds_mla's 164 in runs of 128 / 32 / 4, fp8's 144 in 128 /
@@ -120,7 +121,7 @@ def test_read_floor_kernels_sum_what_they_read(device, rows, iters, row_words):
     g = torch.Generator().manual_seed(rows * 10 + iters)
     x = torch.randint(-50, 50, (1000,), generator=g, dtype=torch.int32).to(device)
     out = torch.empty(triton.cdiv(1000, 64 * iters), dtype=torch.int32, device=device)
-    _stream_read_kernel[(out.shape[0],)](x, out, 1000, BLOCK=64, ITERS=iters)
+    _stream_read_kernel[(out.shape[0],)](x, out, 1000, BLOCK=64, ITERS=iters, EVICT=evict)
     assert out.sum().item() == x.sum().item()
 
     pool = torch.randint(-50, 50, (300, row_words), generator=g, dtype=torch.int32).to(device)
@@ -131,7 +132,7 @@ def test_read_floor_kernels_sum_what_they_read(device, rows, iters, row_words):
     out = torch.full((3, chunks), 7, dtype=torch.int32, device=device)
     r1, r2, r3 = word_runs(row_words)
     _gather_read_kernel[(3, chunks)](pool, idx, out, 37, R1=r1, R2=r2, R3=r3, ROWS=rows,
-                                     ITERS=iters)
+                                     ITERS=iters, EVICT=evict)
     sums = pool.sum(dim=1)
     want = torch.zeros(3, chunks, dtype=torch.int64)
     for lst in range(3):

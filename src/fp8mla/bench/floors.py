@@ -48,11 +48,11 @@ def _fastest(calls, timers: dict, device) -> dict[str, tuple[float, tuple]]:
     return best
 
 
-def read_floor(n_bytes: int, timers: dict, device="cuda",
-               shapes=STREAM_SHAPES) -> dict[str, tuple[float, tuple]]:
+def read_floor(n_bytes: int, timers: dict, device="cuda", shapes=STREAM_SHAPES,
+               evict: str = "") -> dict[str, tuple[float, tuple]]:
     """The streaming read of ``n_bytes`` (int32 words, ones) at the fastest of ``shapes``
     under each of ``timers``: {name: (µs, (words a step, steps, warps))}; every word checked
-    read once."""
+    read once. evict: the loads' L2 eviction policy ("" or "evict_first")."""
     n_words = n_bytes // 4
     x = torch.ones(n_words, dtype=torch.int32, device=device)
     calls, outs = [], []
@@ -61,7 +61,7 @@ def read_floor(n_bytes: int, timers: dict, device="cuda",
         outs.append(torch.empty(grid[0], dtype=torch.int32, device=device))
         calls.append(((block, steps, warps), functools.partial(
             _stream_read_kernel[grid], x, outs[-1], n_words, BLOCK=block, ITERS=steps,
-            num_warps=warps)))
+            EVICT=evict, num_warps=warps)))
     best = _fastest(calls, timers, device)
     for out in outs:
         if out.sum().item() != n_words:
@@ -70,12 +70,12 @@ def read_floor(n_bytes: int, timers: dict, device="cuda",
 
 
 def gather_floor(rows: torch.Tensor, idx: torch.Tensor, timers: dict, device="cuda",
-                 shapes=GATHER_SHAPES) -> dict[str, tuple[float, tuple]]:
+                 shapes=GATHER_SHAPES, evict: str = "") -> dict[str, tuple[float, tuple]]:
     """Every listed row read whole at the fastest of ``shapes`` under each of ``timers``:
     {name: (µs, (rows a step, steps, warps))}. rows: uint8 [pool, row_bytes] (contiguous;
     row_bytes a multiple of 16 and a sum of ≤ 3 powers of two as words — fp8_ds_mla's 656,
     fp8's 576); idx: int32 [lists, width], slots in [0, pool). Each program's sum is checked
-    against the rows' (mod 2³²)."""
+    against the rows' (mod 2³²). evict: as `read_floor`'s."""
     words = rows.view(torch.int32)
     r1, r2, r3 = word_runs(words.shape[1])
     lists, width = idx.shape
@@ -86,7 +86,7 @@ def gather_floor(rows: torch.Tensor, idx: torch.Tensor, timers: dict, device="cu
         outs.append(torch.empty(grid, dtype=torch.int32, device=device))
         calls.append(((n, steps, warps), functools.partial(
             _gather_read_kernel[grid], words, idx, outs[-1], width, R1=r1, R2=r2, R3=r3,
-            ROWS=n, ITERS=steps, num_warps=warps)))
+            ROWS=n, ITERS=steps, EVICT=evict, num_warps=warps)))
     best = _fastest(calls, timers, device)
     for out in outs:
         if (out.sum(dtype=torch.int64).item() - want) % 2**32:

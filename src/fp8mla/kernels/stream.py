@@ -7,14 +7,16 @@ import triton.language as tl
 
 
 @triton.jit
-def _stream_read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
-    """Sum int32 words [pid·BLOCK·ITERS, …) so the loads cannot be elided; one int32 out."""
+def _stream_read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr,
+                        EVICT: tl.constexpr = ""):
+    """Sum int32 words [pid·BLOCK·ITERS, …) so the loads cannot be elided; one int32 out.
+    EVICT: the loads' L2 eviction policy ("" or "evict_first")."""
     pid = tl.program_id(0)
     base = pid.to(tl.int64) * BLOCK * ITERS
     acc = tl.zeros((BLOCK,), tl.int32)
     for i in range(ITERS):
         offs = base + i * BLOCK + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + offs, mask=offs < n_words, other=0)
+        acc += tl.load(x_ptr + offs, mask=offs < n_words, other=0, eviction_policy=EVICT)
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
 
@@ -31,11 +33,12 @@ def word_runs(row_words: int) -> tuple[int, int, int]:
 
 @triton.jit
 def _gather_read_kernel(rows_ptr, idx_ptr, out_ptr, width, R1: tl.constexpr, R2: tl.constexpr,
-                        R3: tl.constexpr, ROWS: tl.constexpr, ITERS: tl.constexpr):
+                        R3: tl.constexpr, ROWS: tl.constexpr, ITERS: tl.constexpr,
+                        EVICT: tl.constexpr = ""):
     """Sum whole rows (int32 words [pool, R1 + R2 + R3], read as the runs `word_runs` gives)
     at the slots listed in idx (int32 [lists, width]); program (list, chunk) takes entries
     [chunk·ROWS·ITERS, …) of its list, ROWS at a time. One int32 out a program, [lists,
-    chunks]."""
+    chunks]. EVICT: the rows' L2 eviction policy ("" or "evict_first")."""
     lst = tl.program_id(0)
     base = tl.program_id(1) * ROWS * ITERS
     r = tl.arange(0, ROWS)
@@ -49,11 +52,14 @@ def _gather_read_kernel(rows_ptr, idx_ptr, out_ptr, width, R1: tl.constexpr, R2:
         ok = e < width
         slot = tl.load(idx_ptr + lst.to(tl.int64) * width + e, mask=ok, other=0)
         row = rows_ptr + slot.to(tl.int64)[:, None] * (R1 + R2 + R3)
-        a1 += tl.load(row + tl.arange(0, R1)[None, :], mask=ok[:, None], other=0)
+        a1 += tl.load(row + tl.arange(0, R1)[None, :], mask=ok[:, None], other=0,
+                      eviction_policy=EVICT)
         if R2 > 0:
-            a2 += tl.load(row + R1 + tl.arange(0, R2)[None, :], mask=ok[:, None], other=0)
+            a2 += tl.load(row + R1 + tl.arange(0, R2)[None, :], mask=ok[:, None], other=0,
+                          eviction_policy=EVICT)
         if R3 > 0:
-            a3 += tl.load(row + R1 + R2 + tl.arange(0, R3)[None, :], mask=ok[:, None], other=0)
+            a3 += tl.load(row + R1 + R2 + tl.arange(0, R3)[None, :], mask=ok[:, None], other=0,
+                          eviction_policy=EVICT)
     total = tl.sum(tl.sum(a1, axis=1), axis=0)
     if R2 > 0:
         total += tl.sum(tl.sum(a2, axis=1), axis=0)
