@@ -148,3 +148,27 @@ def test_word_runs():
     assert word_runs(288) == (256, 32, 0) and word_runs(64) == (64, 0, 0)
     with pytest.raises(ValueError, match="row_words"):
         word_runs(15)  # 8 + 4 + 2 + 1
+
+
+def test_env_info_names_the_tree_it_ran(tmp_path, monkeypatch):
+    # a record's commit is HEAD's, marked +dirty where tracked files differ from it, and
+    # FP8MLA_COMMIT where set (the device machines run a copy whose git state is not its own)
+    import subprocess
+
+    from fp8mla.bench.harness import env_info
+
+    git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True,  # noqa: E731
+                                    capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    head = git("rev-parse", "--short", "HEAD")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FP8MLA_COMMIT", raising=False)
+    (tmp_path / "new.txt").write_text("untracked files do not count")
+    assert env_info()["commit"] == head
+    (tmp_path / "f.txt").write_text("b")
+    assert env_info()["commit"] == head + "+dirty"
+    monkeypatch.setenv("FP8MLA_COMMIT", "abc1234")
+    assert env_info()["commit"] == "abc1234"

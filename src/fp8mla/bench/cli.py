@@ -40,8 +40,9 @@ def _progress(items, desc):
 
 def _print(rec) -> None:
     ratio = f"{rec.TBps / rec.ceiling_TBps:6.1%}" if rec.TBps else "   -  "
+    tflops = f"{rec.TFLOPS:7.1f}" if rec.TFLOPS is not None else "      -"
     print(f"{rec.case:48s} {rec.backend:20s} {rec.us:9.1f} us {rec.TBps or 0:6.2f} TB/s "
-          f"{rec.TFLOPS or 0:7.1f} TFLOPS  {ratio} of ceiling", flush=True)
+          f"{tflops} TFLOPS  {ratio} of ceiling", flush=True)
 
 
 def _sweep(case, fmt, env, ceiling):

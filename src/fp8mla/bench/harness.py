@@ -121,13 +121,21 @@ def announced_ceiling(env: dict[str, str]) -> float:
     return ceiling
 
 
-def env_info() -> dict[str, str]:
-    """GPU name, versions, date and commit for every record."""
+def _git(*args: str) -> str:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False).stdout.strip() or "unknown"
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              check=False).stdout.strip()
     except OSError:
-        commit = "unknown"
+        return ""
+
+
+def env_info() -> dict[str, str]:
+    """GPU name, versions, date and commit for every record: ``FP8MLA_COMMIT`` where set (a
+    copy of a tree whose git state is not its own, as the device machines get), else HEAD,
+    marked ``+dirty`` where tracked files differ from it."""
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    if commit != "unknown" and _git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
     return {
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__, "triton": triton.__version__,
