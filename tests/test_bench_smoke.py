@@ -172,3 +172,19 @@ def test_env_info_names_the_tree_it_ran(tmp_path, monkeypatch):
     assert env_info()["commit"] == head + "+dirty"
     monkeypatch.setenv("FP8MLA_COMMIT", "abc1234")
     assert env_info()["commit"] == "abc1234"
+
+
+def test_bench_prints_each_case_against_its_floor(capsys):
+    # fp8mla's graph replays over the floor of the same case and timer: the floor's time over
+    # fp8mla's (a case without floor rows prints nothing)
+    from fp8mla.bench.cli import _print_floor_ratio
+    from fp8mla.bench.harness import Record
+
+    rec = lambda backend, us: Record(case="c", backend=backend, us=us, TBps=1.0,  # noqa: E731
+                                     TFLOPS=None, ceiling_TBps=4.0, **ENV)
+    _print_floor_ratio([rec("fp8mla_graph", 50.0), rec("fp8mla_graph_cleanL2", 40.0),
+                        rec("gather_floor", 40.0), rec("gather_floor_cleanL2", 30.0)])
+    _print_floor_ratio([rec("fp8mla_graph", 50.0)])
+    lines = capsys.readouterr().out.split("\n")
+    assert [ln.split()[-6:] for ln in lines if ln] == [
+        ["at", "80%", "of", "the", "floor's", "rate"], ["at", "75%", "of", "the", "floor's", "rate"]]

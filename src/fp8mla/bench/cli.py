@@ -45,6 +45,18 @@ def _print(rec) -> None:
           f"{tflops} TFLOPS  {ratio} of ceiling", flush=True)
 
 
+def _print_floor_ratio(records) -> None:
+    """One case's fp8mla graph replays against its floor under the same timer: "at N% of the
+    floor's rate" (the floor's time over fp8mla's), where the case has floor rows."""
+    times = {r.backend: r.us for r in records}
+    for timer in ("", "_cleanL2"):
+        floor = times.get(f"read_floor{timer}") or times.get(f"gather_floor{timer}")
+        us = times.get(f"fp8mla_graph{timer}")
+        if floor and us:
+            print(f"{'':48s} fp8mla_graph{timer} at {floor / us:.0%} of the floor's rate",
+                  flush=True)
+
+
 def _sweep(case, fmt, env, ceiling):
     from fp8mla.bench.decode import run_case
     from fp8mla.bench.harness import by_backend
@@ -92,9 +104,11 @@ def run(args) -> int:
     formats = [f for f in args.formats.split(",") if f]
     jobs = [(c, f) for f in formats for c in DECODE_CASES] if args.cases == "all" else []
     for case, fmt in _progress(jobs, "decode"):
-        for rec in run_case(case, fmt, env, ceiling, floor=True):
+        recs = run_case(case, fmt, env, ceiling, floor=True)
+        for rec in recs:
             records.append(rec)
             _print(rec)
+        _print_floor_ratio(recs)
         if args.sweep and case.heads < 64:
             sweep_rows += _sweep(case, fmt, env, ceiling)
     for rec in run_case(POOL_CASE, "fp8", env, ceiling,
@@ -117,9 +131,11 @@ def _run_sparse(args, env, ceiling, path) -> int:
 
     records = []
     for batch, heads, topk, s_q in _progress(SPARSE_CASES, "sparse"):
-        for rec in run_sparse(batch, heads, topk, s_q, env, ceiling, floor=True):
+        recs = run_sparse(batch, heads, topk, s_q, env, ceiling, floor=True)
+        for rec in recs:
             records.append(rec)
             _print(rec)
+        _print_floor_ratio(recs)
     for rec in run_indexer_topk(env, ceiling):
         records.append(rec)
         _print(rec)
