@@ -77,6 +77,11 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # (h200-20261203-s27-346f864-lazy-flush-ab.json): level — B=64 × 8K × 16 102.1 / 98.2 and
 # 102.7 / 98.7 against 101.8 / 98.4 and 102.5 / 99.0; × 8 heads, B=1 × 128K and s_q 2 × 8
 # within 0.3 / 0.6.
+# Session 28: B=1 × 128K at the scheduler's splits against `MAX_SPLITS` 128 (one program per
+# SM; a scratch script setting this module's ARMS and CASES), h200-20261203-s28-d50327d-half-
+# splits-flush-ab.json: fp8 × 8 heads 37.6 / 33.1 and 37.8 / 33.1 against 38.6 / 32.0 and
+# 39.3 / 32.3 (do_bench favours it, a clean L2 does not), fp8_ds_mla 51.3 / 47.9 against 44.7 /
+# 36.7, fp8 × 16 heads 43.6 / 41.9 against 42.2 / 40.6, bf16 level — the scheduler stays.
 QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
 ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
