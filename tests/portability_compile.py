@@ -304,7 +304,7 @@ def sparse_sm90_compile(direct=False):
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
 
 
-def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, spread=None):
+def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
     """The Gluon SM90 sparse kernel of ≤ 8-row programs over fp8_ds_mla index lists
     (`fp8mla.kernels.decode_sm90_mma8_sparse`) for sm_90, with ``stages`` ring stages (the
     launcher's default where None); None where this Triton has no (such) Gluon."""
@@ -323,8 +323,7 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, spread=Non
     return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
         "DIRECT": direct, "HEADS": heads,
         "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES,
-        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8,
-        "SPREAD": decode_mod.SPARSE_SM90_MMA8_SPREAD if spread is None else spread},
+        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
 
 

@@ -118,9 +118,6 @@ SPARSE_SM90_MMA8_STAGES = 2
 # 47.9, B=128 × 8 73.2 against 73.6, s_q 2 × 4 heads 70.9 against 70.3), though it needs 161
 # registers instead of 234. The GPU tests run it forced on
 SPARSE_SM90_MMA8_QK8 = False
-# (experiment, session 28) the next tile's gather issued as five pieces between this tile's
-# score chains instead of at once after the tile's first barrier (not with QK8)
-SPARSE_SM90_MMA8_SPREAD = False
 # the same tile for dense plans of fp8_ds_mla pages, s_q × heads ≤ 8, pages of ≥ 64 tokens
 # (`fp8mla.kernels.decode_sm90_mma8_ds`: each tile two TMA boxes into a ring of
 # `SM90_MMA8_DS_STAGES` stages). H200, ABAB against the Triton kernel: B=1 × 128K × 8 heads
@@ -774,8 +771,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
-                QK8=self.qk8, SPREAD=SPARSE_SM90_MMA8_SPREAD and not self.qk8,
-                num_warps=km.NUM_WARPS)
+                QK8=self.qk8, num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_narrow as kn  # lengths

@@ -115,29 +115,16 @@ if AVAILABLE:
         warp_bases=[[8, 0], [16, 0]], block_bases=[], shape=[32, 16]))
 
     @gluon.jit
-    def _gather_rows(u8_ptr, slot):
-        """The [64, 128] pointers of a tile's rows (``slot``) that `_gather_part` copies from."""
-        c = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER))
-        return u8_ptr + slot.to(gl.int64)[:, None] * 656 + c[None, :]
-
-    @gluon.jit
-    def _gather_part(lat_buf, rope_buf, stage, row, ok, k: gl.constexpr):
-        """cp.async of piece ``k`` of a tile's rows (``row``: `_gather_rows`, where ``ok``;
-        zeros elsewhere) into ring stage ``stage``: k < 4 the latent's 128-byte chunk k
-        (chunk-major, [4 · 64, 128] bytes), k = 4 the bf16 rope's 128 bytes."""
-        if k < 4:
-            _cp_async(lat_buf.index(stage).slice(k * BN, BN, dim=0), row + k * 128,
-                      mask=ok[:, None])
-        else:
-            _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
-
-    @gluon.jit
     def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok):
         """cp.async of one tile's rows (``slot`` where ``ok``; zeros elsewhere) into ring stage
-        ``stage`` (`_gather_part`'s five pieces); one commit group."""
-        row = _gather_rows(u8_ptr, slot)
-        for k in gl.static_range(5):
-            _gather_part(lat_buf, rope_buf, stage, row, ok, k)
+        ``stage``: the latent's four 128-byte chunks chunk-major ([4 · 64, 128] bytes), the
+        bf16 rope's 128 bytes; one commit group."""
+        c = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER))
+        row = u8_ptr + slot.to(gl.int64)[:, None] * 656 + c[None, :]
+        lat = lat_buf.index(stage)
+        for k in gl.static_range(4):
+            _cp_async(lat.slice(k * BN, BN, dim=0), row + k * 128, mask=ok[:, None])
+        _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
         async_copy.commit_group()
 
     @gluon.jit
@@ -272,11 +259,6 @@ if AVAILABLE:
             s = _scaled_scores(kw, qs, sc2, 2, s, WIDE)
             s = _scaled_scores(kw, qs, sc3, 3, s, WIDE)
             s = mma_v2(_view(rope, gl.bfloat16, [BN, 64], SH16).load(KA), q_rope, s)
-        return _online_softmax(s, visible, qk_scale, m_i, l_acc)
-
-    @gluon.jit
-    def _online_softmax(s, visible, qk_scale, m_i, l_acc):
-        """`_tile_softmax`'s second half over a tile's raw scores ``s``."""
         s = gl.where(visible, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=0))
         m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
@@ -330,7 +312,6 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
-        SPREAD: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -374,35 +355,14 @@ if AVAILABLE:
             if QK8:
                 fence_async_shared()  # ... before the wgmma (the async proxy) reads them
             _cta_barrier()  # everyone's; every warp past tile i − 1: its stage is free
-            if SPREAD:  # the next tile's five copies between this tile's score chains
-                nxt = (i + NS - 1) % NS
-                row_g = _gather_rows(u8_ptr, slot_g)
-                kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
-                s = gl.zeros([BN, NR], gl.float32, layout=MMA)
-                _gather_part(lat_buf, rope_buf, nxt, row_g, ok_g, 0)
-                s = _scaled_scores(kw, qs, sc0, 0, s, False)
-                _gather_part(lat_buf, rope_buf, nxt, row_g, ok_g, 1)
-                s = _scaled_scores(kw, qs, sc1, 1, s, False)
-                _gather_part(lat_buf, rope_buf, nxt, row_g, ok_g, 2)
-                s = _scaled_scores(kw, qs, sc2, 2, s, False)
-                _gather_part(lat_buf, rope_buf, nxt, row_g, ok_g, 3)
-                s = _scaled_scores(kw, qs, sc3, 3, s, False)
-                _gather_part(lat_buf, rope_buf, nxt, row_g, ok_g, 4)
-                async_copy.commit_group()
-                s = mma_v2(_view(rope_buf.index(stage), gl.bfloat16, [BN, 64], SH16).load(KA),
-                           q_rope, s)
-                slot_g, ok_g = _entries(list_row, start + (i + NS) * BN + tg, end, num_slots)
-                keep_n, sn0, sn1, sn2, sn3 = _tile_entries(
-                    list_row, f32_ptr, start + (i + 1) * BN + tm, end, num_slots)
-                p, alpha, m_i, l_acc = _online_softmax(s, keep[:, None], qk_scale, m_i, l_acc)
-            else:
-                _gather(u8_ptr, lat_buf, rope_buf, (i + NS - 1) % NS, slot_g, ok_g)
-                slot_g, ok_g = _entries(list_row, start + (i + NS) * BN + tg, end, num_slots)
-                keep_n, sn0, sn1, sn2, sn3 = _tile_entries(
-                    list_row, f32_ptr, start + (i + 1) * BN + tm, end, num_slots)
-                p, alpha, m_i, l_acc = _tile_softmax(
-                    lat_buf.index(stage), rope_buf.index(stage), qs, q_rope, sc0, sc1, sc2,
-                    sc3, keep[:, None], qk_scale, m_i, l_acc, False, q_inv, QK8)
+            _gather(u8_ptr, lat_buf, rope_buf, (i + NS - 1) % NS, slot_g, ok_g)
+            slot_g, ok_g = _entries(list_row, start + (i + NS) * BN + tg, end, num_slots)
+            keep_n, sn0, sn1, sn2, sn3 = _tile_entries(list_row, f32_ptr,
+                                                       start + (i + 1) * BN + tm, end, num_slots)
+
+            p, alpha, m_i, l_acc = _tile_softmax(lat_buf.index(stage), rope_buf.index(stage),
+                                                 qs, q_rope, sc0, sc1, sc2, sc3, keep[:, None],
+                                                 qk_scale, m_i, l_acc, False, q_inv, QK8)
             _store_p(p_s, 0, p, sc0, sc1, sc2, sc3)
             _cta_barrier()  # P is whole (and read before the next tile's barrier)
             acc0, acc1, acc2, acc3 = _tile_pv(lat_buf.index(stage), p_s, 0, alpha, acc0, acc1,
