@@ -82,6 +82,11 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # splits-flush-ab.json: fp8 × 8 heads 37.6 / 33.1 and 37.8 / 33.1 against 38.6 / 32.0 and
 # 39.3 / 32.3 (do_bench favours it, a clean L2 does not), fp8_ds_mla 51.3 / 47.9 against 44.7 /
 # 36.7, fp8 × 16 heads 43.6 / 41.9 against 42.2 / 40.6, bf16 level — the scheduler stays.
+# Then the sparse ≤ 8-row kernel's next-tile gather in five pieces between the tile's score
+# chains (an experiment at e64b432, since removed) against at once after the tile's barrier,
+# h200-20261203-s28-e64b432-spread-flush-ab.json: B=64 × 8 heads 46.4 / 41.8 and 46.3 / 41.7
+# against 47.0 / 41.2 and 47.8 / 41.6, B=128 × 8 72.2 / 68.6 against 72.7 / 66.9, s_q 2 × 4
+# heads 68.8 / 65.4 against 69.7 / 63.4 — faster under do_bench, slower clean: not kept.
 QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
 ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),

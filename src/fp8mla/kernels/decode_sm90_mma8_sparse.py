@@ -42,7 +42,12 @@ copy op, four P allocations: 430bef4, session 26) the H200 measured level (B=64 
 40.9 µs against 46.9 / 40.8; h200-20261203-s26-barriers-flush-ab.json), so they stay. Nsight
 Compute at B=64 × 8 heads (h200-20261203-s26-7542535-ncu-source-sparse-B64-H8): DRAM at 52% of
 peak; the loop's stall samples spread over fixed-latency waits (17%), the MIO queue (11%),
-the gathers (10%) and shared-memory loads (8%) with two 4-warp programs per SM.
+the gathers (10%) and shared-memory loads (8%) with two 4-warp programs per SM. Issuing the
+next tile's five copy pieces one between each of the tile's score chains instead of at once
+(e64b432, session 28) measured faster under do_bench and slower with a clean L2 (B=64 × 8 heads
+46.4 / 41.8 µs against 47.0 / 41.2; h200-20261203-s28-e64b432-spread-flush-ab.json): not kept.
+Over a pool the L2 holds the kernel takes ~37 µs at B=64 × 8 (h200-20261203-s28-4ce9e7d-
+l2-pool-sparse.log): its own tile chain, not the gathers, is most of the time.
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE
