@@ -9,8 +9,9 @@ included, which the whole-GPU ceiling (`harness.read_ceiling_tbps`, 4 GiB stream
   nothing else (sparse decode: 656-byte rows at random slots).
 
 Each times a few program shapes and keeps the fastest per timer; `benchmarks/launch_costs.py
---floors` sweeps more. H200 (session 28, h200-20261203-s28-4ce9e7d-floors.json): streaming
-fastest at 4096 words a program for all three target sizes, gathering at 32 rows × 4 warps.
+--floors` sweeps more. H200 (session 28, h200-20261203-s28-8eb75ea-floors.json): streaming
+fastest at 4096 words a program for all three target sizes, gathering at 16 rows × 2 warps
+(do_bench) or 32 rows × 4 warps (clean L2) — both in `GATHER_SHAPES`.
 """
 
 from __future__ import annotations
