@@ -47,13 +47,13 @@ def _print(rec) -> None:
 
 def _print_floor_ratio(records) -> None:
     """One case's fp8mla graph replays against its floor under the same timer: "at N% of the
-    floor's rate" (the floor's time over fp8mla's), where the case has floor rows."""
-    times = {r.backend: r.us for r in records}
+    floor's rate" (each TB/s on the bytes it moves), where the case has floor rows."""
+    rates = {r.backend: r.TBps for r in records}
     for timer in ("", "_cleanL2"):
-        floor = times.get(f"read_floor{timer}") or times.get(f"gather_floor{timer}")
-        us = times.get(f"fp8mla_graph{timer}")
-        if floor and us:
-            print(f"{'':48s} fp8mla_graph{timer} at {floor / us:.0%} of the floor's rate",
+        floor = rates.get(f"read_floor{timer}") or rates.get(f"gather_floor{timer}")
+        tbps = rates.get(f"fp8mla_graph{timer}")
+        if floor and tbps:
+            print(f"{'':48s} fp8mla_graph{timer} at {tbps / floor:.0%} of the floor's rate",
                   flush=True)
 
 

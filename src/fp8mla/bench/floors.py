@@ -10,8 +10,8 @@ included, which the whole-GPU ceiling (`harness.read_ceiling_tbps`, 4 GiB stream
 
 Each times a few program shapes and keeps the fastest per timer; `benchmarks/launch_costs.py
 --floors` sweeps more. H200 (session 28, h200-20261203-s28-8eb75ea-floors.json): streaming
-fastest at 4096 words a program for all three target sizes, gathering at 16 rows × 2 warps
-(do_bench) or 32 rows × 4 warps (clean L2) — both in `GATHER_SHAPES`.
+fastest at 4096 words a program (× 4 steps for 302 MB with a clean L2, by 0.1 µs), gathering
+at 16 rows × 2 warps (do_bench) or 32 rows × 4 warps (clean L2) — all in the shapes below.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel, word
 
 __all__ = ["STREAM_SHAPES", "GATHER_SHAPES", "read_floor", "gather_floor", "floor_note"]
 
-STREAM_SHAPES = ((4096, 1, 8), (4096, 2, 8))  # (words a step, steps a program, warps)
+STREAM_SHAPES = ((4096, 1, 8), (4096, 2, 8), (4096, 4, 8))  # (words a step, steps, warps)
 GATHER_SHAPES = ((32, 1, 4), (16, 1, 2), (64, 1, 4))  # (rows a step, steps a program, warps)
 
 
@@ -52,8 +52,8 @@ def _fastest(calls, timers: dict, device) -> dict[str, tuple[float, tuple]]:
 def read_floor(n_bytes: int, timers: dict, device="cuda", shapes=STREAM_SHAPES,
                evict: str = "") -> dict[str, tuple[float, tuple]]:
     """The streaming read of ``n_bytes`` (int32 words, ones) at the fastest of ``shapes``
-    under each of ``timers``: {name: (µs, (words a step, steps, warps))}; every word checked
-    read once. evict: the loads' L2 eviction policy ("" or "evict_first")."""
+    under each of ``timers``: {name: (µs, (words a step, steps, warps))}; each program's count
+    of words read checked. evict: the loads' L2 eviction policy ("" or "evict_first")."""
     n_words = n_bytes // 4
     x = torch.ones(n_words, dtype=torch.int32, device=device)
     calls, outs = [], []
@@ -64,9 +64,10 @@ def read_floor(n_bytes: int, timers: dict, device="cuda", shapes=STREAM_SHAPES,
             _stream_read_kernel[grid], x, outs[-1], n_words, BLOCK=block, ITERS=steps,
             EVICT=evict, num_warps=warps)))
     best = _fastest(calls, timers, device)
-    for out in outs:
-        if out.sum().item() != n_words:
-            raise RuntimeError(f"read floor: summed {out.sum().item()} words of {n_words}")
+    for (block, steps, _), out in zip(shapes, outs, strict=True):
+        start = torch.arange(out.shape[0], device=device) * (block * steps)
+        if not torch.equal(out, (n_words - start).clamp(max=block * steps).to(torch.int32)):
+            raise RuntimeError("read floor: a program did not read its words once")
     return best
 
 
@@ -76,11 +77,12 @@ def gather_floor(rows: torch.Tensor, idx: torch.Tensor, timers: dict, device="cu
     {name: (µs, (rows a step, steps, warps))}. rows: uint8 [pool, row_bytes] (contiguous;
     row_bytes a multiple of 16 and a sum of ≤ 3 powers of two as words — fp8_ds_mla's 656,
     fp8's 576); idx: int32 [lists, width], slots in [0, pool). Each program's sum is checked
-    against the rows' (mod 2³²). evict: as `read_floor`'s."""
+    against its rows' (mod 2³²). Only the rows are read (a sparse case's q and out are not).
+    evict: as `read_floor`'s."""
     words = rows.view(torch.int32)
     r1, r2, r3 = word_runs(words.shape[1])
     lists, width = idx.shape
-    want = words.sum(dim=1, dtype=torch.int64)[idx.long()].sum().item()
+    listed = words.sum(dim=1, dtype=torch.int64)[idx.long()]  # [lists, width]
     calls, outs = [], []
     for n, steps, warps in shapes:
         grid = (lists, triton.cdiv(width, n * steps))
@@ -89,7 +91,10 @@ def gather_floor(rows: torch.Tensor, idx: torch.Tensor, timers: dict, device="cu
             _gather_read_kernel[grid], words, idx, outs[-1], width, R1=r1, R2=r2, R3=r3,
             ROWS=n, ITERS=steps, EVICT=evict, num_warps=warps)))
     best = _fastest(calls, timers, device)
-    for out in outs:
-        if (out.sum(dtype=torch.int64).item() - want) % 2**32:
-            raise RuntimeError("gather floor: the rows read do not sum to the listed rows'")
+    for (n, steps, _), out in zip(shapes, outs, strict=True):
+        chunk = n * steps
+        want = torch.nn.functional.pad(listed, (0, out.shape[1] * chunk - width))
+        want = want.view(lists, out.shape[1], chunk).sum(dim=2)
+        if torch.any((out.long() - want) % 2**32 != 0):
+            raise RuntimeError("gather floor: a program's rows do not sum to its listed rows'")
     return best

@@ -133,13 +133,15 @@ def env_info() -> dict[str, str]:
     """GPU name, versions, date and commit for every record: ``FP8MLA_COMMIT`` where set (a
     copy of a tree whose git state is not its own, as the device machines get), else HEAD,
     marked ``+dirty`` where tracked files differ from it."""
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    if commit != "unknown" and _git("status", "--porcelain", "--untracked-files=no"):
-        commit += "+dirty"
+    commit = os.environ.get("FP8MLA_COMMIT")
+    if not commit:
+        commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+        if commit != "unknown" and _git("status", "--porcelain", "--untracked-files=no"):
+            commit += "+dirty"
     return {
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__, "triton": triton.__version__,
-        "date": datetime.date.today().isoformat(), "commit": os.environ.get("FP8MLA_COMMIT", commit),
+        "date": datetime.date.today().isoformat(), "commit": commit,
     }
 
 

@@ -112,7 +112,7 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
     graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py).
     floor: also the gather floor of the same rows and lists (`floors.gather_floor`; backends
-    ``gather_floor``, ``gather_floor_cleanL2``: the bytes counted as fp8mla's)."""
+    ``gather_floor``, ``gather_floor_cleanL2``; TB/s on the rows it reads, q and out not)."""
     case, plan, fn, rows, idx = _checked_problem(batch, heads, topk, s_q, fmt_name, device,
                                                  pool_tokens, config, num_splits)
     replay = _timed(fn, device)
@@ -129,9 +129,10 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
         timers = {"gather_floor": time_us}
         if cuda:
             timers["gather_floor_cleanL2"] = time_us_clean_l2
+        listed = batch * s_q * topk * plan.fmt.row_bytes
         for name, (us, shape) in gather_floor(rows, idx, timers, device).items():
-            records.append(_record(case, name, us, moved, None, ceiling, env,
-                                   note=floor_note(shape, "rows")))
+            records.append(_record(case, name, us, listed, None, ceiling, env,
+                                   note=floor_note(shape, "rows") + " (rows only)"))
     return records
 
 
