@@ -188,3 +188,25 @@ def test_bench_prints_each_case_against_its_floor(capsys):
     lines = capsys.readouterr().out.split("\n")
     assert [ln.split()[-6:] for ln in lines if ln] == [
         ["at", "80%", "of", "the", "floor's", "rate"], ["at", "75%", "of", "the", "floor's", "rate"]]
+
+
+def test_floors_reject_bad_arguments_by_name():
+    # the floors' inputs checked before anything launches, each error naming its argument
+    from fp8mla.bench.floors import gather_floor, read_floor
+
+    rows = torch.zeros(8, 656, dtype=torch.uint8)
+    idx = torch.zeros(2, 4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="n_bytes: expected a multiple of 4"):
+        read_floor(1002, {}, "cpu")
+    with pytest.raises(ValueError, match="evict: expected"):
+        read_floor(1000, {}, "cpu", evict="evict_last")
+    with pytest.raises(TypeError, match="rows: expected dtype uint8"):
+        gather_floor(rows.view(torch.int32), idx, {}, "cpu")
+    with pytest.raises(ValueError, match="rows: expected contiguous rows of a multiple of 16"):
+        gather_floor(rows[:, :600], idx, {}, "cpu")
+    with pytest.raises(TypeError, match="idx: expected dtype int32"):
+        gather_floor(rows, idx.long(), {}, "cpu")
+    with pytest.raises(ValueError, match=r"idx: expected slots in \[0, 8\), got -1"):
+        gather_floor(rows, idx - 1, {}, "cpu")
+    with pytest.raises(ValueError, match="evict: expected"):
+        gather_floor(rows, idx, {}, "cpu", evict="first")

@@ -21,6 +21,7 @@ import functools
 import torch
 import triton
 
+from fp8mla._checks import check_int, check_tensor
 from fp8mla.bench.harness import graphed
 from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel, word_runs
 
@@ -34,6 +35,14 @@ def floor_note(shape: tuple, unit: str) -> str:
     """A floor record's note: the program shape that was fastest (``unit``: words or rows)."""
     n, steps, warps = shape
     return f"program={n} {unit} x {steps} steps, {warps} warps"
+
+
+EVICT_POLICIES = ("", "evict_first")
+
+
+def _check_evict(evict: object) -> None:
+    if evict not in EVICT_POLICIES:
+        raise ValueError(f"evict: expected one of {EVICT_POLICIES}, got {evict!r}")
 
 
 def _fastest(calls, timers: dict, device) -> dict[str, tuple[float, tuple]]:
@@ -54,6 +63,10 @@ def read_floor(n_bytes: int, timers: dict, device="cuda", shapes=STREAM_SHAPES,
     """The streaming read of ``n_bytes`` (int32 words, ones) at the fastest of ``shapes``
     under each of ``timers``: {name: (µs, (words a step, steps, warps))}; each program's count
     of words read checked. evict: the loads' L2 eviction policy ("" or "evict_first")."""
+    check_int("n_bytes", n_bytes, lo=4)
+    if n_bytes % 4:
+        raise ValueError(f"n_bytes: expected a multiple of 4 (int32 words), got {n_bytes}")
+    _check_evict(evict)
     n_words = n_bytes // 4
     x = torch.ones(n_words, dtype=torch.int32, device=device)
     calls, outs = [], []
@@ -79,6 +92,15 @@ def gather_floor(rows: torch.Tensor, idx: torch.Tensor, timers: dict, device="cu
     fp8's 576); idx: int32 [lists, width], slots in [0, pool). Each program's sum is checked
     against its rows' (mod 2³²). Only the rows are read (a sparse case's q and out are not).
     evict: as `read_floor`'s."""
+    check_tensor("rows", rows, dtype=torch.uint8, ndim=2)
+    if rows.shape[1] % 16 or not rows.is_contiguous():
+        raise ValueError(f"rows: expected contiguous rows of a multiple of 16 bytes, got "
+                         f"{rows.shape[1]} bytes, strides {rows.stride()}")
+    check_tensor("idx", idx, dtype=torch.int32, ndim=2)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= rows.shape[0]):
+        raise ValueError(f"idx: expected slots in [0, {rows.shape[0]}), got "
+                         f"{int(idx.min())}…{int(idx.max())}")
+    _check_evict(evict)
     words = rows.view(torch.int32)
     r1, r2, r3 = word_runs(words.shape[1])
     lists, width = idx.shape
