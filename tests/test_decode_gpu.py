@@ -253,6 +253,36 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
+    (16, 1, [8192, 1, 4097, 0, 130], 64, None),
+    (16, 1, [131072], 64, None),  # one long request: every SM
+    (16, 1, [70000, 5], 128, 2),  # one program a request, many tiles through the ring
+    (8, 2, [3000, 63, 64], 64, None),  # causal among s_q queries
+    (4, 4, [1000, 65, 0], 256, 4),
+    (13, 1, [0, 70, 64], 64, 2),  # one tile: the second group has none
+    (9, 1, [65, 1, 200], 64, None),
+    (5, 3, [129, 20000], 64, 6),
+])
+def test_sm90_pair_kernel_matches_reference(heads, s_q, lens, page_size, splits, monkeypatch):
+    """fp8 plans of 9–16 query rows on the wide form by two warp groups a program
+    (`SM90_MMA16_PAIR`; each group's alternate tiles a split's partial): odd row counts, causal
+    s_q > 1, lengths around a tile, requests of one tile (the second group attends nothing) and
+    none, pages of 64–256, forced (even) split counts, NaN page tails."""
+    _mma16_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
+    assert plan.kernel == "pair" and plan.num_splits % 2 == 0
+
+
+def test_sm90_pair_kernel_in_a_graph_and_second_pool(monkeypatch):
+    """The two-group wide form captured once and replayed with new lengths and contents; one
+    plan over two pools in turn."""
+    _mma16_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
+    assert _graph_replays("fp8", heads=16).kernel == "pair"
+    assert _second_pool(heads=16).kernel == "pair"
+
+
 @pytest.mark.parametrize("fmt,policy,heads", [("fp8", None, 8), ("fp8", None, 16),
                                               ("fp8_ds_mla", "pow2", 8),
                                               ("fp8_ds_mla", "fp32", 16)])

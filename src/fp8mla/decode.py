@@ -165,6 +165,9 @@ SM90_MMA16_DS_HEAD_BLOCKS = True
 SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
+# the fp8 wide form as one program an SM of two warp groups taking alternate tiles of one ring
+# (`fp8mla.kernels.decode_sm90_pair`; each group's state a split's partial)
+SM90_MMA16_PAIR = False
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
 # ring's e4m3 bytes are its A operand as the TMA wrote them, q split once per program into two
 # e4m3 halves (exact for bf16 q inside e4m3's exponent range: elements within ~2^13 of the
@@ -392,12 +395,16 @@ class DecodePlan:
         # the plan: `_mma8_schedule`)
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
+        # the fp8 wide form by two warp groups a program (`decode_sm90_pair`): a split's
+        # partial a group, so an even number of them
+        self.pair = (self.mma8 and self.fmt.name == "fp8" and self.mma_rows == 16
+                     and SM90_MMA16_PAIR and (num_splits is None or num_splits % 2 == 0))
         self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
-                                                  self._tile_tokens()))
+                                                  self._tile_tokens()) * (2 if self.pair else 1))
         # the ≤ 16-row kernel's first product as FP8 wgmma (`_qk8`)
-        self.qk8 = self.mma8 and self._qk8(max_seqlen, fp8_scores)
+        self.qk8 = self.mma8 and not self.pair and self._qk8(max_seqlen, fp8_scores)
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
@@ -422,7 +429,7 @@ class DecodePlan:
         and fp8_ds_mla), "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
         (`_mla_decode_kernel`)."""
         if self.mma8:
-            return "mma8" if self.mma_rows == 8 else "mma16"
+            return "mma8" if self.mma_rows == 8 else ("pair" if self.pair else "mma16")
         if self.narrow:
             return "narrow"
         return "sm90" if self.sm90 else "triton"
@@ -667,6 +674,10 @@ class DecodePlan:
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
             return rows, SM90_MMA8_DS_STAGES, kd.programs_per_sm(SM90_MMA8_DS_STAGES, rows)
+        if rows == k8.WIDE_ROWS and SM90_MMA16_PAIR:
+            from fp8mla.kernels import decode_sm90_pair as kp
+
+            return rows, kp.STAGES, 1
         stages = mma8_stages(rows)
         return rows, stages, k8.programs_per_sm(rows, stages)
 
@@ -821,6 +832,19 @@ class DecodePlan:
                 DIRECT=direct, S_Q=self.s_q, HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
                 num_warps=kd.NUM_WARPS)
+            return
+        if self.pair:
+            from fp8mla.kernels import decode_sm90_pair as kp
+
+            kp._mla_decode_pair_kernel[(self.batch, self.num_splits // 2)](
+                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
+                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
+                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
+                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1),
+                S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal, NS=self.ring_stages,
+                num_warps=kp.GROUP_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8

@@ -1,0 +1,207 @@
+"""SM90 dense fp8 decode for programs of 9–16 query rows (the wide form of
+`decode_sm90_mma8`) as one program an SM of two warp groups that take alternate tiles from one
+shared ring (warp specialization: a default and a worker partition of 4 warps each).
+
+Why: two independent 4-warp programs an SM do not share it evenly — the one the block scheduler
+placed second leaves ~9 µs after the first at B=64 × 8K × 16 heads, and those last µs run on
+SMs left with one program (`benchmarks/timeline.py`, BENCHMARKS.md session 23). Here the two
+groups are tied through the ring: a group, starting its tile i (i ≥ 2), refills the stage of
+its tile i − 2 with tile i − 2 + NS, and with an odd NS that tile is the other group's — a
+group can run ahead of the other by no more than the ring holds, so both end together.
+
+Each group keeps its own online-softmax state over its tiles and writes it as a split's
+partial (split 2p + g of program p, group g), merged by `_combine_splits_kernel` like any
+other. Per tile a group does what the wide form's program does (`decode_sm90_mma8`: K · qᵀ by
+mma.sync with qᵀ from shared memory, P through shared memory, Vᵀ · Pᵀ), its CTA barriers
+the partition's own (named barriers of 128 threads).
+
+The ring's barriers see two consumers: a stage's uses alternate between the groups, so a group
+at tile i may find the stage's barrier one phase behind tile i − NS (the other group's, not
+yet landed) — a bare parity wait for tile i would pass on tile i − 2NS's completed phase. Each
+wait therefore first waits for tile i − NS's phase, then for tile i's: a group at tile i has
+consumed tile i − 2NS itself and no copy past tile i is issued before it consumes tile i, so
+after the first wait the barrier's pending phase is tile i's.
+"""
+
+from fp8mla.kernels.decode_sm90 import AVAILABLE
+
+STAGES = 5  # ring stages shared by the two groups (odd: the groups' tiles alternate per stage)
+GROUP_WARPS = 4  # warps a group (the kernel's num_warps: the default partition's)
+WORKER_REGS = 232  # registers a thread of the worker partition
+
+if AVAILABLE:
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+    from fp8mla.kernels.decode_sm90 import (
+        LOG2E,
+        _cta_barrier,
+        _split_range,
+        _tile_row,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+    )
+    from fp8mla.kernels.decode_sm90_mma8 import (
+        BN,
+        K_WORDS,
+        KA,
+        MMA,
+        P_SHARED_WIDE,
+        Q_WIDE_LANES_LAT,
+        Q_WIDE_LANES_ROPE,
+        Q_WIDE_STORE_LAT,
+        Q_WIDE_STORE_ROPE,
+        QB,
+        R_WORDS,
+        V_WORDS,
+        _f16_lanes,
+        _fresh_state,
+        _issue,
+        _last_positions,
+        _q_lanes,
+        _q_rows,
+        _scores_chunk,
+        _view,
+        _write_rows,
+    )
+
+    @gluon.jit
+    def _group(g, lat_desc, rope_desc, lat_buf, rope_buf, bars, p_s, q_lat, q_rope, bt_row,
+               seqlen, start, end, n_tiles, page_shift, qk_scale, kv_mult, b, psplit,
+               out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+               stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
+               num_heads, num_splits, S_Q: gl.constexpr, HEADS: gl.constexpr,
+               CAUSAL: gl.constexpr, NS: gl.constexpr):
+        """Group ``g``'s tiles g, g + 2, … of the program's chunk, its partial written as split
+        2 · psplit + g."""
+        R: gl.constexpr = 16
+        lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
+        rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
+        if CAUSAL:  # the last position every row sees
+            last_all = gl.minimum(end - 1, seqlen - S_Q)
+        else:
+            last_all = end - 1
+        tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))
+        m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
+        # the pool row of this group's first refill (tile g + NS, issued at its tile g + 2)
+        row_next = _tile_row(bt_row, start + (g + NS) * BN, end, page_shift)
+        n_mine = (n_tiles - g + 1) // 2
+        for j in range(n_mine):
+            i = g + 2 * j
+            n0 = start + i * BN
+            stage = i % NS
+            if j > 0:  # every warp of the group is past tile i − 2: refill its stage
+                fence_async_shared()
+                _cta_barrier()
+                nxt = i - 2 + NS
+                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
+                       nxt < n_tiles, 512)
+                row_next = _tile_row(bt_row, start + (nxt + 2) * BN, end, page_shift)
+            bar = bars.index(stage)
+            mbarrier.wait(bar, ((i // NS) & 1) ^ 1)  # tile i − NS's phase (module docstring)
+            mbarrier.wait(bar, (i // NS) & 1)
+            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
+            rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
+            s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
+            s1, s2, s3 = s0, s0, s0
+            for c in gl.static_range(4):
+                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA),
+                                               _q_lanes(lanes, 0, 32 * c, 32, 128),
+                                               s0, s1, s2, s3)
+            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), _q_lanes(rope_lanes, 0, 0, 16, 16),
+                                           s0, s1, s2, s3)
+            s = (s0 + s1) + (s2 + s3)
+            if n0 + BN - 1 <= last_all:
+                s = s * qk_scale
+            else:
+                s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=0))
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+            p = gl.exp2(s - m_ref[None, :])
+            alpha1 = gl.exp2(m_i - m_ref)
+            alpha = alpha1[None, :]
+            l_acc = l_acc * alpha + p
+            m_i = m_new
+            p_buf = p_s.index(2 * g + j % 2)
+            p_buf.store(p.to(gl.float16))
+            _cta_barrier()  # P is whole
+            if gl.min(alpha1, axis=0) < 1.0:
+                acc0 = acc0 * alpha
+                acc1 = acc1 * alpha
+                acc2 = acc2 * alpha
+                acc3 = acc3 * alpha
+            vw = _view(lat_buf.index(stage), gl.int32, [128, BN], V_WORDS)
+            for kc in gl.static_range(4):
+                v = vw.slice(kc * 16, 16, dim=1).load(KA)
+                if n0 + BN > end:
+                    v = gl.where((n0 + kc * 16 + tv)[None, :] < end, v, 0)
+                v0, v1, v2, v3 = _f16_lanes(v)
+                pk = p_buf.slice(kc * 16, 16, dim=0).load(QB)
+                acc0 = mma_v2(v0, pk, acc0)
+                acc1 = mma_v2(v1, pk, acc1)
+                acc2 = mma_v2(v2, pk, acc2)
+                acc3 = mma_v2(v3, pk, acc3)
+        _write_rows(acc0, acc1, acc2, acc3, 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA)),
+                    1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, 2 * psplit + g,
+                    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+                    stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
+                    lse_empty, num_heads, num_splits, False, S_Q, HEADS)
+
+    WG_WARPS = gl.constexpr(GROUP_WARPS)
+    WG_REGS = gl.constexpr(WORKER_REGS)
+
+    @gluon.jit
+    def _group0(args):
+        _group(0, *args)
+
+    @gluon.jit
+    def _group1(args):
+        _group(1, *args)
+
+    @gluon.jit
+    def _mla_decode_pair_kernel(
+        q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
+        out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+        stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh,
+        stride_lb, stride_ls, stride_lh,
+        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
+        S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr, NS: gl.constexpr,
+    ):
+        """Program (request b, chunk p) of a dense fp8 decode of 9–16 query rows, as
+        `decode_sm90_mma8._mla_decode_mma8_kernel`'s wide form, by two warp groups (module
+        docstring): always split partials, ``num_splits`` = 2 × the grid's chunks."""
+        gl.static_assert(NS % 2 == 1, "NS: an odd ring (the groups alternate per stage)")
+        R: gl.constexpr = 16
+        b = gl.program_id(0)
+        psplit = gl.program_id(1)
+        lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
+        rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
+        p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED_WIDE)
+        q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
+        q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
+        bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        for st in gl.static_range(NS):
+            mbarrier.init(bars.index(st), count=1)
+        fence_async_shared()
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        start, end, n_tiles = _split_range(seqlen, psplit, num_splits // 2, BN)
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        for st in gl.static_range(NS):  # every stage's first tile
+            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
+                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles, 512)
+        kv_mult = gl.load(scale_ptr)
+        qk_scale = softmax_scale * kv_mult * LOG2E
+        q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
+                            S_Q, HEADS, R))
+        q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
+                             S_Q, HEADS, R))
+        _cta_barrier()
+        args = (lat_desc, rope_desc, lat_buf, rope_buf, bars, p_s, q_lat, q_rope, bt_row,
+                seqlen, start, end, n_tiles, page_shift, qk_scale, kv_mult, b, psplit,
+                out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+                stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
+                num_heads, num_splits, S_Q, HEADS, CAUSAL, NS)
+        gl.warp_specialize([(_group0, (args,)), (_group1, (args,))], [WG_WARPS], [WG_REGS])
