@@ -15,12 +15,13 @@ other. Per tile a group does what the wide form's program does (`decode_sm90_mma
 mma.sync with qᵀ from shared memory, P through shared memory, Vᵀ · Pᵀ), its CTA barriers
 the partition's own (named barriers of 128 threads).
 
-The ring's barriers see two consumers: a stage's uses alternate between the groups, so a group
-at tile i may find the stage's barrier one phase behind tile i − NS (the other group's, not
-yet landed) — a bare parity wait for tile i would pass on tile i − 2NS's completed phase. Each
-wait therefore first waits for tile i − NS's phase, then for tile i's: a group at tile i has
-consumed tile i − 2NS itself and no copy past tile i is issued before it consumes tile i, so
-after the first wait the barrier's pending phase is tile i's.
+The ring's barriers: a stage's uses alternate between the groups, so one barrier a stage would
+let a group at tile i find it a phase behind (tile i − NS, the other group's, not landed yet) and
+a parity wait for tile i pass on tile i − 2NS's completed phase. Each stage has two barriers
+instead, taken by turns (`ring_slot`): a barrier then serves every other use of its stage — one
+group's tiles only — and is re-armed for a tile only after that group consumed the tile before
+it, so its pending phase is always the awaited tile's (a model of the protocol:
+tests/test_pair_ring.py).
 """
 
 from fp8mla.kernels.decode_sm90 import AVAILABLE
@@ -28,6 +29,13 @@ from fp8mla.kernels.decode_sm90 import AVAILABLE
 STAGES = 5  # ring stages shared by the two groups (odd: the groups' tiles alternate per stage)
 GROUP_WARPS = 4  # warps a group (the kernel's num_warps: the default partition's)
 WORKER_REGS = 232  # registers a thread of the worker partition
+
+
+def ring_slot(i: int, ns: int) -> tuple[int, int, int]:
+    """(stage, barrier, wait parity) of tile i in a ring of ``ns`` stages with two barriers a
+    stage taken by turns — what `_slot` computes in the kernel."""
+    use = i // ns
+    return i % ns, i % ns + ns * (use % 2), (use // 2) % 2
 
 if AVAILABLE:
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -37,6 +45,7 @@ if AVAILABLE:
         _cta_barrier,
         _split_range,
         _tile_row,
+        _tma_load,
         fence_async_shared,
         gl,
         gluon,
@@ -57,7 +66,6 @@ if AVAILABLE:
         V_WORDS,
         _f16_lanes,
         _fresh_state,
-        _issue,
         _last_positions,
         _q_lanes,
         _q_rows,
@@ -65,6 +73,22 @@ if AVAILABLE:
         _view,
         _write_rows,
     )
+
+    @gluon.jit
+    def _slot(i, NS: gl.constexpr):
+        """`ring_slot`: tile i's (stage, barrier index, wait parity)."""
+        use = i // NS
+        return i % NS, i % NS + NS * (use % 2), (use // 2) & 1
+
+    @gluon.jit
+    def _copy(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, row0, pred, NS: gl.constexpr):
+        """Copy tile i (pool row ``row0``) into its stage, counted on its barrier (when
+        ``pred``): one [4, 64, 128]-byte latent box and the [64, 64]-byte rope box."""
+        stage, b_i, _ = _slot(i, NS)
+        bar = bars.index(b_i)
+        mbarrier.expect(bar, BN * 576, pred=pred)
+        _tma_load(lat_desc, [0, row0, 0], bar, lat_buf.index(stage), pred=pred)
+        _tma_load(rope_desc, [row0, 512], bar, rope_buf.index(stage), pred=pred)
 
     @gluon.jit
     def _group(g, lat_desc, rope_desc, lat_buf, rope_buf, bars, p_s, q_lat, q_rope, bt_row,
@@ -92,17 +116,15 @@ if AVAILABLE:
         for j in range(n_mine):
             i = g + 2 * j
             n0 = start + i * BN
-            stage = i % NS
             if j > 0:  # every warp of the group is past tile i − 2: refill its stage
                 fence_async_shared()
                 _cta_barrier()
                 nxt = i - 2 + NS
-                _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt % NS, row_next,
-                       nxt < n_tiles, 512)
+                _copy(lat_desc, rope_desc, lat_buf, rope_buf, bars, nxt, row_next,
+                      nxt < n_tiles, NS)
                 row_next = _tile_row(bt_row, start + (nxt + 2) * BN, end, page_shift)
-            bar = bars.index(stage)
-            mbarrier.wait(bar, ((i // NS) & 1) ^ 1)  # tile i − NS's phase (module docstring)
-            mbarrier.wait(bar, (i // NS) & 1)
+            stage, b_i, parity = _slot(i, NS)
+            mbarrier.wait(bars.index(b_i), parity)
             kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
             rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
             s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
@@ -182,16 +204,16 @@ if AVAILABLE:
         p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED_WIDE)
         q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
         q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
-        bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-        for st in gl.static_range(NS):
-            mbarrier.init(bars.index(st), count=1)
+        bars = gl.allocate_shared_memory(gl.int64, [2 * NS, 1], mbarrier.MBarrierLayout())
+        for k in gl.static_range(2 * NS):
+            mbarrier.init(bars.index(k), count=1)
         fence_async_shared()
         seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
         start, end, n_tiles = _split_range(seqlen, psplit, num_splits // 2, BN)
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         for st in gl.static_range(NS):  # every stage's first tile
-            _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
-                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles, 512)
+            _copy(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
+                  _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles, NS)
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
         q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
