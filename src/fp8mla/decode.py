@@ -166,7 +166,11 @@ SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the fp8 wide form as one program an SM of two warp groups taking alternate tiles of one ring
-# (`fp8mla.kernels.decode_sm90_pair`; each group's state a split's partial)
+# (`fp8mla.kernels.decode_sm90_pair`; each group's state a split's partial, so plans of an even
+# split count; mma.sync first product, no timeline): built in session 29 to remove the wide
+# form's uneven SMs (two programs an SM, the second leaving ~9 µs after the first at B=64 × 8K ×
+# 16 heads). Off until measured: its first form hung on the H200 (a parity-wait flaw,
+# tests/test_pair_ring.py), the fixed form has only compiled (sm_90, triton 3.6 and 3.9)
 SM90_MMA16_PAIR = False
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
 # ring's e4m3 bytes are its A operand as the TMA wrote them, q split once per program into two
@@ -371,6 +375,10 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
+        # the fp8 wide form by two warp groups a program (`SM90_MMA16_PAIR`): each group's
+        # partial a split, so an even number of them; mma.sync for the first product only
+        self._pair_wanted = (SM90_MMA16_PAIR and fp8_scores is not True
+                             and (num_splits is None or num_splits % 2 == 0))
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
         # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
@@ -395,10 +403,8 @@ class DecodePlan:
         # the plan: `_mma8_schedule`)
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
-        # the fp8 wide form by two warp groups a program (`decode_sm90_pair`): a split's
-        # partial a group, so an even number of them
-        self.pair = (self.mma8 and self.fmt.name == "fp8" and self.mma_rows == 16
-                     and SM90_MMA16_PAIR and (num_splits is None or num_splits % 2 == 0))
+        self.pair = (self.mma8 and not self.sparse and self.fmt.name == "fp8"
+                     and self.mma_rows == 16 and self._pair_wanted)
         self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
@@ -426,7 +432,8 @@ class DecodePlan:
     def kernel(self) -> str:
         """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
         (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (the wide forms, fp8
-        and fp8_ds_mla), "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
+        and fp8_ds_mla), "pair" (`decode_sm90_pair`: the fp8 wide form by two warp groups),
+        "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
         (`_mla_decode_kernel`)."""
         if self.mma8:
             return "mma8" if self.mma_rows == 8 else ("pair" if self.pair else "mma16")
@@ -674,7 +681,7 @@ class DecodePlan:
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
             return rows, SM90_MMA8_DS_STAGES, kd.programs_per_sm(SM90_MMA8_DS_STAGES, rows)
-        if rows == k8.WIDE_ROWS and SM90_MMA16_PAIR:
+        if rows == k8.WIDE_ROWS and self._pair_wanted:
             from fp8mla.kernels import decode_sm90_pair as kp
 
             return rows, kp.STAGES, 1
