@@ -4,6 +4,7 @@ TRITON_INTERPRET must be set before triton is imported, hence at the top of this
 ``gpu``-marked tests run only with CUDA and are skipped otherwise.
 """
 
+import faulthandler
 import os
 
 import pytest
@@ -13,6 +14,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 HAS_CUDA = torch.cuda.is_available()
+_STDERR = []  # a copy of the terminal's stderr, taken before output capture (`_gpu_watchdog`)
+
+
+def pytest_configure(config):
+    _STDERR.append(os.dup(2))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,6 +48,24 @@ def pytest_sessionfinish(session):
     if run is not None and run[0].poll() is None:
         run[0].kill()
         run[0].wait()
+
+
+@pytest.fixture(autouse=True)
+def _gpu_watchdog(request):
+    """A ``gpu`` test still running after FP8MLA_GPU_TEST_TIMEOUT seconds (default 300; 0:
+    no limit) — a kernel that hangs — dumps every thread's stack and ends its process, the
+    GPU context and the hung kernel with it: a hang then costs a GPU session that long and
+    names its test, instead of silently spending the whole device call (session 29's first
+    two-group kernel did)."""
+    limit = float(os.environ.get("FP8MLA_GPU_TEST_TIMEOUT", "300"))
+    if not (HAS_CUDA and limit > 0 and "gpu" in request.keywords):
+        yield
+        return
+    faulthandler.dump_traceback_later(limit, exit=True, file=_STDERR[0] if _STDERR else 2)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
