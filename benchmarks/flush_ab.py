@@ -87,14 +87,17 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # h200-20261203-s28-e64b432-spread-flush-ab.json: B=64 × 8 heads 46.4 / 41.8 and 46.3 / 41.7
 # against 47.0 / 41.2 and 47.8 / 41.6, B=128 × 8 72.2 / 68.6 against 72.7 / 66.9, s_q 2 × 4
 # heads 68.8 / 65.4 against 69.7 / 63.4 — faster under do_bench, slower clean: not kept.
-# Session 29: the fp8 wide form by two warp groups a program (`SM90_MMA16_PAIR`,
-# `fp8mla.kernels.decode_sm90_pair`) against two programs an SM — the default arms below, not
-# yet run: the kernel's first form hung on the H200 (tests/test_pair_ring.py); run the GPU
-# tests `-k pair` (under a timeout) before this.
-ARMS = [("two programs an SM", {}), ("two warp groups a program", {"SM90_MMA16_PAIR": True})]
+# Session 29: the fp8 8-row and wide forms by two warp groups a program (`SM90_MMA8_PAIR`,
+# `SM90_MMA16_PAIR`; `fp8mla.kernels.decode_sm90_pair`) against two programs an SM — the
+# default arms below, not yet run: the kernel's first form hung on the H200
+# (tests/test_pair_ring.py); run the GPU tests `-k pair` first (their watchdog:
+# FP8MLA_GPU_TEST_TIMEOUT).
+PAIR = {"SM90_MMA8_PAIR": True, "SM90_MMA16_PAIR": True}
+ARMS = [("two programs an SM", {}), ("two warp groups a program", PAIR)]
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 8, s_q=2), "fp8"),
          (DecodeCase(32, 8192, 16), "fp8"), (DecodeCase(8, 32768, 16), "fp8"),
-         (DecodeCase(1, 131072, 16), "fp8")]
+         (DecodeCase(1, 131072, 16), "fp8"), (DecodeCase(64, 8192, 8), "fp8"),
+         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(128, 4096, 8), "fp8")]
 
 
 def checked(case):

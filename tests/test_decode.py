@@ -328,12 +328,12 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
 
 
 def test_pair_sm90_kernel_serves_where_documented(monkeypatch):
-    """The fp8 wide form by two warp groups (`SM90_MMA16_PAIR`, off by default) serves the
-    fp8 plans of 9–16 rows the wide form serves, one program an SM over a ring of
-    `decode_sm90_pair.STAGES`, each program's two groups writing two split partials: the
-    scheduler's split count for one program an SM, doubled; a forced split count only when
-    even, and not with the FP8 first product asked for — there, and for fp8_ds_mla, 8-row and
-    sparse plans, the kernels of before."""
+    """The two-group kernel (`SM90_MMA8_PAIR`, `SM90_MMA16_PAIR`, off by default) serves the
+    fp8 plans of ≤ 8 and 9–16 rows the 8-row and wide forms serve, each switch its own, one
+    program an SM over a ring of `decode_sm90_pair.STAGES`, each program's two groups writing
+    two split partials: the scheduler's split count for one program an SM, doubled; a forced
+    split count only when even, and at 16 rows not with the FP8 first product asked for —
+    there, and for fp8_ds_mla and sparse plans, the kernels of before."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
     from fp8mla.kernels import decode_sm90_pair as kp
     from fp8mla.runtime import Target
@@ -357,6 +357,16 @@ def test_pair_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(fmt="fp8_ds_mla").kernel == "mma16" and dense(heads=8).kernel == "mma8"
     assert dense(batch=16).kernel == "pair"  # 8 splits: 16 tiles a program
     assert dense(ctx=1024).kernel == "triton"  # 8 tiles a program: too few
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_PAIR", True)
+    eight = dense(heads=8, batch=1, ctx=131072)
+    assert eight.kernel == "pair" and eight.mma_rows == 8 and eight.programs_per_sm == 1
+    assert eight.num_splits == 2 * decode_mod.choose_num_splits(1, 1, 131072, 132, k8.BLOCK_N)
+    assert dense(heads=4, s_q=2, ctx=1024).kernel == "pair"  # no length rule at ≤ 8 rows
+    assert dense(heads=8, fp8_scores=True).kernel == "pair"  # (no FP8 product at 8 rows)
+    assert dense(heads=8, splits=3).kernel == "mma8"
+    assert dense(heads=8, fmt="fp8_ds_mla").kernel == "mma8"
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", False)
+    assert dense().kernel == "mma16" and dense(heads=8).kernel == "pair"
 
 
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):

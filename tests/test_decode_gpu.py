@@ -253,6 +253,15 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
 
 
+def _pair_only(monkeypatch):
+    """Switch the two-group kernel on for both its forms (`SM90_MMA8_PAIR`,
+    `SM90_MMA16_PAIR`; the wide one for programs of any length); skip where it cannot
+    serve."""
+    _mma16_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_PAIR", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
+
+
 @pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
     (16, 1, [8192, 1, 4097, 0, 130], 64, None),
     (16, 1, [131072], 64, None),  # one long request: every SM
@@ -262,25 +271,32 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     (13, 1, [0, 70, 64], 64, 2),  # one tile: the second group has none
     (9, 1, [65, 1, 200], 64, None),
     (5, 3, [129, 20000], 64, 6),
+    # 8 rows: qᵀ in each group's registers
+    (8, 1, [8192, 1, 4097, 0, 130], 64, None),
+    (8, 1, [131072], 64, None),  # GLM-5 at TP8, one long request
+    (4, 2, [3000, 63, 64], 64, None),
+    (7, 1, [0, 70, 64], 64, 2),
+    (1, 1, [65, 1, 200], 128, None),
+    (2, 4, [129, 20000], 64, 4),
 ])
 def test_sm90_pair_kernel_matches_reference(heads, s_q, lens, page_size, splits, monkeypatch):
-    """fp8 plans of 9–16 query rows on the wide form by two warp groups a program
-    (`SM90_MMA16_PAIR`; each group's alternate tiles a split's partial): odd row counts, causal
-    s_q > 1, lengths around a tile, requests of one tile (the second group attends nothing) and
-    none, pages of 64–256, forced (even) split counts, NaN page tails."""
-    _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
+    """fp8 plans of ≤ 8 and 9–16 query rows on the two-group kernel (`SM90_MMA8_PAIR`,
+    `SM90_MMA16_PAIR`; each group's alternate tiles a split's partial): odd row counts, causal
+    s_q > 1, lengths around a tile, requests of one tile (the second group attends nothing)
+    and none, pages of 64–256, forced (even) split counts, NaN page tails."""
+    _pair_only(monkeypatch)
     plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
     assert plan.kernel == "pair" and plan.num_splits % 2 == 0
+    assert plan.mma_rows == (8 if s_q * heads <= 8 else 16)
 
 
-def test_sm90_pair_kernel_in_a_graph_and_second_pool(monkeypatch):
-    """The two-group wide form captured once and replayed with new lengths and contents; one
-    plan over two pools in turn."""
-    _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
-    assert _graph_replays("fp8", heads=16).kernel == "pair"
-    assert _second_pool(heads=16).kernel == "pair"
+@pytest.mark.parametrize("heads", [8, 16])
+def test_sm90_pair_kernel_in_a_graph_and_second_pool(heads, monkeypatch):
+    """The two-group kernel captured once and replayed with new lengths and contents; one plan
+    over two pools in turn."""
+    _pair_only(monkeypatch)
+    assert _graph_replays("fp8", heads=heads).kernel == "pair"
+    assert _second_pool(heads=heads).kernel == "pair"
 
 
 @pytest.mark.parametrize("fmt,policy,heads", [("fp8", None, 8), ("fp8", None, 16),

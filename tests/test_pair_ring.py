@@ -6,7 +6,7 @@ groups must always finish. The mbarriers are modelled as the hardware's parity w
 parity p passes while the barrier's current phase has the other parity.
 
 The first form of the kernel (one barrier a stage, waiting for tile i − NS's phase and then
-tile i's) hung on the H200 (h200-20261203-s29-…-pair debug logs); the model finds its flaw —
+tile i's) hung on the H200 (h200-20261203-s29-5fdbb2c-pair-hang.log); the model finds its flaw —
 a group whose tile landed before it waited reads the stage's next, pending phase as the one it
 waits for — and passes the form the kernel now takes (`ring_slot`: two barriers a stage).
 """

@@ -165,12 +165,14 @@ SM90_MMA16_DS_HEAD_BLOCKS = True
 SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
-# the fp8 wide form as one program an SM of two warp groups taking alternate tiles of one ring
-# (`fp8mla.kernels.decode_sm90_pair`; each group's state a split's partial, so plans of an even
-# split count; mma.sync first product, no timeline): built in session 29 to remove the wide
-# form's uneven SMs (two programs an SM, the second leaving ~9 µs after the first at B=64 × 8K ×
-# 16 heads). Off until measured: its first form hung on the H200 (a parity-wait flaw,
-# tests/test_pair_ring.py), the fixed form has only compiled (sm_90, triton 3.6 and 3.9)
+# the fp8 8-row and wide forms as one program an SM of two warp groups taking alternate tiles
+# of one ring (`fp8mla.kernels.decode_sm90_pair`; each group's state a split's partial, so plans
+# of an even split count; the wide form's first product on mma.sync; no timeline): built in
+# session 29 against the uneven SMs of two programs an SM (the second leaving ~9 µs after the
+# first at B=64 × 8K × 16 heads, ~2.5 µs at B=1 × 128K × 8). Off until measured: its first form
+# hung on the H200 (a parity-wait flaw, tests/test_pair_ring.py); the fixed form has only
+# compiled (sm_90, triton 3.6 and 3.9)
+SM90_MMA8_PAIR = False
 SM90_MMA16_PAIR = False
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
 # ring's e4m3 bytes are its A operand as the TMA wrote them, q split once per program into two
@@ -375,10 +377,10 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        # the fp8 wide form by two warp groups a program (`SM90_MMA16_PAIR`): each group's
-        # partial a split, so an even number of them; mma.sync for the first product only
-        self._pair_wanted = (SM90_MMA16_PAIR and fp8_scores is not True
-                             and (num_splits is None or num_splits % 2 == 0))
+        # what the two-group kernel needs (`_pair_serves`): an even split count (a partial a
+        # group), and at 16 rows mma.sync for the first product
+        self._pair_splits_ok = num_splits is None or num_splits % 2 == 0
+        self._pair_wide_ok = fp8_scores is not True
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
         # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
@@ -404,7 +406,7 @@ class DecodePlan:
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
         self.pair = (self.mma8 and not self.sparse and self.fmt.name == "fp8"
-                     and self.mma_rows == 16 and self._pair_wanted)
+                     and self._pair_serves(self.mma_rows))
         self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
@@ -432,11 +434,13 @@ class DecodePlan:
     def kernel(self) -> str:
         """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
         (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (the wide forms, fp8
-        and fp8_ds_mla), "pair" (`decode_sm90_pair`: the fp8 wide form by two warp groups),
+        and fp8_ds_mla), "pair" (`decode_sm90_pair`: those fp8 forms by two warp groups),
         "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
         (`_mla_decode_kernel`)."""
         if self.mma8:
-            return "mma8" if self.mma_rows == 8 else ("pair" if self.pair else "mma16")
+            if self.pair:
+                return "pair"
+            return "mma8" if self.mma_rows == 8 else "mma16"
         if self.narrow:
             return "narrow"
         return "sm90" if self.sm90 else "triton"
@@ -681,12 +685,23 @@ class DecodePlan:
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
             return rows, SM90_MMA8_DS_STAGES, kd.programs_per_sm(SM90_MMA8_DS_STAGES, rows)
-        if rows == k8.WIDE_ROWS and self._pair_wanted:
+        if self._pair_serves(rows):
             from fp8mla.kernels import decode_sm90_pair as kp
 
             return rows, kp.STAGES, 1
         stages = mma8_stages(rows)
         return rows, stages, k8.programs_per_sm(rows, stages)
+
+    def _pair_serves(self, rows: int) -> bool:
+        """Whether the two-group kernel (`decode_sm90_pair`) takes dense fp8 programs of
+        ``rows`` (8 or 16): switched on (`SM90_MMA8_PAIR`, `SM90_MMA16_PAIR`), an even split
+        count or the scheduler's, and at 16 rows no FP8 first product asked for."""
+        from fp8mla.kernels.decode_sm90_mma8 import ROWS, WIDE_ROWS
+
+        if not self._pair_splits_ok:
+            return False
+        return ((rows == ROWS and SM90_MMA8_PAIR)
+                or (rows == WIDE_ROWS and SM90_MMA16_PAIR and self._pair_wide_ok))
 
     def _program_tiles(self, max_seqlen: int, num_splits: int | None, per_sm: int) -> int:
         """64-token tiles of the longest request's programs under ``num_splits`` (or the
@@ -850,8 +865,8 @@ class DecodePlan:
                 out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
-                S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal, NS=self.ring_stages,
-                num_warps=kp.GROUP_WARPS)
+                S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal, R=self.mma_rows,
+                NS=self.ring_stages, num_warps=kp.GROUP_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8

@@ -1,19 +1,25 @@
-"""SM90 dense fp8 decode for programs of 9–16 query rows (the wide form of
+"""SM90 dense fp8 decode for programs of ≤ 8 or 9–16 query rows (the 8-row and wide forms of
 `decode_sm90_mma8`) as one program an SM of two warp groups that take alternate tiles from one
 shared ring (warp specialization: a default and a worker partition of 4 warps each).
 
 Why: two independent 4-warp programs an SM do not share it evenly — the one the block scheduler
-placed second leaves ~9 µs after the first at B=64 × 8K × 16 heads, and those last µs run on
-SMs left with one program (`benchmarks/timeline.py`, BENCHMARKS.md session 23). Here the two
+placed second leaves ~9 µs after the first at B=64 × 8K × 16 heads and ~2.5 µs at B=1 × 128K ×
+8, and the 8-row form's loops at B=64 × 8K × 8 end anywhere from 51 to 72 µs; those last µs run
+on SMs left with one program (`benchmarks/timeline.py`, BENCHMARKS.md session 23). Here the two
 groups are tied through the ring: a group, starting its tile i (i ≥ 2), refills the stage of
 its tile i − 2 with tile i − 2 + NS, and with an odd NS that tile is the other group's — a
 group can run ahead of the other by no more than the ring holds, so both end together.
 
 Each group keeps its own online-softmax state over its tiles and writes it as a split's
 partial (split 2p + g of program p, group g), merged by `_combine_splits_kernel` like any
-other. Per tile a group does what the wide form's program does (`decode_sm90_mma8`: K · qᵀ by
-mma.sync with qᵀ from shared memory, P through shared memory, Vᵀ · Pᵀ), its CTA barriers
-the partition's own (named barriers of 128 threads).
+other. Per tile a group does what a program of the same rows does in `decode_sm90_mma8` (K · qᵀ
+by mma.sync, qᵀ held in registers at 8 rows and read from shared memory at 16; P through shared
+memory; Vᵀ · Pᵀ), its CTA barriers the partition's own (named barriers of 128 threads).
+Shared memory: the ring (5 × 36 KB), q (32 KB at 8 rows, 18 KB at 16), the groups' P.
+
+Status: built in session 29 and off by default (`fp8mla.decode.SM90_MMA8_PAIR`,
+`SM90_MMA16_PAIR`); compiled for sm_90 (triton 3.6 and 3.9, no spills), its ring protocol
+modelled, not yet run on a GPU in this form (its first form hung: the barriers below).
 
 The ring's barriers: a stage's uses alternate between the groups, so one barrier a stage would
 let a group at tile i find it a phase behind (tile i − NS, the other group's, not landed yet) and
@@ -37,6 +43,7 @@ def ring_slot(i: int, ns: int) -> tuple[int, int, int]:
     use = i // ns
     return i % ns, i % ns + ns * (use % 2), (use // 2) % 2
 
+
 if AVAILABLE:
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
@@ -56,7 +63,13 @@ if AVAILABLE:
         K_WORDS,
         KA,
         MMA,
+        NR,
+        P_SHARED,
         P_SHARED_WIDE,
+        Q_LANES_LAT,
+        Q_LANES_ROPE,
+        Q_STORE_LAT,
+        Q_STORE_ROPE,
         Q_WIDE_LANES_LAT,
         Q_WIDE_LANES_ROPE,
         Q_WIDE_STORE_LAT,
@@ -96,12 +109,19 @@ if AVAILABLE:
                out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                num_heads, num_splits, S_Q: gl.constexpr, HEADS: gl.constexpr,
-               CAUSAL: gl.constexpr, NS: gl.constexpr):
+               CAUSAL: gl.constexpr, R: gl.constexpr, NS: gl.constexpr):
         """Group ``g``'s tiles g, g + 2, … of the program's chunk, its partial written as split
-        2 · psplit + g."""
-        R: gl.constexpr = 16
-        lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
-        rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
+        2 · psplit + g. R = 8: qᵀ loaded into registers once from q as the program staged it in
+        ``q_lat`` (a stage's 32 KB); 16: read from ``q_lat`` / ``q_rope`` every tile."""
+        if R == NR:
+            lanes = _view(q_lat, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+            rope_lanes = _view(q_lat, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
+            qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
+                  _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
+                  _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
+        else:
+            lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
+            rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
         last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
         if CAUSAL:  # the last position every row sees
@@ -130,11 +150,17 @@ if AVAILABLE:
             s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
             s1, s2, s3 = s0, s0, s0
             for c in gl.static_range(4):
-                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA),
-                                               _q_lanes(lanes, 0, 32 * c, 32, 128),
+                if R == NR:
+                    qt = qs[c]
+                else:
+                    qt = _q_lanes(lanes, 0, 32 * c, 32, 128)
+                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt,
                                                s0, s1, s2, s3)
-            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), _q_lanes(rope_lanes, 0, 0, 16, 16),
-                                           s0, s1, s2, s3)
+            if R == NR:
+                qt = qs[4]
+            else:
+                qt = _q_lanes(rope_lanes, 0, 0, 16, 16)
+            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qt, s0, s1, s2, s3)
             s = (s0 + s1) + (s2 + s3)
             if n0 + BN - 1 <= last_all:
                 s = s * qk_scale
@@ -175,13 +201,17 @@ if AVAILABLE:
     WG_WARPS = gl.constexpr(GROUP_WARPS)
     WG_REGS = gl.constexpr(WORKER_REGS)
 
+    # the partitions: the runtime arguments as one tuple, the constexprs beside it (inside a
+    # tuple they would arrive as runtime values)
     @gluon.jit
-    def _group0(args):
-        _group(0, *args)
+    def _group0(args, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+                R: gl.constexpr, NS: gl.constexpr):
+        _group(0, *args, S_Q, HEADS, CAUSAL, R, NS)
 
     @gluon.jit
-    def _group1(args):
-        _group(1, *args)
+    def _group1(args, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+                R: gl.constexpr, NS: gl.constexpr):
+        _group(1, *args, S_Q, HEADS, CAUSAL, R, NS)
 
     @gluon.jit
     def _mla_decode_pair_kernel(
@@ -190,20 +220,27 @@ if AVAILABLE:
         stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh,
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
-        S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr, NS: gl.constexpr,
+        S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr, R: gl.constexpr,
+        NS: gl.constexpr,
     ):
-        """Program (request b, chunk p) of a dense fp8 decode of 9–16 query rows, as
-        `decode_sm90_mma8._mla_decode_mma8_kernel`'s wide form, by two warp groups (module
-        docstring): always split partials, ``num_splits`` = 2 × the grid's chunks."""
+        """Program (request b, chunk p) of a dense fp8 decode of R = 8 or 16 query rows, as
+        `decode_sm90_mma8._mla_decode_mma8_kernel`'s 8-row and wide forms, by two warp groups
+        (module docstring); arguments as that kernel's, but always split partials:
+        ``num_splits`` = 2 × the grid's chunks."""
         gl.static_assert(NS % 2 == 1, "NS: an odd ring (the groups alternate per stage)")
-        R: gl.constexpr = 16
+        gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         b = gl.program_id(0)
         psplit = gl.program_id(1)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
-        p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED_WIDE)
-        q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
-        q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
+        if R == NR:  # q staged once for the groups' registers (`_group`), in a stage's bytes
+            p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED)
+            q_lat = gl.allocate_shared_memory(gl.uint8, [4, BN, 128], lat_desc.layout)
+            q_rope = q_lat
+        else:
+            p_s = gl.allocate_shared_memory(gl.float16, [4, BN, R], P_SHARED_WIDE)
+            q_lat = gl.allocate_shared_memory(gl.float16, [R, 512], Q_WIDE_STORE_LAT)
+            q_rope = gl.allocate_shared_memory(gl.float16, [R, 64], Q_WIDE_STORE_ROPE)
         bars = gl.allocate_shared_memory(gl.int64, [2 * NS, 1], mbarrier.MBarrierLayout())
         for k in gl.static_range(2 * NS):
             mbarrier.init(bars.index(k), count=1)
@@ -216,14 +253,25 @@ if AVAILABLE:
                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles, NS)
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
-        q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
-                            S_Q, HEADS, R))
-        q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
-                             S_Q, HEADS, R))
+        if R == NR:  # as the 8-row form stages it: the latent in slot 0, the rope's in slot 2
+            _view(q_lat, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
+                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q,
+                        HEADS, R))
+            rope_rows = _view(q_lat, gl.float16, [8 * NR, 256], Q_STORE_ROPE).slice(
+                2 * NR, NR, dim=0)
+            rope_rows.slice(0, 64, dim=1).store(
+                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q,
+                        HEADS, R))
+        else:
+            q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
+                                S_Q, HEADS, R))
+            q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512,
+                                 64, S_Q, HEADS, R))
         _cta_barrier()
         args = (lat_desc, rope_desc, lat_buf, rope_buf, bars, p_s, q_lat, q_rope, bt_row,
                 seqlen, start, end, n_tiles, page_shift, qk_scale, kv_mult, b, psplit,
                 out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                 stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
-                num_heads, num_splits, S_Q, HEADS, CAUSAL, NS)
-        gl.warp_specialize([(_group0, (args,)), (_group1, (args,))], [WG_WARPS], [WG_REGS])
+                num_heads, num_splits)
+        gl.warp_specialize([(_group0, (args, S_Q, HEADS, CAUSAL, R, NS)),
+                            (_group1, (args, S_Q, HEADS, CAUSAL, R, NS))], [WG_WARPS], [WG_REGS])
