@@ -367,6 +367,25 @@ def test_pair_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(heads=8, fmt="fp8_ds_mla").kernel == "mma8"
     monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", False)
     assert dense().kernel == "mma16" and dense(heads=8).kernel == "pair"
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
+    # forced splits count a program's tiles as two splits' (B=64 × 2K: 32 tiles a request)
+    assert dense(ctx=2048, splits=4).kernel == "pair" and dense(ctx=2048, splits=8).kernel == "triton"
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", True)  # the module asks for FP8 scores
+    assert dense().kernel == "mma16" and dense(fp8_scores=False).kernel == "pair"
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", False)
+    from fp8mla.bench.harness import kernel_note
+
+    assert kernel_note(dense()).startswith("kernel=pair splits=4 rows=16 ring=5 qk8=False")
+    assert "rows=8 ring=5" in kernel_note(eight) and "programs/SM=1" in kernel_note(eight)
+    # no timeline stamps: a plan asked for them says so before anything launches
+    cache, table, seqlens = paged_cache("fp8", [100], 64)
+    small = DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=64,
+                       cache_seqlens=seqlens, device="cpu")
+    assert small.kernel == "pair"
+    small.timeline = torch.zeros(small.num_splits, 12, dtype=torch.int64)
+    with pytest.raises(ValueError, match="timeline: the two-group kernel"):
+        small.run(torch.zeros(1, 1, 8, 576, dtype=torch.bfloat16), cache.layer(0), table,
+                  seqlens, fp8_scale=cache.scale(0))
 
 
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):

@@ -278,6 +278,9 @@ def _pair_only(monkeypatch):
     (7, 1, [0, 70, 64], 64, 2),
     (1, 1, [65, 1, 200], 128, None),
     (2, 4, [129, 20000], 64, 4),
+    # a program of NS and NS + 1 tiles: the first refills, the stages' second barriers
+    (16, 1, [320, 384], 64, 2),
+    (8, 1, [320, 384], 64, 2),
 ])
 def test_sm90_pair_kernel_matches_reference(heads, s_q, lens, page_size, splits, monkeypatch):
     """fp8 plans of ≤ 8 and 9–16 query rows on the two-group kernel (`SM90_MMA8_PAIR`,
@@ -288,6 +291,25 @@ def test_sm90_pair_kernel_matches_reference(heads, s_q, lens, page_size, splits,
     plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
     assert plan.kernel == "pair" and plan.num_splits % 2 == 0
     assert plan.mma_rows == (8 if s_q * heads <= 8 else 16)
+
+
+@pytest.mark.parametrize("heads", [4, 8])
+def test_sm90_pair_kernel_non_causal_mtp(heads, monkeypatch):
+    """s_q 2, not causal, on the two-group kernel (8 rows; 16: its wide form): each query sees
+    the whole context, the mask skipped on every tile but a request's last."""
+    _pair_only(monkeypatch)
+    lens = [3000, 65, 64, 1]
+    cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=heads)
+    q = torch.randn(len(lens), 2, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=2, kv_format=cache.fmt,
+                      page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
+    assert plan.kernel == "pair"
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    for i in range(2):
+        ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,
+                                            576 ** -0.5)
+        assert_close(out[:, i:i + 1], ro, name=f"query {i}")
+        assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
 
 
 @pytest.mark.parametrize("heads", [8, 16])

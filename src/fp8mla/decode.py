@@ -378,9 +378,10 @@ class DecodePlan:
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
         # what the two-group kernel needs (`_pair_serves`): an even split count (a partial a
-        # group), and at 16 rows mma.sync for the first product
+        # group), and at 16 rows mma.sync for the first product (the plan's or the module's
+        # choice)
         self._pair_splits_ok = num_splits is None or num_splits % 2 == 0
-        self._pair_wide_ok = fp8_scores is not True
+        self._pair_wide_ok = not (SM90_MMA16_QK8 if fp8_scores is None else fp8_scores)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
         # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
@@ -405,8 +406,7 @@ class DecodePlan:
         # the plan: `_mma8_schedule`)
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
-        self.pair = (self.mma8 and not self.sparse and self.fmt.name == "fp8"
-                     and self._pair_serves(self.mma_rows))
+        self.pair = self.mma8 and self._pair_serves(self.mma_rows)
         self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
@@ -494,6 +494,9 @@ class DecodePlan:
                          device=self.device)
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
         if self.timeline is not None:
+            if self.pair:
+                raise ValueError("timeline: the two-group kernel (plan.kernel 'pair') writes "
+                                 "no timeline; expected plan.timeline None, got a tensor")
             check_tensor("timeline", self.timeline, dtype=torch.int64, device=self.device,
                          shape=(self.batch * self.num_splits, 12))
         outputs = self._outputs(out, lse, empty_lse)
@@ -693,12 +696,13 @@ class DecodePlan:
         return rows, stages, k8.programs_per_sm(rows, stages)
 
     def _pair_serves(self, rows: int) -> bool:
-        """Whether the two-group kernel (`decode_sm90_pair`) takes dense fp8 programs of
-        ``rows`` (8 or 16): switched on (`SM90_MMA8_PAIR`, `SM90_MMA16_PAIR`), an even split
-        count or the scheduler's, and at 16 rows no FP8 first product asked for."""
+        """Whether the two-group kernel (`decode_sm90_pair`) takes this plan's programs of
+        ``rows`` (8 or 16): dense fp8, switched on (`SM90_MMA8_PAIR`, `SM90_MMA16_PAIR`), an
+        even split count or the scheduler's, and at 16 rows no FP8 first product wanted
+        (``fp8_scores``, else `SM90_MMA16_QK8`)."""
         from fp8mla.kernels.decode_sm90_mma8 import ROWS, WIDE_ROWS
 
-        if not self._pair_splits_ok:
+        if self.sparse or self.fmt.name != "fp8" or not self._pair_splits_ok:
             return False
         return ((rows == ROWS and SM90_MMA8_PAIR)
                 or (rows == WIDE_ROWS and SM90_MMA16_PAIR and self._pair_wide_ok))
@@ -749,6 +753,8 @@ class DecodePlan:
         schedule = self._mma_schedule()
         if rows > k8.ROWS:  # the wide form: programs of enough tiles
             least = SM90_MMA16_MIN_TILES if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
+            if num_splits and self._pair_serves(rows):  # two splits a program
+                num_splits //= 2
             if self._program_tiles(max_seqlen, num_splits, schedule[2]) < least:
                 return None
         return schedule
