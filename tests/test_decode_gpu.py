@@ -298,18 +298,7 @@ def test_sm90_pair_kernel_non_causal_mtp(heads, monkeypatch):
     """s_q 2, not causal, on the two-group kernel (8 rows; 16: its wide form): each query sees
     the whole context, the mask skipped on every tile but a request's last."""
     _pair_only(monkeypatch)
-    lens = [3000, 65, 64, 1]
-    cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=heads)
-    q = torch.randn(len(lens), 2, heads, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=2, kv_format=cache.fmt,
-                      page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
-    assert plan.kernel == "pair"
-    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
-    for i in range(2):
-        ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,
-                                            576 ** -0.5)
-        assert_close(out[:, i:i + 1], ro, name=f"query {i}")
-        assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
+    _check_non_causal_mtp("fp8", heads, "pair")
 
 
 @pytest.mark.parametrize("heads", [8, 16])
@@ -468,12 +457,17 @@ def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, qk8, monkeypatch):
     both first products): each query sees the whole context, as s_q = 1 — for fp8, the path
     where the kernel skips the mask on every tile but a request's last."""
     _mma16_only(monkeypatch, qk8=qk8)
+    _check_non_causal_mtp(fmt, heads, "mma8" if heads == 4 else "mma16")
+
+
+def _check_non_causal_mtp(fmt, heads, kernel):
+    """A non-causal s_q 2 plan on ``kernel`` against the reference, query by query."""
     lens = [3000, 65, 64, 1]
     cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=heads)
     q = torch.randn(len(lens), 2, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=2, kv_format=cache.fmt,
                       page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
-    assert plan.kernel == ("mma8" if heads == 4 else "mma16")
+    assert plan.kernel == kernel
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     for i in range(2):
         ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,

@@ -495,6 +495,97 @@ if AVAILABLE:
                 mma_v2(k3, qt[3], s3))
 
     @gluon.jit
+    def _q_registers(buf):
+        """qᵀ of 8 rows for the first product's B operands, from q as staged in the 32 KB
+        ``buf`` (latent rows in slot 0 of `Q_STORE_LAT`'s view, the rope's in slot 2 of
+        `Q_STORE_ROPE`'s) → (the `_q_lanes` of the latent's four 32-word chunks and the rope,
+        the latent's and rope's lane views)."""
+        lanes = _view(buf, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
+        rope_lanes = _view(buf, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
+        qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
+              _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
+              _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
+        return qs, lanes, rope_lanes
+
+    @gluon.jit
+    def _tile_masks(end, seqlen, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr,
+                    CAUSAL: gl.constexpr, R: gl.constexpr):
+        """What a chunk's tiles are masked with: the scores' token offsets [64], each row's
+        last visible position (`_last_positions`), the last one every row sees, and the second
+        product's token offsets [16] in its A-operand layout."""
+        t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
+        if CAUSAL:  # the last position every row sees
+            last_all = gl.minimum(end - 1, seqlen - S_Q)
+        else:
+            last_all = end - 1
+        return t, last, last_all, gl.arange(0, 16, layout=gl.SliceLayout(0, KA))
+
+    @gluon.jit
+    def _scores_mma(lat, rope, qs, lanes, rope_lanes, R: gl.constexpr):
+        """A ring stage's scores K · qᵀ by mma.sync, fp32 [64, R] in the MMA layout (``lat`` /
+        ``rope``: the stage's latent and rope buffers): qᵀ from registers at 8 rows (``qs``:
+        `_q_lanes` of the latent's four 32-word chunks and the rope), read from the staged q
+        at 16 (``lanes`` / ``rope_lanes``: `Q_WIDE_LANES_*` views); the others None."""
+        kw = _view(lat, gl.int32, [BN, 128], K_WORDS)
+        rw = _view(rope, gl.int32, [BN, 16], R_WORDS)
+        s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
+        s1, s2, s3 = s0, s0, s0
+        for c in gl.static_range(4):
+            if R == NR:
+                qt = qs[c]
+            else:
+                qt = _q_lanes(lanes, 0, 32 * c, 32, 128)
+            s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt,
+                                           s0, s1, s2, s3)
+        if R == NR:
+            qt = qs[4]
+        else:
+            qt = _q_lanes(rope_lanes, 0, 0, 16, 16)
+        s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qt, s0, s1, s2, s3)
+        return (s0 + s1) + (s2 + s3)
+
+    @gluon.jit
+    def _softmax_tile(s, n0, t, last, last_all, qk_scale, m_i, l_acc):
+        """The online softmax down each column for the tile at position ``n0`` (base 2;
+        positions past a row's ``last`` masked unless every row sees the whole tile; a tile
+        with nothing visible while nothing was before leaves the state as it is) → (P, the
+        accumulators' factor per row, the running max, P's sums per thread)."""
+        if n0 + BN - 1 <= last_all:  # every position visible to every row: no mask
+            s = s * qk_scale
+        else:
+            s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=0))
+        m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
+        p = gl.exp2(s - m_ref[None, :])
+        alpha1 = gl.exp2(m_i - m_ref)
+        return p, alpha1, m_new, l_acc * alpha1[None, :] + p
+
+    @gluon.jit
+    def _pv_tile(lat, p_buf, n0, end, tv, alpha1, acc0, acc1, acc2, acc3):
+        """Oᵀ += Vᵀ · Pᵀ for the tile at position ``n0`` (``lat``: its stage's latent; ``p_buf``:
+        its P, whole), the accumulators first rescaled by ``alpha1`` where some row's max grew;
+        words of positions from ``end`` on zeroed (a page's tail may hold NaN)."""
+        if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
+            alpha = alpha1[None, :]
+            acc0 = acc0 * alpha
+            acc1 = acc1 * alpha
+            acc2 = acc2 * alpha
+            acc3 = acc3 * alpha
+        vw = _view(lat, gl.int32, [128, BN], V_WORDS)
+        for kc in gl.static_range(4):
+            v = vw.slice(kc * 16, 16, dim=1).load(KA)
+            if n0 + BN > end:  # the partial last tile
+                v = gl.where((n0 + kc * 16 + tv)[None, :] < end, v, 0)
+            v0, v1, v2, v3 = _f16_lanes(v)
+            pk = p_buf.slice(kc * 16, 16, dim=0).load(QB)
+            acc0 = mma_v2(v0, pk, acc0)
+            acc1 = mma_v2(v1, pk, acc1)
+            acc2 = mma_v2(v2, pk, acc2)
+            acc3 = mma_v2(v3, pk, acc3)
+        return acc0, acc1, acc2, acc3
+
+    @gluon.jit
     def _write_rows(acc0, acc1, acc2, acc3, d, STEP: gl.constexpr, m_i, l_i, kv_mult, b,
                     split, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
@@ -610,11 +701,7 @@ if AVAILABLE:
                 _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q,
                         HEADS, R))
             _cta_barrier()
-            lanes = _view(free, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
-            rope_lanes = _view(free, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
-            qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
-                  _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
-                  _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
+            qs, lanes, rope_lanes = _q_registers(free)
         elif QK8:
             q_inv = _q8_stage(q8_lat, q8_rope, q_ptr, b, stride_qb, stride_qs, stride_qh,
                               num_heads, S_Q, HEADS, R)
@@ -626,16 +713,11 @@ if AVAILABLE:
             q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
                                  S_Q, HEADS, R))
             _cta_barrier()
+            qs = None  # (qᵀ read every tile)
             lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
             rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
 
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
-        if CAUSAL:  # the last position every row sees
-            last_all = gl.minimum(end - 1, seqlen - S_Q)
-        else:
-            last_all = end - 1
-        tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))  # the second product's tokens
+        t, last, last_all, tv = _tile_masks(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
         row_next = _tile_row(bt_row, start + (NS - 1) * BN, end, page_shift)
         if TIMELINE:
@@ -657,36 +739,10 @@ if AVAILABLE:
                 s = _scores_fp8(lat_buf.index(stage), rope_buf.index(stage), q8_lat, q8_rope,
                                 R) * q_inv[None, :]
             else:
-                kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
-                rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
-                s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
-                s1, s2, s3 = s0, s0, s0
-                for c in gl.static_range(4):
-                    if R == NR:
-                        qt = qs[c]
-                    else:
-                        qt = _q_lanes(lanes, 0, 32 * c, 32, 128)
-                    s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt,
-                                                   s0, s1, s2, s3)
-                if R == NR:
-                    qt = qs[4]
-                else:
-                    qt = _q_lanes(rope_lanes, 0, 0, 16, 16)
-                s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qt, s0, s1, s2, s3)
-                s = (s0 + s1) + (s2 + s3)
-            # online softmax down each column (base 2; a tile with nothing visible while
-            # nothing was before leaves the state as it is)
-            if n0 + BN - 1 <= last_all:  # every position visible to every row: no mask
-                s = s * qk_scale
-            else:
-                s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=0))
-            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
-            p = gl.exp2(s - m_ref[None, :])
-            alpha1 = gl.exp2(m_i - m_ref)
-            alpha = alpha1[None, :]
-            l_acc = l_acc * alpha + p
-            m_i = m_new
+                s = _scores_mma(lat_buf.index(stage), rope_buf.index(stage), qs, lanes,
+                                rope_lanes, R)
+            p, alpha1, m_i, l_acc = _softmax_tile(s, n0, t, last, last_all, qk_scale, m_i,
+                                                  l_acc)
             p_buf = p_s.index(i % 2)
             p_buf.store(p.to(gl.float16))
             fence_async_shared()
@@ -694,22 +750,8 @@ if AVAILABLE:
             if NS > 2:
                 row_next = _issue_next(lat_desc, rope_desc, lat_buf, rope_buf, bars, i, n_tiles,
                                        row_next, bt_row, start, end, page_shift, NS, 512)
-            if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
-                acc0 = acc0 * alpha
-                acc1 = acc1 * alpha
-                acc2 = acc2 * alpha
-                acc3 = acc3 * alpha
-            vw = _view(lat_buf.index(stage), gl.int32, [128, BN], V_WORDS)
-            for kc in gl.static_range(4):
-                v = vw.slice(kc * 16, 16, dim=1).load(KA)
-                if n0 + BN > end:  # the partial last tile: a page's tail may hold NaN
-                    v = gl.where((n0 + kc * 16 + tv)[None, :] < end, v, 0)
-                v0, v1, v2, v3 = _f16_lanes(v)
-                pk = p_buf.slice(kc * 16, 16, dim=0).load(QB)
-                acc0 = mma_v2(v0, pk, acc0)
-                acc1 = mma_v2(v1, pk, acc1)
-                acc2 = mma_v2(v2, pk, acc2)
-                acc3 = mma_v2(v3, pk, acc3)
+            acc0, acc1, acc2, acc3 = _pv_tile(lat_buf.index(stage), p_buf, n0, end, tv, alpha1,
+                                              acc0, acc1, acc2, acc3)
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
         if TIMELINE:

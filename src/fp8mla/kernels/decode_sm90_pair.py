@@ -45,8 +45,6 @@ def ring_slot(i: int, ns: int) -> tuple[int, int, int]:
 
 
 if AVAILABLE:
-    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-
     from fp8mla.kernels.decode_sm90 import (
         LOG2E,
         _cta_barrier,
@@ -60,29 +58,23 @@ if AVAILABLE:
     )
     from fp8mla.kernels.decode_sm90_mma8 import (
         BN,
-        K_WORDS,
-        KA,
         MMA,
         NR,
         P_SHARED,
         P_SHARED_WIDE,
-        Q_LANES_LAT,
-        Q_LANES_ROPE,
         Q_STORE_LAT,
         Q_STORE_ROPE,
         Q_WIDE_LANES_LAT,
         Q_WIDE_LANES_ROPE,
         Q_WIDE_STORE_LAT,
         Q_WIDE_STORE_ROPE,
-        QB,
-        R_WORDS,
-        V_WORDS,
-        _f16_lanes,
         _fresh_state,
-        _last_positions,
-        _q_lanes,
+        _pv_tile,
+        _q_registers,
         _q_rows,
-        _scores_chunk,
+        _scores_mma,
+        _softmax_tile,
+        _tile_masks,
         _view,
         _write_rows,
     )
@@ -114,21 +106,12 @@ if AVAILABLE:
         2 · psplit + g. R = 8: qᵀ loaded into registers once from q as the program staged it in
         ``q_lat`` (a stage's 32 KB); 16: read from ``q_lat`` / ``q_rope`` every tile."""
         if R == NR:
-            lanes = _view(q_lat, gl.float16, [4 * 4 * 128, NR], Q_LANES_LAT)
-            rope_lanes = _view(q_lat, gl.float16, [8 * 4 * 64, NR], Q_LANES_ROPE)
-            qs = (_q_lanes(lanes, 0, 0, 32, 128), _q_lanes(lanes, 0, 32, 32, 128),
-                  _q_lanes(lanes, 0, 64, 32, 128), _q_lanes(lanes, 0, 96, 32, 128),
-                  _q_lanes(rope_lanes, 2 * 4 * 64, 0, 16, 64))
+            qs, lanes, rope_lanes = _q_registers(q_lat)
         else:
+            qs = None  # (qᵀ read every tile)
             lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
             rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
-        t = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        last = _last_positions(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
-        if CAUSAL:  # the last position every row sees
-            last_all = gl.minimum(end - 1, seqlen - S_Q)
-        else:
-            last_all = end - 1
-        tv = gl.arange(0, 16, layout=gl.SliceLayout(0, KA))
+        t, last, last_all, tv = _tile_masks(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
         # the pool row of this group's first refill (tile g + NS, issued at its tile g + 2)
         row_next = _tile_row(bt_row, start + (g + NS) * BN, end, page_shift)
@@ -145,53 +128,15 @@ if AVAILABLE:
                 row_next = _tile_row(bt_row, start + (nxt + 2) * BN, end, page_shift)
             stage, b_i, parity = _slot(i, NS)
             mbarrier.wait(bars.index(b_i), parity)
-            kw = _view(lat_buf.index(stage), gl.int32, [BN, 128], K_WORDS)
-            rw = _view(rope_buf.index(stage), gl.int32, [BN, 16], R_WORDS)
-            s0 = gl.zeros([BN, R], gl.float32, layout=MMA)
-            s1, s2, s3 = s0, s0, s0
-            for c in gl.static_range(4):
-                if R == NR:
-                    qt = qs[c]
-                else:
-                    qt = _q_lanes(lanes, 0, 32 * c, 32, 128)
-                s0, s1, s2, s3 = _scores_chunk(kw.slice(32 * c, 32, dim=1).load(KA), qt,
-                                               s0, s1, s2, s3)
-            if R == NR:
-                qt = qs[4]
-            else:
-                qt = _q_lanes(rope_lanes, 0, 0, 16, 16)
-            s0, s1, s2, s3 = _scores_chunk(rw.load(KA), qt, s0, s1, s2, s3)
-            s = (s0 + s1) + (s2 + s3)
-            if n0 + BN - 1 <= last_all:
-                s = s * qk_scale
-            else:
-                s = gl.where((n0 + t)[:, None] <= last[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=0))
-            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-            p = gl.exp2(s - m_ref[None, :])
-            alpha1 = gl.exp2(m_i - m_ref)
-            alpha = alpha1[None, :]
-            l_acc = l_acc * alpha + p
-            m_i = m_new
+            s = _scores_mma(lat_buf.index(stage), rope_buf.index(stage), qs, lanes, rope_lanes,
+                            R)
+            p, alpha1, m_i, l_acc = _softmax_tile(s, n0, t, last, last_all, qk_scale, m_i,
+                                                  l_acc)
             p_buf = p_s.index(2 * g + j % 2)
             p_buf.store(p.to(gl.float16))
             _cta_barrier()  # P is whole
-            if gl.min(alpha1, axis=0) < 1.0:
-                acc0 = acc0 * alpha
-                acc1 = acc1 * alpha
-                acc2 = acc2 * alpha
-                acc3 = acc3 * alpha
-            vw = _view(lat_buf.index(stage), gl.int32, [128, BN], V_WORDS)
-            for kc in gl.static_range(4):
-                v = vw.slice(kc * 16, 16, dim=1).load(KA)
-                if n0 + BN > end:
-                    v = gl.where((n0 + kc * 16 + tv)[None, :] < end, v, 0)
-                v0, v1, v2, v3 = _f16_lanes(v)
-                pk = p_buf.slice(kc * 16, 16, dim=0).load(QB)
-                acc0 = mma_v2(v0, pk, acc0)
-                acc1 = mma_v2(v1, pk, acc1)
-                acc2 = mma_v2(v2, pk, acc2)
-                acc3 = mma_v2(v3, pk, acc3)
+            acc0, acc1, acc2, acc3 = _pv_tile(lat_buf.index(stage), p_buf, n0, end, tv, alpha1,
+                                              acc0, acc1, acc2, acc3)
         _write_rows(acc0, acc1, acc2, acc3, 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA)),
                     1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, 2 * psplit + g,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
