@@ -1,9 +1,11 @@
 """A model of the two-group ring of `fp8mla.kernels.decode_sm90_pair` (no GPU): two groups take
 alternate tiles from one ring of NS stages, each group refilling the stage of its tile i − 2
 with tile i − 2 + NS at the top of its tile i, copies landing in any order and any interleaving
-of the groups. Every tile a group consumes must be the one that landed in its stage, and the
-groups must always finish. The mbarriers are modelled as the hardware's parity waits: a wait on
-parity p passes while the barrier's current phase has the other parity.
+of the groups. Every tile a group consumes must be the one that landed in its stage, the
+groups must always finish, and neither may lead the other by more than the ring's NS tiles (the
+coupling the kernel relies on to end both groups, and every SM, together). The mbarriers are
+modelled as the hardware's parity waits: a wait on parity p passes while the barrier's current
+phase has the other parity.
 
 The first form of the kernel (one barrier a stage, waiting for tile i − NS's phase and then
 tile i's) hung on the H200 (h200-20261203-s29-5fdbb2c-pair-hang.log); the model finds its flaw —
@@ -92,6 +94,9 @@ def run(n_tiles, ns, form, rng):
         if s["wait"] < len(waits):
             return True
         assert content[stage] == i, f"group {g} read tile {content[stage]} as tile {i}"
+        # the coupling that evens the groups out: a group at tile i finds the other past tile
+        # i − NS (which refilled this stage), so neither leads by more than the ring
+        assert i < ns or (seen[1 - g] and seen[1 - g][-1] >= i - ns), (g, i, seen[1 - g][-1:])
         seen[g].append(i)
         unread[stage] = None
         s.update(j=s["j"] + 1, at=0, wait=0)
@@ -145,3 +150,17 @@ def test_ring_slot_alternates_barriers_per_stage():
             s1, b1, _ = ring_slot(i + ns, ns)
             s2, b2, p2 = ring_slot(i + 2 * ns, ns)
             assert s == s1 == s2 == i % ns and b != b1 and b == b2 and p2 == 1 - p
+
+
+def test_an_even_ring_leaves_the_groups_uncoupled():
+    """With an even NS each group refills only its own stages: reads stay correct but one group
+    can run arbitrarily far ahead — why the kernel asserts an odd ring."""
+    rng = random.Random(3)
+    leads = 0
+    for _ in range(100):
+        try:
+            run(40, 4, two_barriers, rng)
+        except AssertionError as e:
+            assert "read tile" not in str(e) and "deadlock" not in str(e), e
+            leads += 1
+    assert leads > 0
