@@ -377,15 +377,6 @@ def test_pair_sm90_kernel_serves_where_documented(monkeypatch):
 
     assert kernel_note(dense()).startswith("kernel=pair splits=4 rows=16 ring=5 qk8=False")
     assert "rows=8 ring=5" in kernel_note(eight) and "programs/SM=1" in kernel_note(eight)
-    # no timeline stamps: a plan asked for them says so before anything launches
-    cache, table, seqlens = paged_cache("fp8", [100], 64)
-    small = DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=64,
-                       cache_seqlens=seqlens, device="cpu")
-    assert small.kernel == "pair"
-    small.timeline = torch.zeros(small.num_splits, 12, dtype=torch.int64)
-    with pytest.raises(ValueError, match="timeline: the two-group kernel"):
-        small.run(torch.zeros(1, 1, 8, 576, dtype=torch.bfloat16), cache.layer(0), table,
-                  seqlens, fp8_scale=cache.scale(0))
 
 
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):

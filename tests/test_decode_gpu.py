@@ -176,19 +176,22 @@ def test_sm90_mma8_kernel_matches_reference(heads, s_q, lens, page_size, splits,
     assert plan.mma8 and plan.sm90 and plan.kernel == "mma8"
 
 
+@pytest.mark.parametrize("pair", [False, True])
 @pytest.mark.parametrize("heads", [8, 16])
-def test_sm90_mma8_timeline_stamps_in_order(heads, monkeypatch):
+def test_sm90_mma8_timeline_stamps_in_order(heads, pair, monkeypatch):
     """`DecodePlan.timeline` (the debug stamps `benchmarks/timeline.py` reads): every program
-    of the fp8 ≤ 16-row kernel (none empty here) stamps entry ≤ loop start ≤ tile 0 landed ≤
-    loop end ≤ exit on the global timer, within a second of each other, and an SM id; the
-    outputs still match."""
+    of the fp8 ≤ 16-row kernel — or every group of the two-group kernel (``pair``) — (none
+    empty here) stamps entry ≤ loop start ≤ tile 0 landed ≤ loop end ≤ exit on the global
+    timer, within a second of each other, and an SM id; the outputs still match."""
     _mma8_only(monkeypatch)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8_PAIR", pair)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", pair)
     cache, table, seqlens = paged_cache("fp8", [5000, 700, 1000], 64, device="cuda", seed=5)
     q = torch.randn(3, 1, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=3, num_heads=heads, s_q=1, kv_format=cache.fmt, page_size=64,
                       cache_seqlens=seqlens, device="cuda", num_splits=4)
-    assert plan.kernel == ("mma8" if heads == 8 else "mma16")
+    assert plan.kernel == ("pair" if pair else "mma8" if heads == 8 else "mma16")
     plan.timeline = torch.full((3 * 4, 12), -1, dtype=torch.int64, device="cuda")
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)

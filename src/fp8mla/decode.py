@@ -167,7 +167,7 @@ SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
 # the fp8 8-row and wide forms as one program an SM of two warp groups taking alternate tiles
 # of one ring (`fp8mla.kernels.decode_sm90_pair`; each group's state a split's partial, so plans
-# of an even split count; the wide form's first product on mma.sync; no timeline): built in
+# of an even split count; the wide form's first product on mma.sync): built in
 # session 29 against the uneven SMs of two programs an SM (the second leaving ~9 µs after the
 # first at B=64 × 8K × 16 heads, ~2.5 µs at B=1 × 128K × 8). Off until measured: its first form
 # hung on the H200 (a parity-wait flaw, tests/test_pair_ring.py); the fixed form has only
@@ -427,7 +427,8 @@ class DecodePlan:
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
         # debug: int64 [batch × num_splits, 12] on the plan's device that the dense fp8 ≤ 16-row
         # kernel fills with each program's timeline when set before a run (or a graph's
-        # capture; `benchmarks/timeline.py`); other kernels ignore it. None: no stamps
+        # capture; `benchmarks/timeline.py`), the two-group kernel with each group's (a row a
+        # split either way); other kernels ignore it. None: no stamps
         self.timeline: torch.Tensor | None = None
 
     @property
@@ -494,9 +495,6 @@ class DecodePlan:
                          device=self.device)
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
         if self.timeline is not None:
-            if self.pair:
-                raise ValueError("timeline: the two-group kernel (plan.kernel 'pair') writes "
-                                 "no timeline; expected plan.timeline None, got a tensor")
             check_tensor("timeline", self.timeline, dtype=torch.int64, device=self.device,
                          shape=(self.batch * self.num_splits, 12))
         outputs = self._outputs(out, lse, empty_lse)
@@ -872,7 +870,8 @@ class DecodePlan:
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1),
                 S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal, R=self.mma_rows,
-                NS=self.ring_stages, num_warps=kp.GROUP_WARPS)
+                NS=self.ring_stages, stamp_ptr=self.timeline,
+                TIMELINE=self.timeline is not None, num_warps=kp.GROUP_WARPS)
             return
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8

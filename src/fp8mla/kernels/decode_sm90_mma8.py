@@ -495,6 +495,14 @@ if AVAILABLE:
                 mma_v2(k3, qt[3], s3))
 
     @gluon.jit
+    def _stamp_exit(stamp_ptr):
+        """The timeline's exit stamp (`_stamp` 4) and this SM's id at ``stamp_ptr`` [10]."""
+        _stamp(stamp_ptr, 4)
+        smid = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32,
+                                         is_pure=False, pack=1)
+        gl.store(stamp_ptr + 10, smid.to(gl.int64))
+
+    @gluon.jit
     def _q_registers(buf):
         """qᵀ of 8 rows for the first product's B operands, from q as staged in the 32 KB
         ``buf`` (latent rows in slot 0 of `Q_STORE_LAT`'s view, the rope's in slot 2 of
@@ -764,7 +772,4 @@ if AVAILABLE:
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
                     lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
         if TIMELINE:
-            _stamp(stamp_ptr, 4)
-            smid = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32,
-                                             is_pure=False, pack=1)
-            gl.store(stamp_ptr + 10, smid.to(gl.int64))
+            _stamp_exit(stamp_ptr)

@@ -49,6 +49,7 @@ if AVAILABLE:
         LOG2E,
         _cta_barrier,
         _split_range,
+        _stamp,
         _tile_row,
         _tma_load,
         fence_async_shared,
@@ -74,6 +75,7 @@ if AVAILABLE:
         _q_rows,
         _scores_mma,
         _softmax_tile,
+        _stamp_exit,
         _tile_masks,
         _view,
         _write_rows,
@@ -100,11 +102,13 @@ if AVAILABLE:
                seqlen, start, end, n_tiles, page_shift, qk_scale, kv_mult, b, psplit,
                out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
-               num_heads, num_splits, S_Q: gl.constexpr, HEADS: gl.constexpr,
-               CAUSAL: gl.constexpr, R: gl.constexpr, NS: gl.constexpr):
+               num_heads, num_splits, stamp_ptr, S_Q: gl.constexpr, HEADS: gl.constexpr,
+               CAUSAL: gl.constexpr, R: gl.constexpr, NS: gl.constexpr,
+               TIMELINE: gl.constexpr):
         """Group ``g``'s tiles g, g + 2, … of the program's chunk, its partial written as split
-        2 · psplit + g. R = 8: qᵀ loaded into registers once from q as the program staged it in
-        ``q_lat`` (a stage's 32 KB); 16: read from ``q_lat`` / ``q_rope`` every tile."""
+        2 · psplit + g (and, TIMELINE, its stamps in that split's row of ``stamp_ptr``). R = 8:
+        qᵀ loaded into registers once from q as the program staged it in ``q_lat`` (a stage's
+        32 KB); 16: read from ``q_lat`` / ``q_rope`` every tile."""
         if R == NR:
             qs, lanes, rope_lanes = _q_registers(q_lat)
         else:
@@ -116,6 +120,9 @@ if AVAILABLE:
         # the pool row of this group's first refill (tile g + NS, issued at its tile g + 2)
         row_next = _tile_row(bt_row, start + (g + NS) * BN, end, page_shift)
         n_mine = (n_tiles - g + 1) // 2
+        if TIMELINE:
+            stamp_ptr += (b * num_splits + 2 * psplit + g).to(gl.int64) * 12
+            _stamp(stamp_ptr, 1)
         for j in range(n_mine):
             i = g + 2 * j
             n0 = start + i * BN
@@ -128,6 +135,9 @@ if AVAILABLE:
                 row_next = _tile_row(bt_row, start + (nxt + 2) * BN, end, page_shift)
             stage, b_i, parity = _slot(i, NS)
             mbarrier.wait(bars.index(b_i), parity)
+            if TIMELINE:
+                if j == 0:
+                    _stamp(stamp_ptr, 2)
             s = _scores_mma(lat_buf.index(stage), rope_buf.index(stage), qs, lanes, rope_lanes,
                             R)
             p, alpha1, m_i, l_acc = _softmax_tile(s, n0, t, last, last_all, qk_scale, m_i,
@@ -137,26 +147,30 @@ if AVAILABLE:
             _cta_barrier()  # P is whole
             acc0, acc1, acc2, acc3 = _pv_tile(lat_buf.index(stage), p_buf, n0, end, tv, alpha1,
                                               acc0, acc1, acc2, acc3)
+        if TIMELINE:
+            _stamp(stamp_ptr, 3)
         _write_rows(acc0, acc1, acc2, acc3, 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA)),
                     1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, 2 * psplit + g,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
                     lse_empty, num_heads, num_splits, False, S_Q, HEADS)
+        if TIMELINE:
+            _stamp_exit(stamp_ptr)
 
     WG_WARPS = gl.constexpr(GROUP_WARPS)
     WG_REGS = gl.constexpr(WORKER_REGS)
 
-    # the partitions: the runtime arguments as one tuple, the constexprs beside it (inside a
-    # tuple they would arrive as runtime values)
+    # the partitions: the runtime arguments as one tuple, the constexprs (and the timeline's
+    # pointer, None without one) beside it (inside a tuple they would arrive as runtime values)
     @gluon.jit
-    def _group0(args, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-                R: gl.constexpr, NS: gl.constexpr):
-        _group(0, *args, S_Q, HEADS, CAUSAL, R, NS)
+    def _group0(args, stamp_ptr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+                R: gl.constexpr, NS: gl.constexpr, TIMELINE: gl.constexpr):
+        _group(0, *args, stamp_ptr, S_Q, HEADS, CAUSAL, R, NS, TIMELINE)
 
     @gluon.jit
-    def _group1(args, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
-                R: gl.constexpr, NS: gl.constexpr):
-        _group(1, *args, S_Q, HEADS, CAUSAL, R, NS)
+    def _group1(args, stamp_ptr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+                R: gl.constexpr, NS: gl.constexpr, TIMELINE: gl.constexpr):
+        _group(1, *args, stamp_ptr, S_Q, HEADS, CAUSAL, R, NS, TIMELINE)
 
     @gluon.jit
     def _mla_decode_pair_kernel(
@@ -166,16 +180,21 @@ if AVAILABLE:
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr, R: gl.constexpr,
-        NS: gl.constexpr,
+        NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
     ):
         """Program (request b, chunk p) of a dense fp8 decode of R = 8 or 16 query rows, as
         `decode_sm90_mma8._mla_decode_mma8_kernel`'s 8-row and wide forms, by two warp groups
         (module docstring); arguments as that kernel's, but always split partials:
-        ``num_splits`` = 2 × the grid's chunks."""
+        ``num_splits`` = 2 × the grid's chunks. TIMELINE: each group stamps its split's row of
+        int64 ``stamp_ptr`` [batch × num_splits, 12] as that kernel's programs do (entry: the
+        program's)."""
         gl.static_assert(NS % 2 == 1, "NS: an odd ring (the groups alternate per stage)")
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         b = gl.program_id(0)
         psplit = gl.program_id(1)
+        if TIMELINE:  # both groups' rows: the program's entry
+            _stamp(stamp_ptr + (b * num_splits + 2 * psplit).to(gl.int64) * 12, 0)
+            _stamp(stamp_ptr + (b * num_splits + 2 * psplit + 1).to(gl.int64) * 12, 0)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
         if R == NR:  # q staged once for the groups' registers (`_group`), in a stage's bytes
@@ -218,5 +237,6 @@ if AVAILABLE:
                 out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                 stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                 num_heads, num_splits)
-        gl.warp_specialize([(_group0, (args, S_Q, HEADS, CAUSAL, R, NS)),
-                            (_group1, (args, S_Q, HEADS, CAUSAL, R, NS))], [WG_WARPS], [WG_REGS])
+        gl.warp_specialize([(_group0, (args, stamp_ptr, S_Q, HEADS, CAUSAL, R, NS, TIMELINE)),
+                            (_group1, (args, stamp_ptr, S_Q, HEADS, CAUSAL, R, NS, TIMELINE))],
+                           [WG_WARPS], [WG_REGS])
