@@ -2,9 +2,8 @@
 # One device call for the two-group decode kernel (`fp8mla.kernels.decode_sm90_pair`, switched
 # on by `SM90_MMA8_PAIR` / `SM90_MMA16_PAIR`): its GPU tests and the timeline stamps' under the
 # tests' watchdog (a hung kernel ends its test after FP8MLA_GPU_TEST_TIMEOUT s, 120 here, with
-# its stack), then — only
-# if they pass — `flush_ab.py`'s default A/B (both forms against two programs an SM, eight
-# cases, do_bench's flush and a clean L2); with TIMELINE=1 also `timeline.py` (each program's —
+# its stack), then — only if they pass — `flush_ab.py`'s default A/B (both forms against two
+# programs an SM, eight cases, do_bench's flush and a clean L2); with TIMELINE=1 also `timeline.py` (each program's —
 # each group's — phases, both kernels; ~2 min more). Set FP8MLA_COMMIT (the device copy has no
 # history). Usage: [TIMELINE=1] bash benchmarks/gpu_pair.sh
 set -uo pipefail
