@@ -269,7 +269,7 @@ def decode_pair_compile(s_q=1, heads=16, causal=True):
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
     return _gluon_sm90_compile(kp._mla_decode_pair_kernel, sig, {
         "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": k8.rows_for(s_q * heads),
-        "NS": kp.STAGES}, num_warps=kp.GROUP_WARPS)
+        "NS": kp.STAGES, "stamp_ptr": None, "TIMELINE": False}, num_warps=kp.GROUP_WARPS)
 
 
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None,

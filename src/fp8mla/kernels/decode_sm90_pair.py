@@ -160,8 +160,8 @@ if AVAILABLE:
     WG_WARPS = gl.constexpr(GROUP_WARPS)
     WG_REGS = gl.constexpr(WORKER_REGS)
 
-    # the partitions: the runtime arguments as one tuple, the constexprs (and the timeline's
-    # pointer, None without one) beside it (inside a tuple they would arrive as runtime values)
+    # the partitions: the runtime arguments as one tuple, the constexprs and the timeline's
+    # pointer beside it (inside a tuple constexprs would arrive as runtime values)
     @gluon.jit
     def _group0(args, stamp_ptr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
                 R: gl.constexpr, NS: gl.constexpr, TIMELINE: gl.constexpr):
@@ -237,6 +237,10 @@ if AVAILABLE:
                 out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                 stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                 num_heads, num_splits)
-        gl.warp_specialize([(_group0, (args, stamp_ptr, S_Q, HEADS, CAUSAL, R, NS, TIMELINE)),
-                            (_group1, (args, stamp_ptr, S_Q, HEADS, CAUSAL, R, NS, TIMELINE))],
+        if TIMELINE:
+            stamps = stamp_ptr
+        else:  # (a partition takes no None: any pointer, unused)
+            stamps = part_max_ptr
+        gl.warp_specialize([(_group0, (args, stamps, S_Q, HEADS, CAUSAL, R, NS, TIMELINE)),
+                            (_group1, (args, stamps, S_Q, HEADS, CAUSAL, R, NS, TIMELINE))],
                            [WG_WARPS], [WG_REGS])
