@@ -15,7 +15,9 @@ partial (split 2p + g of program p, group g), merged by `_combine_splits_kernel`
 other. Per tile a group does what a program of the same rows does in `decode_sm90_mma8` (K · qᵀ
 by mma.sync, qᵀ held in registers at 8 rows and read from shared memory at 16; P through shared
 memory; Vᵀ · Pᵀ), its CTA barriers the partition's own (named barriers of 128 threads).
-Shared memory: the ring (5 × 36 KB), q (32 KB at 8 rows, 18 KB at 16), the groups' P.
+Shared memory: the ring (5 × 36 KB), q (32 KB at 8 rows, staged as the 8-row form does in a
+stage's bytes; 18 KB at 16), the groups' P — 221.5 / 211.5 KB of the SM's 227: no room for a
+sixth stage.
 
 Status: built in session 29 and off by default (`fp8mla.decode.SM90_MMA8_PAIR`,
 `SM90_MMA16_PAIR`); compiled for sm_90 (triton 3.6 and 3.9, no spills), its ring protocol
