@@ -503,6 +503,40 @@ if AVAILABLE:
         gl.store(stamp_ptr + 10, smid.to(gl.int64))
 
     @gluon.jit
+    def _stage_q(q_lat, q_rope, q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads,
+                 S_Q: gl.constexpr, HEADS: gl.constexpr, R: gl.constexpr):
+        """Stage the R rows of q for the first product's B operands (`_q_operands`): 8 rows into
+        the 32 KB ``q_lat`` (a ring stage's bytes; the latent in slot 0 of `Q_STORE_LAT`'s view,
+        8 KB, the rope's in slot 2 of `Q_STORE_ROPE`'s; ``q_rope`` unused), 16 into ``q_lat``
+        [16, 512] / ``q_rope`` [16, 64] (`Q_WIDE_STORE_*`). A CTA barrier must follow."""
+        if R == NR:
+            _view(q_lat, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
+                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q,
+                        HEADS, R))
+            rope_rows = _view(q_lat, gl.float16, [8 * NR, 256], Q_STORE_ROPE).slice(
+                2 * NR, NR, dim=0)
+            rope_rows.slice(0, 64, dim=1).store(
+                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q,
+                        HEADS, R))
+        else:
+            q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
+                                S_Q, HEADS, R))
+            q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512,
+                                 64, S_Q, HEADS, R))
+
+    @gluon.jit
+    def _q_operands(q_lat, q_rope, R: gl.constexpr):
+        """qᵀ as `_scores_mma` takes it from q staged by `_stage_q` → (qs, lanes, rope_lanes):
+        8 rows held in registers (`_q_registers`); 16 read every tile through the
+        `Q_WIDE_LANES_*` views (qs then unused: the latent's view stands in, a jit function
+        returns no None)."""
+        if R == NR:
+            return _q_registers(q_lat)
+        else:
+            lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
+            return lanes, lanes, _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
+
+    @gluon.jit
     def _q_registers(buf):
         """qᵀ of 8 rows for the first product's B operands, from q as staged in the 32 KB
         ``buf`` (latent rows in slot 0 of `Q_STORE_LAT`'s view, the rope's in slot 2 of
@@ -696,34 +730,20 @@ if AVAILABLE:
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
 
-        if R == NR:
-            # qᵀ in registers, per 32-word latent chunk and the rope's 16 words: staged through
-            # the ring's last stage, whose first copy is issued after a barrier in tile 0
-            free = lat_buf.index(NS - 1)  # latent q in slot 0 (8 KB), the rope's in slot 2
-            _view(free, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
-                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q,
-                        HEADS, R))
-            rope_rows = _view(free, gl.float16, [8 * NR, 256], Q_STORE_ROPE).slice(2 * NR, NR,
-                                                                                   dim=0)
-            rope_rows.slice(0, 64, dim=1).store(
-                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q,
-                        HEADS, R))
-            _cta_barrier()
-            qs, lanes, rope_lanes = _q_registers(free)
-        elif QK8:
+        if QK8:
             q_inv = _q8_stage(q8_lat, q8_rope, q_ptr, b, stride_qb, stride_qs, stride_qh,
                               num_heads, S_Q, HEADS, R)
             fence_async_shared()  # q's halves, before the wgmma reads them
             _cta_barrier()
         else:
-            q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
-                                S_Q, HEADS, R))
-            q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64,
-                                 S_Q, HEADS, R))
+            if R == NR:  # qᵀ into registers through the ring's last stage, whose first copy is
+                # issued after a barrier in tile 0
+                q_lat = lat_buf.index(NS - 1)
+                q_rope = q_lat
+            _stage_q(q_lat, q_rope, q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, S_Q,
+                     HEADS, R)
             _cta_barrier()
-            qs = None  # (qᵀ read every tile)
-            lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
-            rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
+            qs, lanes, rope_lanes = _q_operands(q_lat, q_rope, R)
 
         t, last, last_all, tv = _tile_masks(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)

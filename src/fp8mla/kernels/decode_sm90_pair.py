@@ -65,21 +65,16 @@ if AVAILABLE:
         NR,
         P_SHARED,
         P_SHARED_WIDE,
-        Q_STORE_LAT,
-        Q_STORE_ROPE,
-        Q_WIDE_LANES_LAT,
-        Q_WIDE_LANES_ROPE,
         Q_WIDE_STORE_LAT,
         Q_WIDE_STORE_ROPE,
         _fresh_state,
         _pv_tile,
-        _q_registers,
-        _q_rows,
+        _q_operands,
         _scores_mma,
         _softmax_tile,
+        _stage_q,
         _stamp_exit,
         _tile_masks,
-        _view,
         _write_rows,
     )
 
@@ -111,12 +106,7 @@ if AVAILABLE:
         2 · psplit + g (and, TIMELINE, its stamps in that split's row of ``stamp_ptr``). R = 8:
         qᵀ loaded into registers once from q as the program staged it in ``q_lat`` (a stage's
         32 KB); 16: read from ``q_lat`` / ``q_rope`` every tile."""
-        if R == NR:
-            qs, lanes, rope_lanes = _q_registers(q_lat)
-        else:
-            qs = None  # (qᵀ read every tile)
-            lanes = _view(q_lat, gl.float16, [4 * 128, R], Q_WIDE_LANES_LAT)
-            rope_lanes = _view(q_rope, gl.float16, [4 * 16, R], Q_WIDE_LANES_ROPE)
+        qs, lanes, rope_lanes = _q_operands(q_lat, q_rope, R)
         t, last, last_all, tv = _tile_masks(end, seqlen, num_heads, S_Q, HEADS, CAUSAL, R)
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(R)
         # the pool row of this group's first refill (tile g + NS, issued at its tile g + 2)
@@ -219,20 +209,8 @@ if AVAILABLE:
                   _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles, NS)
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
-        if R == NR:  # as the 8-row form stages it: the latent in slot 0, the rope's in slot 2
-            _view(q_lat, gl.float16, [4 * NR, 512], Q_STORE_LAT).slice(0, NR, dim=0).store(
-                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512, S_Q,
-                        HEADS, R))
-            rope_rows = _view(q_lat, gl.float16, [8 * NR, 256], Q_STORE_ROPE).slice(
-                2 * NR, NR, dim=0)
-            rope_rows.slice(0, 64, dim=1).store(
-                _q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512, 64, S_Q,
-                        HEADS, R))
-        else:
-            q_lat.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 0, 512,
-                                S_Q, HEADS, R))
-            q_rope.store(_q_rows(q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, 512,
-                                 64, S_Q, HEADS, R))
+        _stage_q(q_lat, q_rope, q_ptr, b, stride_qb, stride_qs, stride_qh, num_heads, S_Q,
+                 HEADS, R)
         _cta_barrier()
         args = (lat_desc, rope_desc, lat_buf, rope_buf, bars, p_s, q_lat, q_rope, bt_row,
                 seqlen, start, end, n_tiles, page_shift, qk_scale, kv_mult, b, psplit,
