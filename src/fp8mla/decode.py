@@ -859,47 +859,35 @@ class DecodePlan:
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
                 num_warps=kd.NUM_WARPS)
             return
-        if self.pair:
-            from fp8mla.kernels import decode_sm90_pair as kp
+        if self.mma8 or self.narrow:  # the dense fp8 ≤ 16-row kernels: the same arguments
+            dense = (q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse,
+                     self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
+                     q.stride(1), q.stride(2), block_table.stride(0), out.stride(0),
+                     out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
+                     self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
+                     self.page_size.bit_length() - 1,
+                     min(block_table.shape[1] * self.page_size, 2**31 - 1))
+            if self.pair:
+                from fp8mla.kernels import decode_sm90_pair as kp
 
-            kp._mla_decode_pair_kernel[(self.batch, self.num_splits // 2)](
-                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
-                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
-                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
-                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
-                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
-                min(block_table.shape[1] * self.page_size, 2**31 - 1),
-                S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal, R=self.mma_rows,
-                NS=self.ring_stages, stamp_ptr=self.timeline,
-                TIMELINE=self.timeline is not None, num_warps=kp.GROUP_WARPS)
-            return
-        if self.mma8:
-            from fp8mla.kernels import decode_sm90_mma8 as k8
+                kp._mla_decode_pair_kernel[(self.batch, self.num_splits // 2)](
+                    *dense, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
+                    R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
+                    TIMELINE=self.timeline is not None, num_warps=kp.GROUP_WARPS)
+            elif self.mma8:
+                from fp8mla.kernels import decode_sm90_mma8 as k8
 
-            k8._mla_decode_mma8_kernel[grid](
-                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
-                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
-                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
-                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
-                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
-                min(block_table.shape[1] * self.page_size, 2**31 - 1),
-                DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
-                TIMELINE=self.timeline is not None,
-                QK8=self.qk8, num_warps=k8.NUM_WARPS)
-            return
-        if self.narrow:
-            from fp8mla.kernels import decode_sm90_narrow as kn
+                k8._mla_decode_mma8_kernel[grid](
+                    *dense, DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads,
+                    CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
+                    stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
+                    num_warps=k8.NUM_WARPS)
+            else:
+                from fp8mla.kernels import decode_sm90_narrow as kn
 
-            kn._mla_decode_narrow_kernel[grid](
-                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
-                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
-                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
-                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
-                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
-                min(block_table.shape[1] * self.page_size, 2**31 - 1),
-                DIRECT=direct, S_Q=self.s_q, HEADS=self.config.heads_per_block,
-                CAUSAL=self.causal, num_warps=kn.NUM_WARPS)
+                kn._mla_decode_narrow_kernel[grid](
+                    *dense, DIRECT=direct, S_Q=self.s_q, HEADS=self.config.heads_per_block,
+                    CAUSAL=self.causal, num_warps=kn.NUM_WARPS)
             return
         decode_sm90._mla_decode_sm90_kernel[grid](
             q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
