@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 
 import torch
@@ -146,6 +147,20 @@ def _owner(key: str) -> tuple:
     return importlib.import_module(f"fp8mla.kernels.{mod}"), name
 
 
+@contextmanager
+def patched(patch: dict):
+    """Within the block, each key of ``patch`` (`_owner`'s names) set to its value; restored
+    after, however the block ends."""
+    saved = {k: getattr(*_owner(k)) for k in patch}
+    try:
+        for k, v in patch.items():
+            setattr(*_owner(k), v)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(*_owner(k), v)
+
+
 def main() -> int:
     out_path = sys.argv[1]
     quick = "--quick" in sys.argv
@@ -156,11 +171,9 @@ def main() -> int:
         for label, cfg, splits, patch in variants(case, fmt, extra):
             row = {"case": case.name(f"dense_decode/{fmt}", fmt), "variant": label,
                    "config": asdict(cfg) if cfg else None, "splits": splits, "patch": patch}
-            saved = {k: getattr(*_owner(k)) for k in patch}
             try:
-                for k, v in patch.items():
-                    setattr(*_owner(k), v)
-                recs = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)
+                with patched(patch):
+                    recs = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)
                 rec = by_backend(recs, "fp8mla_graph")
                 clean = by_backend(recs, "fp8mla_graph_cleanL2").us
                 row.update(kernel_resources())
@@ -172,9 +185,6 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 — record and go on
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 print(f"{row['case']:<42} {label:<28} ERROR {row['error'][:120]}", flush=True)
-            finally:
-                for k, v in saved.items():
-                    setattr(*_owner(k), v)
             rows.append(row)
             with open(out_path, "w") as f:  # after every row: a run cut short keeps its rows
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)

@@ -6,7 +6,7 @@
 dirty before every call (`l2_state.py`); a serving step starts with it clean (the
 `fp8mla_graph_cleanL2` rows). This times each case's CUDA-graph replay after both flushes
 (`fp8mla.bench.harness.l2_flushes`, `event_median_us`) for arms A, B, A, B — each arm a set of
-`fp8mla.decode` or kernel-module attributes (`decode_variants._owner`), each case checked
+`fp8mla.decode` or kernel-module attributes (`decode_variants.patched`), each case checked
 against the reference first. Session 23 found two schedules that do_bench's flush favoured and
 a clean L2 did not (below).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from decode_variants import _owner
+from decode_variants import patched
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import (
@@ -117,10 +117,7 @@ def main() -> int:
     rows = []
     for case in CASES:
         for label, patch in ARMS + ARMS:
-            saved = {k: getattr(*_owner(k)) for k in patch}
-            try:
-                for k, v in patch.items():
-                    setattr(*_owner(k), v)
+            with patched(patch):
                 name, plan, fn = checked(case)
                 one = graphed(fn)
                 row = {"case": name, "arm": label,
@@ -128,9 +125,6 @@ def main() -> int:
                        "ring": plan.ring_stages, "qk8": plan.qk8}
                 for mode in ("zero", "read"):
                     row[f"us_{mode}"] = round(event_median_us(one, modes[mode]), 2)
-            finally:
-                for k, v in saved.items():
-                    setattr(*_owner(k), v)
             keep_row(out_path, rows, row, env=env, ceiling_TBps=ceiling)
     return 0
 

@@ -21,7 +21,8 @@ import json
 import sys
 from dataclasses import asdict, replace
 
-import fp8mla.decode as decode_mod
+from decode_variants import patched
+
 from fp8mla.bench.harness import announced_ceiling, by_backend, env_info
 from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
@@ -61,12 +62,10 @@ def main() -> int:
             patch = (patch or [{}])[0]
             row = {"batch": batch, "heads": heads, "topk": topk, "s_q": s_q, "variant": label,
                    "config": asdict(cfg) if cfg else None, "splits": splits, "patch": patch}
-            saved = {k: getattr(decode_mod, k) for k in patch}
             try:
-                for k, v in patch.items():
-                    setattr(decode_mod, k, v)
-                recs = run_sparse(batch, heads, topk, s_q, env, ceiling, config=cfg,
-                                  num_splits=splits)
+                with patched(patch):
+                    recs = run_sparse(batch, heads, topk, s_q, env, ceiling, config=cfg,
+                                      num_splits=splits)
                 rec = by_backend(recs, "fp8mla_graph")
                 clean = by_backend(recs, "fp8mla_graph_cleanL2").us
                 row.update(case=rec.case, us=rec.us, us_clean_l2=clean, TBps=rec.TBps,
@@ -76,9 +75,6 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 — record and go on
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
                 print(f"B{batch} H{heads} {label:<18} ERROR {row['error'][:120]}", flush=True)
-            finally:
-                for k, v in saved.items():
-                    setattr(decode_mod, k, v)
             rows.append(row)
             with open(out_path, "w") as f:
                 json.dump({"env": env, "ceiling_TBps": ceiling, "rows": rows}, f, indent=1)

@@ -22,8 +22,8 @@ import statistics
 import sys
 
 import torch
+from decode_variants import patched
 
-import fp8mla.decode as decode_mod
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed, l2_flushes
 
@@ -32,10 +32,8 @@ from fp8mla.bench.harness import announced_ceiling, env_info, graphed, l2_flushe
 # with the 8-row form at two programs an SM)
 # (session 29: the same cases on the two-group kernel, its switches in PAIR)
 PAIR = {"SM90_MMA8_PAIR": True, "SM90_MMA16_PAIR": True}
-CASES = [(DecodeCase(1, 131072, 8), "fp8", None, {}), (DecodeCase(64, 8192, 8), "fp8", None, {}),
-         (DecodeCase(64, 8192, 16), "fp8", None, {}),
-         (DecodeCase(1, 131072, 8), "fp8", None, PAIR), (DecodeCase(64, 8192, 8), "fp8", None, PAIR),
-         (DecodeCase(64, 8192, 16), "fp8", None, PAIR)]
+CASES = [(case, "fp8", None, patch) for patch in ({}, PAIR)
+         for case in (DecodeCase(1, 131072, 8), DecodeCase(64, 8192, 8), DecodeCase(64, 8192, 16))]
 RUNS = 30
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 
@@ -130,14 +128,8 @@ def main() -> int:
     modes = l2_flushes()
     rows = []
     for case, fmt_name, splits, patch in CASES:
-        saved = {k: getattr(decode_mod, k) for k in patch}
-        try:
-            for k, v in patch.items():
-                setattr(decode_mod, k, v)
+        with patched(patch):
             row_list = _timeline_rows(case, fmt_name, splits, modes)
-        finally:
-            for k, v in saved.items():
-                setattr(decode_mod, k, v)
         for row in row_list:
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "last_run"}), flush=True)
