@@ -87,17 +87,16 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # h200-20261203-s28-e64b432-spread-flush-ab.json: B=64 × 8 heads 46.4 / 41.8 and 46.3 / 41.7
 # against 47.0 / 41.2 and 47.8 / 41.6, B=128 × 8 72.2 / 68.6 against 72.7 / 66.9, s_q 2 × 4
 # heads 68.8 / 65.4 against 69.7 / 63.4 — faster under do_bench, slower clean: not kept.
-# Session 29: the fp8 8-row and wide forms by two warp groups a program (`SM90_MMA8_PAIR`,
-# `SM90_MMA16_PAIR`; `fp8mla.kernels.decode_sm90_pair`) against two programs an SM — the
-# default arms below, not yet run: the kernel's first form hung on the H200
-# (tests/test_pair_ring.py); run the GPU tests `-k pair` first (their watchdog:
-# FP8MLA_GPU_TEST_TIMEOUT).
-PAIR = {"SM90_MMA8_PAIR": True, "SM90_MMA16_PAIR": True}
-ARMS = [("two programs an SM", {}), ("two warp groups a program", PAIR)]
-CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 8, s_q=2), "fp8"),
-         (DecodeCase(32, 8192, 16), "fp8"), (DecodeCase(8, 32768, 16), "fp8"),
-         (DecodeCase(1, 131072, 16), "fp8"), (DecodeCase(64, 8192, 8), "fp8"),
-         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(128, 4096, 8), "fp8")]
+# Session 29–30: the fp8 8-row and wide forms as one program an SM of two warp groups taking
+# alternate tiles of one 5-stage ring (an experiment at 520f686, since removed) against two
+# programs an SM, h200-20261203-s30-520f686-pair-flush-ab.json: slower everywhere — B=64 × 8K ×
+# 16 119.7 / 116.8 against 103.7 / 100.2, B=64 × 8K × 8 96.4 / 87.3 against 94.9 / 86.9,
+# B=1 × 128K × 8 41.0 / 34.3 against 39.5 / 33.2 (the groups' two copies of the tile loop
+# starve the instruction cache: -pair-ncu.txt).
+QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
+ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla")]
 
 
 def checked(case):

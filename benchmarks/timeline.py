@@ -4,8 +4,7 @@
 
 The dense fp8 ≤ 16-row kernel (`decode_sm90_mma8`) stamps each program's global timer (ns)
 and SM clock at entry, at its loop's start (ring started, q staged), when tile 0 has landed,
-at its loop's end and at exit, and its SM (`DecodePlan.timeline`); the two-group kernel
-(`decode_sm90_pair`, the cases with PAIR below) each group's, as a row. Each case's CUDA-graph
+at its loop's end and at exit, and its SM (`DecodePlan.timeline`). Each case's CUDA-graph
 replay runs after do_bench's zeroing flush and after a reading one (`l2_state.py`); per run,
 relative to the first program's entry: when programs enter, when their first tile lands, how
 long their loops take, when they leave — quantiles over programs, medians over runs. Also
@@ -22,18 +21,15 @@ import statistics
 import sys
 
 import torch
-from decode_variants import patched
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.harness import announced_ceiling, env_info, graphed, l2_flushes
 
-# (case, format, num_splits or None for the scheduler's, `fp8mla.decode` switches to set)
+# (case, format, num_splits or None for the scheduler's)
 # (session 23's first run, 7900be9, also timed B=1 × 128K at 128 and 132 splits and B=1 × 32K,
 # with the 8-row form at two programs an SM)
-# (session 29: the same cases on the two-group kernel, its switches in PAIR)
-PAIR = {"SM90_MMA8_PAIR": True, "SM90_MMA16_PAIR": True}
-CASES = [(case, "fp8", None, patch) for patch in ({}, PAIR)
-         for case in (DecodeCase(1, 131072, 8), DecodeCase(64, 8192, 8), DecodeCase(64, 8192, 16))]
+CASES = [(DecodeCase(1, 131072, 8), "fp8", None), (DecodeCase(64, 8192, 8), "fp8", None),
+         (DecodeCase(64, 8192, 16), "fp8", None)]
 RUNS = 30
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 
@@ -82,55 +78,43 @@ def per_sm(st: torch.Tensor) -> dict:
     return out
 
 
-def _timeline_rows(case, fmt_name, splits, modes) -> list[dict]:
-    """One case's rows (after do_bench's zeroing flush and after a reading one): its replay's
-    event time and each phase's quantiles over programs (medians over `RUNS`), the last run's
-    stamps; none where no stamping kernel serves it."""
-    plan, fn = checked_plan(case, fmt_name, num_splits=splits)
-    name = case.name(f"dense_decode/{fmt_name}", fmt_name)
-    if fmt_name != "fp8" or plan.kernel not in ("mma8", "mma16", "pair"):
-        print(f"{name}: {plan.kernel} kernel, no timeline", flush=True)
-        return []
-    plan.timeline = torch.zeros(case.batch * plan.num_splits, 12, dtype=torch.int64,
-                                device="cuda")
-    replay = graphed(fn)
-    rows = []
-    for mode in ("zero", "read"):
-        flush, runs, events, raw = modes[mode], [], [], None
-        for r in range(RUNS + 3):
-            flush()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            replay()
-            e.record()
-            torch.cuda.synchronize()
-            if r < 3:
-                continue  # warm-up
-            st = plan.timeline.cpu()
-            runs.append(summary(st))
-            events.append(1000 * s.elapsed_time(e))
-            raw = st
-        gt = sorted(set(raw[:, 0:10:2].flatten().tolist()))
-        rows.append({"case": name, "kernel": plan.kernel, "splits": plan.num_splits,
-                     "programs": case.batch * plan.num_splits, "flush": mode,
-                     "replay_us": round(statistics.median(events), 2),
-                     "timer_step_ns": min(b - a for a, b in zip(gt, gt[1:], strict=False)
-                                          if b > a),
-                     "phases_us": merged(runs), "per_sm_last_run": per_sm(raw),
-                     "last_run": raw.tolist()})
-    return rows
-
-
 def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)
     modes = l2_flushes()
     rows = []
-    for case, fmt_name, splits, patch in CASES:
-        with patched(patch):
-            row_list = _timeline_rows(case, fmt_name, splits, modes)
-        for row in row_list:
+    for case, fmt_name, splits in CASES:
+        plan, fn = checked_plan(case, fmt_name, num_splits=splits)
+        name = case.name(f"dense_decode/{fmt_name}", fmt_name)
+        if fmt_name != "fp8" or plan.kernel not in ("mma8", "mma16"):
+            print(f"{name}: {plan.kernel} kernel, no timeline", flush=True)
+            continue
+        plan.timeline = torch.zeros(case.batch * plan.num_splits, 12, dtype=torch.int64,
+                                    device="cuda")
+        replay = graphed(fn)
+        for mode in ("zero", "read"):
+            flush, runs, events, raw = modes[mode], [], [], None
+            for r in range(RUNS + 3):
+                flush()
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                replay()
+                e.record()
+                torch.cuda.synchronize()
+                if r < 3:
+                    continue  # warm-up
+                st = plan.timeline.cpu()
+                runs.append(summary(st))
+                events.append(1000 * s.elapsed_time(e))
+                raw = st
+            gt = sorted(set(raw[:, 0:10:2].flatten().tolist()))
+            row = {"case": name, "kernel": plan.kernel, "splits": plan.num_splits,
+                   "programs": case.batch * plan.num_splits, "flush": mode,
+                   "replay_us": round(statistics.median(events), 2),
+                   "timer_step_ns": min(b - a for a, b in zip(gt, gt[1:], strict=False) if b > a),
+                   "phases_us": merged(runs), "per_sm_last_run": per_sm(raw),
+                   "last_run": raw.tolist()}
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "last_run"}), flush=True)
             with open(out_path, "w") as f:

@@ -254,24 +254,6 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
         num_warps=k8.NUM_WARPS)
 
 
-def decode_pair_compile(s_q=1, heads=16, causal=True):
-    """The Gluon SM90 decode kernel of 8- or 16-row programs (from s_q × heads) by two warp
-    groups (`fp8mla.kernels.decode_sm90_pair`) for sm_90 (its ring of `STAGES`; it always
-    writes split partials); None where this Triton has no (such) Gluon."""
-    from fp8mla.kernels import decode_sm90_mma8 as k8
-    from fp8mla.kernels import decode_sm90_pair as kp
-
-    if not kp.AVAILABLE:
-        return None
-    sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
-                           "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
-    lat = k8.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
-    sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
-    return _gluon_sm90_compile(kp._mla_decode_pair_kernel, sig, {
-        "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": k8.rows_for(s_q * heads),
-        "NS": kp.STAGES, "stamp_ptr": None, "TIMELINE": False}, num_warps=kp.GROUP_WARPS)
-
-
 def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=None, rows=None,
                            qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs over fp8_ds_mla pages
@@ -419,10 +401,6 @@ def compile_target(cc):
                 k = compile_fn(direct, **kw)
                 if k is not None:
                     lines.append(row(f"{name}{'-direct' * direct}", cc, k))
-        for heads in (8, 16):
-            k = decode_pair_compile(heads=heads)
-            if k is not None:
-                lines.append(row(f"decode_pair/fp8/H{heads}", cc, k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

@@ -327,58 +327,6 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense().kernel == "triton" and dense(heads=8).kernel == "mma8"
 
 
-def test_pair_sm90_kernel_serves_where_documented(monkeypatch):
-    """The two-group kernel (`SM90_MMA8_PAIR`, `SM90_MMA16_PAIR`, off by default) serves the
-    fp8 plans of ≤ 8 and 9–16 rows the 8-row and wide forms serve, each switch its own, one
-    program an SM over a ring of `decode_sm90_pair.STAGES`, each program's two groups writing
-    two split partials: the scheduler's split count for one program an SM, doubled; a forced
-    split count only when even, and at 16 rows not with the FP8 first product asked for —
-    there, and for fp8_ds_mla and sparse plans, the kernels of before."""
-    from fp8mla.kernels import decode_sm90_mma8 as k8
-    from fp8mla.kernels import decode_sm90_pair as kp
-    from fp8mla.runtime import Target
-
-    if not k8.AVAILABLE:
-        pytest.skip("this Triton has no (such) Gluon")
-    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
-    monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
-    dense = functools.partial(_dense_plan, heads=16, batch=64, ctx=8192)
-    assert not decode_mod.SM90_MMA16_PAIR and dense().kernel == "mma16"  # the default
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
-    plan = dense()
-    assert plan.kernel == "pair" and plan.pair and plan.mma_rows == 16 and not plan.qk8
-    assert plan.programs_per_sm == 1 and plan.ring_stages == kp.STAGES == 5
-    assert plan.num_splits == 2 * decode_mod.choose_num_splits(64, 1, 8192, 132, k8.BLOCK_N) == 4
-    assert dense(heads=8, s_q=2).kernel == "pair" and dense(splits=6).num_splits == 6
-    assert dense(batch=1, ctx=131072).kernel == "pair"  # 16 tiles a program at 128 programs
-    odd = dense(splits=3)
-    assert odd.kernel == "mma16" and odd.ring_stages == decode_mod.SM90_MMA16_STAGES
-    assert dense(fp8_scores=True).kernel == "mma16" and dense(fp8_scores=True).qk8
-    assert dense(fmt="fp8_ds_mla").kernel == "mma16" and dense(heads=8).kernel == "mma8"
-    assert dense(batch=16).kernel == "pair"  # 8 splits: 16 tiles a program
-    assert dense(ctx=1024).kernel == "triton"  # 8 tiles a program: too few
-    monkeypatch.setattr(decode_mod, "SM90_MMA8_PAIR", True)
-    eight = dense(heads=8, batch=1, ctx=131072)
-    assert eight.kernel == "pair" and eight.mma_rows == 8 and eight.programs_per_sm == 1
-    assert eight.num_splits == 2 * decode_mod.choose_num_splits(1, 1, 131072, 132, k8.BLOCK_N)
-    assert dense(heads=4, s_q=2, ctx=1024).kernel == "pair"  # no length rule at ≤ 8 rows
-    assert dense(heads=8, fp8_scores=True).kernel == "pair"  # (no FP8 product at 8 rows)
-    assert dense(heads=8, splits=3).kernel == "mma8"
-    assert dense(heads=8, fmt="fp8_ds_mla").kernel == "mma8"
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", False)
-    assert dense().kernel == "mma16" and dense(heads=8).kernel == "pair"
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
-    # forced splits count a program's tiles as two splits' (B=64 × 2K: 32 tiles a request)
-    assert dense(ctx=2048, splits=4).kernel == "pair" and dense(ctx=2048, splits=8).kernel == "triton"
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", True)  # the module asks for FP8 scores
-    assert dense().kernel == "mma16" and dense(fp8_scores=False).kernel == "pair"
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_QK8", False)
-    from fp8mla.bench.harness import kernel_note
-
-    assert kernel_note(dense()).startswith("kernel=pair splits=4 rows=16 ring=5 qk8=False")
-    assert "rows=8 ring=5" in kernel_note(eight) and "programs/SM=1" in kernel_note(eight)
-
-
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 8-row Gluon kernel over fp8_ds_mla pages (`SM90_MMA8_DS`) serves dense plans of
     s_q × heads ≤ 8 over pages of ≥ 64 tokens, its programs per SM from its ring depth

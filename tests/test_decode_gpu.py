@@ -176,22 +176,19 @@ def test_sm90_mma8_kernel_matches_reference(heads, s_q, lens, page_size, splits,
     assert plan.mma8 and plan.sm90 and plan.kernel == "mma8"
 
 
-@pytest.mark.parametrize("pair", [False, True])
 @pytest.mark.parametrize("heads", [8, 16])
-def test_sm90_mma8_timeline_stamps_in_order(heads, pair, monkeypatch):
+def test_sm90_mma8_timeline_stamps_in_order(heads, monkeypatch):
     """`DecodePlan.timeline` (the debug stamps `benchmarks/timeline.py` reads): every program
-    of the fp8 ≤ 16-row kernel — or every group of the two-group kernel (``pair``) — (none
-    empty here) stamps entry ≤ loop start ≤ tile 0 landed ≤ loop end ≤ exit on the global
-    timer, within a second of each other, and an SM id; the outputs still match."""
+    of the fp8 ≤ 16-row kernel (none empty here) stamps entry ≤ loop start ≤ tile 0 landed ≤
+    loop end ≤ exit on the global timer, within a second of each other, and an SM id; the
+    outputs still match."""
     _mma8_only(monkeypatch)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
-    monkeypatch.setattr(decode_mod, "SM90_MMA8_PAIR", pair)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", pair)
     cache, table, seqlens = paged_cache("fp8", [5000, 700, 1000], 64, device="cuda", seed=5)
     q = torch.randn(3, 1, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=3, num_heads=heads, s_q=1, kv_format=cache.fmt, page_size=64,
                       cache_seqlens=seqlens, device="cuda", num_splits=4)
-    assert plan.kernel == ("pair" if pair else "mma8" if heads == 8 else "mma16")
+    assert plan.kernel == ("mma8" if heads == 8 else "mma16")
     plan.timeline = torch.full((3 * 4, 12), -1, dtype=torch.int64, device="cuda")
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
@@ -254,63 +251,6 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     _mma16_only(monkeypatch, stages)
     plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt, policy)
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
-
-
-def _pair_only(monkeypatch):
-    """Switch the two-group kernel on for both its forms (`SM90_MMA8_PAIR`,
-    `SM90_MMA16_PAIR`; the wide one for programs of any length); skip where it cannot
-    serve."""
-    _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_MMA8_PAIR", True)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16_PAIR", True)
-
-
-@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
-    (16, 1, [8192, 1, 4097, 0, 130], 64, None),
-    (16, 1, [131072], 64, None),  # one long request: every SM
-    (16, 1, [70000, 5], 128, 2),  # one program a request, many tiles through the ring
-    (8, 2, [3000, 63, 64], 64, None),  # causal among s_q queries
-    (4, 4, [1000, 65, 0], 256, 4),
-    (13, 1, [0, 70, 64], 64, 2),  # one tile: the second group has none
-    (9, 1, [65, 1, 200], 64, None),
-    (5, 3, [129, 20000], 64, 6),
-    # 8 rows: qᵀ in each group's registers
-    (8, 1, [8192, 1, 4097, 0, 130], 64, None),
-    (8, 1, [131072], 64, None),  # GLM-5 at TP8, one long request
-    (4, 2, [3000, 63, 64], 64, None),
-    (7, 1, [0, 70, 64], 64, 2),
-    (1, 1, [65, 1, 200], 128, None),
-    (2, 4, [129, 20000], 64, 4),
-    # a program of NS and NS + 1 tiles: the first refills, the stages' second barriers
-    (16, 1, [320, 384], 64, 2),
-    (8, 1, [320, 384], 64, 2),
-])
-def test_sm90_pair_kernel_matches_reference(heads, s_q, lens, page_size, splits, monkeypatch):
-    """fp8 plans of ≤ 8 and 9–16 query rows on the two-group kernel (`SM90_MMA8_PAIR`,
-    `SM90_MMA16_PAIR`; each group's alternate tiles a split's partial): odd row counts, causal
-    s_q > 1, lengths around a tile, requests of one tile (the second group attends nothing)
-    and none, pages of 64–256, forced (even) split counts, NaN page tails."""
-    _pair_only(monkeypatch)
-    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits)
-    assert plan.kernel == "pair" and plan.num_splits % 2 == 0
-    assert plan.mma_rows == (8 if s_q * heads <= 8 else 16)
-
-
-@pytest.mark.parametrize("heads", [4, 8])
-def test_sm90_pair_kernel_non_causal_mtp(heads, monkeypatch):
-    """s_q 2, not causal, on the two-group kernel (8 rows; 16: its wide form): each query sees
-    the whole context, the mask skipped on every tile but a request's last."""
-    _pair_only(monkeypatch)
-    _check_non_causal_mtp("fp8", heads, "pair")
-
-
-@pytest.mark.parametrize("heads", [8, 16])
-def test_sm90_pair_kernel_in_a_graph_and_second_pool(heads, monkeypatch):
-    """The two-group kernel captured once and replayed with new lengths and contents; one plan
-    over two pools in turn."""
-    _pair_only(monkeypatch)
-    assert _graph_replays("fp8", heads=heads).kernel == "pair"
-    assert _second_pool(heads=heads).kernel == "pair"
 
 
 @pytest.mark.parametrize("fmt,policy,heads", [("fp8", None, 8), ("fp8", None, 16),
@@ -460,17 +400,12 @@ def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, qk8, monkeypatch):
     both first products): each query sees the whole context, as s_q = 1 — for fp8, the path
     where the kernel skips the mask on every tile but a request's last."""
     _mma16_only(monkeypatch, qk8=qk8)
-    _check_non_causal_mtp(fmt, heads, "mma8" if heads == 4 else "mma16")
-
-
-def _check_non_causal_mtp(fmt, heads, kernel):
-    """A non-causal s_q 2 plan on ``kernel`` against the reference, query by query."""
     lens = [3000, 65, 64, 1]
     cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=heads)
     q = torch.randn(len(lens), 2, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=2, kv_format=cache.fmt,
                       page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
-    assert plan.kernel == kernel
+    assert plan.kernel == ("mma8" if heads == 4 else "mma16")
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     for i in range(2):
         ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,

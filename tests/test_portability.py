@@ -62,8 +62,6 @@ def _expected():
                          "sparse_narrow/fp8_ds_mla/H16"):
                 yield what, cc
                 yield f"{what}-direct", cc
-            yield "decode_pair/fp8/H8", cc
-            yield "decode_pair/fp8/H16", cc
         if cc >= pc.PDL_CC:
             yield "combine/D512-pdl", cc
             if cc == pc.GATHER_CC:

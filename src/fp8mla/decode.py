@@ -165,15 +165,6 @@ SM90_MMA16_DS_HEAD_BLOCKS = True
 SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
 SM90_MMA16_MIN_TILES = 16
-# the fp8 8-row and wide forms as one program an SM of two warp groups taking alternate tiles
-# of one ring (`fp8mla.kernels.decode_sm90_pair`; each group's state a split's partial, so plans
-# of an even split count; the wide form's first product on mma.sync): built in
-# session 29 against the uneven SMs of two programs an SM (the second leaving ~9 µs after the
-# first at B=64 × 8K × 16 heads, ~2.5 µs at B=1 × 128K × 8). Off until measured: its first form
-# hung on the H200 (a parity-wait flaw, tests/test_pair_ring.py); the fixed form has only
-# compiled (sm_90, triton 3.6 and 3.9)
-SM90_MMA8_PAIR = False
-SM90_MMA16_PAIR = False
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
 # ring's e4m3 bytes are its A operand as the TMA wrote them, q split once per program into two
 # e4m3 halves (exact for bf16 q inside e4m3's exponent range: elements within ~2^13 of the
@@ -377,11 +368,6 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        # what the two-group kernel needs (`_pair_serves`): an even split count (a partial a
-        # group), and at 16 rows mma.sync for the first product (the plan's or the module's
-        # choice)
-        self._pair_splits_ok = num_splits is None or num_splits % 2 == 0
-        self._pair_wide_ok = not (SM90_MMA16_QK8 if fp8_scores is None else fp8_scores)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
         # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
@@ -406,13 +392,12 @@ class DecodePlan:
         # the plan: `_mma8_schedule`)
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
-        self.pair = self.mma8 and self._pair_serves(self.mma_rows)
         self.num_splits = (num_splits if num_splits is not None  # checked above
                            else choose_num_splits(batch, self.head_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
-                                                  self._tile_tokens()) * (2 if self.pair else 1))
+                                                  self._tile_tokens()))
         # the ≤ 16-row kernel's first product as FP8 wgmma (`_qk8`)
-        self.qk8 = self.mma8 and not self.pair and self._qk8(max_seqlen, fp8_scores)
+        self.qk8 = self.mma8 and self._qk8(max_seqlen, fp8_scores)
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
@@ -427,20 +412,16 @@ class DecodePlan:
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
         # debug: int64 [batch × num_splits, 12] on the plan's device that the dense fp8 ≤ 16-row
         # kernel fills with each program's timeline when set before a run (or a graph's
-        # capture; `benchmarks/timeline.py`), the two-group kernel with each group's (a row a
-        # split either way); other kernels ignore it. None: no stamps
+        # capture; `benchmarks/timeline.py`); other kernels ignore it. None: no stamps
         self.timeline: torch.Tensor | None = None
 
     @property
     def kernel(self) -> str:
         """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
         (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (the wide forms, fp8
-        and fp8_ds_mla), "pair" (`decode_sm90_pair`: those fp8 forms by two warp groups),
-        "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
+        and fp8_ds_mla), "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
         (`_mla_decode_kernel`)."""
         if self.mma8:
-            if self.pair:
-                return "pair"
             return "mma8" if self.mma_rows == 8 else "mma16"
         if self.narrow:
             return "narrow"
@@ -686,24 +667,8 @@ class DecodePlan:
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
             return rows, SM90_MMA8_DS_STAGES, kd.programs_per_sm(SM90_MMA8_DS_STAGES, rows)
-        if self._pair_serves(rows):
-            from fp8mla.kernels import decode_sm90_pair as kp
-
-            return rows, kp.STAGES, 1
         stages = mma8_stages(rows)
         return rows, stages, k8.programs_per_sm(rows, stages)
-
-    def _pair_serves(self, rows: int) -> bool:
-        """Whether the two-group kernel (`decode_sm90_pair`) takes this plan's programs of
-        ``rows`` (8 or 16): dense fp8, switched on (`SM90_MMA8_PAIR`, `SM90_MMA16_PAIR`), an
-        even split count or the scheduler's, and at 16 rows no FP8 first product wanted
-        (``fp8_scores``, else `SM90_MMA16_QK8`)."""
-        from fp8mla.kernels.decode_sm90_mma8 import ROWS, WIDE_ROWS
-
-        if self.sparse or self.fmt.name != "fp8" or not self._pair_splits_ok:
-            return False
-        return ((rows == ROWS and SM90_MMA8_PAIR)
-                or (rows == WIDE_ROWS and SM90_MMA16_PAIR and self._pair_wide_ok))
 
     def _program_tiles(self, max_seqlen: int, num_splits: int | None, per_sm: int) -> int:
         """64-token tiles of the longest request's programs under ``num_splits`` (or the
@@ -751,8 +716,6 @@ class DecodePlan:
         schedule = self._mma_schedule()
         if rows > k8.ROWS:  # the wide form: programs of enough tiles
             least = SM90_MMA16_MIN_TILES if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
-            if num_splits and self._pair_serves(rows):  # two splits a program
-                num_splits //= 2
             if self._program_tiles(max_seqlen, num_splits, schedule[2]) < least:
                 return None
         return schedule
@@ -867,14 +830,7 @@ class DecodePlan:
                      self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
                      self.page_size.bit_length() - 1,
                      min(block_table.shape[1] * self.page_size, 2**31 - 1))
-            if self.pair:
-                from fp8mla.kernels import decode_sm90_pair as kp
-
-                kp._mla_decode_pair_kernel[(self.batch, self.num_splits // 2)](
-                    *dense, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                    R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
-                    TIMELINE=self.timeline is not None, num_warps=kp.GROUP_WARPS)
-            elif self.mma8:
+            if self.mma8:
                 from fp8mla.kernels import decode_sm90_mma8 as k8
 
                 k8._mla_decode_mma8_kernel[grid](

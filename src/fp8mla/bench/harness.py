@@ -172,12 +172,12 @@ def keep_row(path: str, rows: list[dict], row: dict, **header) -> None:
 
 def kernel_note(plan) -> str:
     """What serves ``plan`` (a `DecodePlan` or `SparsePlan`), for a record's note: the Gluon
-    ≤ 16-row kernels' (the two-group one's too) rows, ring and first product (qk8: FP8 wgmma),
-    else the plan's `DecodeConfig` (the Triton kernel's; the 64-head and narrow Gluon kernels
-    take only their tile sizes from it)."""
+    ≤ 16-row kernels' rows, ring and first product (qk8: FP8 wgmma), else the plan's
+    `DecodeConfig` (the Triton kernel's; the 64-head and narrow Gluon kernels take only their
+    tile sizes from it)."""
     head = f"kernel={plan.kernel} splits={plan.num_splits}"
     tail = f" pdl={plan._pdl and plan.num_splits > 1} programs/SM={plan.programs_per_sm}"
-    if plan.mma8:  # ("mma8", "mma16", "pair")
+    if plan.mma8:  # ("mma8", "mma16")
         return f"{head} rows={plan.mma_rows} ring={plan.ring_stages} qk8={plan.qk8}{tail}"
     c = plan.config
     return (f"{head} block_n={c.block_n} heads/block={c.heads_per_block} warps={c.num_warps}"
