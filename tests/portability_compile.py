@@ -247,6 +247,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
                            "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     lat = k8.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=3)
     sig["lat_desc"] = f"tensordesc<u8[4, {k8.BLOCK_N}, 128],{lat!r}>"
+    sig["len_hint"] = "i32"
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
@@ -277,7 +278,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
            "rope_desc": f"tensordesc<u8[{kd.BLOCK_N}, 128],{lay[2]!r}>", "f32_ptr": "*fp32",
            **{k: v for k, v in dense.items()
               if k not in ("q_ptr", "lat_desc", "rope_desc", "scale_ptr")},
-           "num_slots": "i32"}
+           "num_slots": "i32", "len_hint": "i32"}
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
         "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "R": rows,

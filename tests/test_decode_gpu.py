@@ -103,14 +103,15 @@ def _check_max_logits(plan, q, kv, table, lens, page_size):
             assert_close(got, ref, atol=1e-3, rtol=1e-3, name=f"max_logits[{b}, {i}]")
 
 
-def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy=None):
+def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy=None,
+                          max_seqlen=None):
     """An fp8, fp8_ds_mla or bf16 plan's run against the reference with the rows a page holds
     past its request's end NaN (every byte 0x7F, e4m3 NaN, in the latent — 0xFF in bf16 rows;
     fp8_ds_mla's scales and rope NaN too), so a partial tile that read them would poison the
     output; out / lse written into NaN-filled strided views (FlashMLA's [b, h, s_q] lse) with
     +inf for empty requests; max_logits (the kernel's or the combine's) checked for every query
-    row: the max scaled score over what the row sees, −inf where it sees nothing. Returns the
-    plan."""
+    row: the max scaled score over what the row sees, −inf where it sees nothing. The plan is
+    made for the lengths, or (``max_seqlen``) for that bound alone. Returns the plan."""
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device="cuda",
                                         seed=21 + s_q)
     rows = cache.layer(0).view(-1, cache.fmt.row_bytes)
@@ -126,8 +127,9 @@ def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy
                                           dtype=torch.bfloat16).view(torch.uint8)
     q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
-                      page_size=page_size, cache_seqlens=seqlens, device="cuda",
-                      num_splits=splits)
+                      page_size=page_size, device="cuda", num_splits=splits,
+                      **({"cache_seqlens": seqlens} if max_seqlen is None
+                         else {"max_seqlen": max_seqlen}))
     out = torch.full((len(lens), s_q, heads, 512), float("nan"), device="cuda").bfloat16()
     lse = torch.full((len(lens), heads, s_q), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), out=out,
@@ -251,6 +253,21 @@ def test_sm90_mma16_kernel_matches_reference(heads, s_q, lens, page_size, splits
     _mma16_only(monkeypatch, stages)
     plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt, policy)
     assert plan.mma8 and plan.kernel == "mma16" and plan.ring_stages == stages
+
+
+@pytest.mark.parametrize("max_seqlen", [100, 20001, 50000])
+@pytest.mark.parametrize("fmt,heads", [("fp8", 8), ("fp8", 16), ("fp8_ds_mla", 8),
+                                       ("fp8_ds_mla", 16)])
+def test_sm90_mma_kernels_any_length_hint(fmt, heads, max_seqlen, monkeypatch):
+    """The ≤ 16-row kernels look up tile 0's page for a request of the plan's longest length
+    while the request's own loads (`decode_sm90_mma8._ring_start`): plans made for a bound far
+    below, at and above the lengths they run (first splits guessed right, later ones wrong
+    either way) match the reference, NaN page tails unread."""
+    _mma16_only(monkeypatch)
+    policy = "pow2" if fmt == "fp8_ds_mla" else None
+    plan = _check_poisoned_tails(heads, 1, [20001, 3000, 65, 0, 700], 64, 4, fmt, policy,
+                                 max_seqlen=max_seqlen)
+    assert plan.kernel == ("mma8" if heads == 8 else "mma16") and plan._len_hint == max_seqlen
 
 
 @pytest.mark.parametrize("fmt,policy,heads", [("fp8", None, 8), ("fp8", None, 16),

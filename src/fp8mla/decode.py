@@ -368,6 +368,9 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
+        # the longest request the plan was made for: the ≤ 16-row kernels look up tile 0's page
+        # for it while the request's own length loads (`decode_sm90_mma8._ring_start`)
+        self._len_hint = min(max_seqlen, 2**31 - 1)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
         # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
@@ -818,7 +821,8 @@ class DecodePlan:
                 out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
-                DIRECT=direct, S_Q=self.s_q, HEADS=self._block_heads or self.num_heads,
+                self._len_hint, DIRECT=direct, S_Q=self.s_q,
+                HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
                 num_warps=kd.NUM_WARPS)
             return
@@ -834,7 +838,7 @@ class DecodePlan:
                 from fp8mla.kernels import decode_sm90_mma8 as k8
 
                 k8._mla_decode_mma8_kernel[grid](
-                    *dense, DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads,
+                    *dense, self._len_hint, DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads,
                     CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
                     stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
                     num_warps=k8.NUM_WARPS)

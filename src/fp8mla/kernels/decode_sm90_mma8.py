@@ -323,19 +323,29 @@ if AVAILABLE:
 
     @gluon.jit
     def _ring_start(lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt,
-                    b, split, num_splits, page_shift, max_len, NS: gl.constexpr,
+                    b, split, num_splits, page_shift, max_len, len_hint, NS: gl.constexpr,
                     ROPE_COL: gl.constexpr):
         """A dense program's start: the ring's barriers, its token chunk (from the device-side
         length, bounded by the table's row) and the ring's first NS − 1 copies in flight →
-        (barriers, seqlen, start, end, n_tiles, the request's block-table row)."""
+        (barriers, seqlen, start, end, n_tiles, the request's block-table row).
+
+        Tile 0's page is looked up while the length is still in flight, at the chunk's start
+        for a request of ``len_hint`` tokens (the plan's longest): where the length gives the
+        same start — every split of a request that long, and every request's first — the
+        first copy waits on one dependent load instead of two (the length, then the table)."""
         bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         for st in gl.static_range(NS):
             mbarrier.init(bars.index(st), count=1)
         fence_async_shared()  # the initialised barriers, before the async proxy
-        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        for st in gl.static_range(NS - 1):
+        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        guess, _, _ = _split_range(gl.minimum(len_hint, max_len), split, num_splits, BN)
+        row0 = _tile_row(bt_row, guess, max_len, page_shift)  # (inside the table's row)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        if start != guess:
+            row0 = _tile_row(bt_row, start, end, page_shift)
+        _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0, row0, n_tiles > 0, ROPE_COL)
+        for st in gl.static_range(1, NS - 1):
             _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, st,
                    _tile_row(bt_row, start + st * BN, end, page_shift), st < n_tiles, ROPE_COL)
         return bars, seqlen, start, end, n_tiles, bt_row
@@ -688,7 +698,7 @@ if AVAILABLE:
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh,
         stride_lb, stride_ls, stride_lh,
-        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
+        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
         QK8: gl.constexpr = False,
@@ -699,9 +709,11 @@ if AVAILABLE:
         int32 [batch]; scale_ptr: float32 [1] (the pool's per-tensor scale); out bf16 [batch,
         s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the
         workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16`); NS ≥ 2 ring
-        stages. TIMELINE: a debug timeline into int64 ``stamp_ptr`` [programs, 12]
-        (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM). QK8 (the wide
-        form): the first product as FP8 wgmma over the ring's bytes (`_scores_fp8`)."""
+        stages; len_hint: the plan's longest request in tokens (only when tile 0's page is
+        looked up: `_ring_start`). TIMELINE: a debug timeline into int64 ``stamp_ptr``
+        [programs, 12] (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM).
+        QK8 (the wide form): the first product as FP8 wgmma over the ring's bytes
+        (`_scores_fp8`)."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(not QK8 or R == 16, "QK8: the wide form only")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -726,7 +738,7 @@ if AVAILABLE:
         # this program's token chunk and the ring's first NS − 1 tiles in flight before q
         bars, seqlen, start, end, n_tiles, bt_row = _ring_start(
             lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt, b, split,
-            num_splits, page_shift, max_len, NS, 512)
+            num_splits, page_shift, max_len, len_hint, NS, 512)
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
 
