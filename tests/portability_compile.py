@@ -320,7 +320,7 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
            **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
                                  "stride_oh", "stride_lb", "stride_lh")},
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
-           "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
+           "num_splits": "i32", "max_len": "i32", "num_slots": "i32", "len_hint": "i32"}
     return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
         "DIRECT": direct, "HEADS": heads,
         "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES,

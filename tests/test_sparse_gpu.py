@@ -164,6 +164,32 @@ def test_narrow_sparse_kernels_direct_and_split(kernel, splits, heads, monkeypat
     assert torch.all(lse[2] == float("inf")) and torch.all(out[2] == 0)
 
 
+@pytest.mark.parametrize("heads", [8, 3])
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_sparse_mma8_entries_past_the_count_unread(splits, heads, monkeypatch):
+    """The ≤ 8-row sparse kernel reads tile 0's entries and their rows' scales before the
+    list's count has loaded, for the chunk a count of the list's width starts at
+    (`_mla_sparse_mma8_kernel`): every entry past a count points at a poisoned slot (NaN
+    latent, scales and rope), counts inside tile 0, short and full give starts that differ
+    from that guess and ones that match — nothing past a count reaches the output."""
+    _force(monkeypatch, "mma8")
+    cache, live, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 700, seed=53 + heads)
+    listed = torch.zeros(cache.num_slots, dtype=torch.bool)
+    listed[live] = True
+    dead = torch.nonzero(~listed).flatten().to(torch.int32)  # never stored: poisoned
+    lengths = [700, 300, 1, 0, 40]
+    g = torch.Generator().manual_seed(heads)
+    for b, n in enumerate(lengths):
+        idx[b, n:] = dead[torch.randint(len(dead), (700 - n,), generator=g)].to(idx.device)
+    lengths = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=5, num_heads=heads, topk=700, kv_format=cache.fmt,
+                      device="cuda", num_splits=splits)
+    _served_by(plan, "mma8")
+    out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
+    assert not out.isnan().any()
+    _check(cache, q, idx, lengths, out, lse)
+
+
 @pytest.mark.parametrize("qk8", [False, True])
 @pytest.mark.parametrize("policy", ["pow2", "fp32"])
 @pytest.mark.parametrize("stages,heads", [(3, 8), (2, 8), (3, 1), (2, 7)])

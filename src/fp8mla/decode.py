@@ -368,8 +368,9 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
-        # the longest request the plan was made for: the ≤ 16-row kernels look up tile 0's page
-        # for it while the request's own length loads (`decode_sm90_mma8._ring_start`)
+        # the longest request (sparse: list width) the plan was made for: the ≤ 16-row kernels
+        # look up tile 0's page (entries) for it while the request's own length loads
+        # (`decode_sm90_mma8._ring_start`)
         self._len_hint = min(max_seqlen, 2**31 - 1)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
@@ -773,7 +774,7 @@ class DecodePlan:
                 q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
-                DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
+                self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
                 QK8=self.qk8, num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their

@@ -315,7 +315,7 @@ if AVAILABLE:
         q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
-        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
+        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots, len_hint,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
     ):
         b = gl.program_id(0)
@@ -328,17 +328,35 @@ if AVAILABLE:
             q8_lat = gl.allocate_shared_memory(gl.float8e4nv, [8 * NR, 128], Q8_LAT)
             q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [NR, 64], SH16)
 
-        # this program's entries; the ring's first STAGES − 1 tiles in flight before q is read
-        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
-        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        # this program's entries; the ring's first STAGES − 1 tiles in flight before q is read.
+        # Tile 0's entries and their rows' scales are read while the list's count loads, at the
+        # chunk a count of ``len_hint`` (the plan's list width) starts at — where the count
+        # gives the same start, the first gather waits on one dependent load fewer (as
+        # `decode_sm90_mma8._ring_start`); masked by the count after, or read again
         list_row = list_ptr + b.to(gl.int64) * stride_list
+        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
+        guess, _, _ = _split_range(gl.minimum(len_hint, max_len), split, num_splits, BN)
         tg = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER))
-        for st in gl.static_range(NS - 1):
+        tm = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
+        slot, _ = _entries(list_row, guess + tg, max_len, num_slots)  # (inside the list's row)
+        keep, sc0, sc1, sc2, sc3 = _tile_entries(list_row, f32_ptr, guess + tm, max_len,
+                                                 num_slots)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
+        if start != guess:
+            slot, _ = _entries(list_row, start + tg, end, num_slots)
+            keep, sc0, sc1, sc2, sc3 = _tile_entries(list_row, f32_ptr, start + tm, end,
+                                                     num_slots)
+        _gather(u8_ptr, lat_buf, rope_buf, 0, slot,
+                (start + tg < end) & (slot >= 0) & (slot < num_slots))
+        keep = keep & (start + tm < end)  # (entries past the count: no scale, not a NaN's)
+        sc0 = gl.where(keep, sc0, 0.0)
+        sc1 = gl.where(keep, sc1, 0.0)
+        sc2 = gl.where(keep, sc2, 0.0)
+        sc3 = gl.where(keep, sc3, 0.0)
+        for st in gl.static_range(1, NS - 1):
             slot, ok = _entries(list_row, start + st * BN + tg, end, num_slots)
             _gather(u8_ptr, lat_buf, rope_buf, st, slot, ok)
         slot_g, ok_g = _entries(list_row, start + (NS - 1) * BN + tg, end, num_slots)
-        tm = gl.arange(0, BN, layout=gl.SliceLayout(1, MMA))
-        keep, sc0, sc1, sc2, sc3 = _tile_entries(list_row, f32_ptr, start + tm, end, num_slots)
         qk_scale = softmax_scale * LOG2E
 
         if QK8:
