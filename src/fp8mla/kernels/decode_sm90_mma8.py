@@ -709,11 +709,11 @@ if AVAILABLE:
         int32 [batch]; scale_ptr: float32 [1] (the pool's per-tensor scale); out bf16 [batch,
         s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the
         workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16`); NS ≥ 2 ring
-        stages; len_hint: the plan's longest request in tokens (only when tile 0's page is
-        looked up: `_ring_start`). TIMELINE: a debug timeline into int64 ``stamp_ptr``
-        [programs, 12] (`_stamp`: entry, loop start, tile 0 landed, loop end, exit; the SM).
-        QK8 (the wide form): the first product as FP8 wgmma over the ring's bytes
-        (`_scores_fp8`)."""
+        stages; len_hint: the plan's longest request in tokens (what `_ring_start` looks up
+        tile 0's page for before the request's own length has loaded). TIMELINE: a debug
+        timeline into int64 ``stamp_ptr`` [programs, 12] (`_stamp`: entry, loop start, tile 0
+        landed, loop end, exit; the SM). QK8 (the wide form): the first product as FP8 wgmma
+        over the ring's bytes (`_scores_fp8`)."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(not QK8 or R == 16, "QK8: the wide form only")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")

@@ -144,7 +144,8 @@ if AVAILABLE:
         stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh,
         stride_lb, stride_ls, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, num_slots,
-        len_hint, DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
+        len_hint,
+        DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         NS: gl.constexpr, R: gl.constexpr, QK8: gl.constexpr = False,
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
