@@ -370,8 +370,8 @@ class DecodePlan:
                                               self.sparse)
         # the longest request (sparse: list width) the plan was made for: the ≤ 16-row kernels
         # look up tile 0's page (entries) for it while the request's own length loads
-        # (`decode_sm90_mma8._ring_start`)
-        self._len_hint = min(max_seqlen, 2**31 - 1)
+        # (`decode_sm90_mma8._ring_start`; ≤ 2^30: the guessed chunk starts stay inside int32)
+        self._len_hint = min(max_seqlen, 2**30)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
         # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
