@@ -262,8 +262,8 @@ def test_sm90_mma_kernels_any_length_hint(fmt, heads, max_seqlen, monkeypatch):
     """The ≤ 16-row kernels look up tile 0's page for a request of the plan's longest length
     while the request's own loads (`decode_sm90_mma8._ring_start`): plans made for a bound far
     below the lengths they run, at a middle one and at the longest (each request's first split
-    guessed right; the later ones right only for a request of the bound's length) match the
-    reference, NaN page tails unread."""
+    guessed right; the later ones only where the request's length gives the bound's chunk)
+    match the reference, NaN page tails unread."""
     _mma16_only(monkeypatch)
     policy = "pow2" if fmt == "fp8_ds_mla" else None
     plan = _check_poisoned_tails(heads, 1, [20001, 3000, 65, 0, 700], 64, 4, fmt, policy,
