@@ -108,6 +108,7 @@ if AVAILABLE:
         LOG2E,
         REINTERPRET_NEW,
         _cta_barrier,
+        _launch_dependents,
         _split_range,
         _stamp,
         _tile_row,
@@ -692,7 +693,7 @@ if AVAILABLE:
         acc = gl.zeros([128, R], gl.float32, layout=MMA)
         return m_i, l_acc, acc, acc, acc, acc
 
-    @gluon.jit
+    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: one binary for every plan)
     def _mla_decode_mma8_kernel(
         q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
@@ -701,7 +702,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False,
+        QK8: gl.constexpr = False, PDL_AT: gl.constexpr = 0,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -713,7 +714,8 @@ if AVAILABLE:
         tile 0's page for before the request's own length has loaded). TIMELINE: a debug
         timeline into int64 ``stamp_ptr`` [programs, 12] (`_stamp`: entry, loop start, tile 0
         landed, loop end, exit; the SM). QK8 (the wide form): the first product as FP8 wgmma
-        over the ring's bytes (`_scores_fp8`)."""
+        over the ring's bytes (`_scores_fp8`). PDL_AT: where the split combine may start
+        launching (`_launch_dependents`)."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(not QK8 or R == 16, "QK8: the wide form only")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -722,6 +724,7 @@ if AVAILABLE:
         if TIMELINE:
             stamp_ptr += (b * num_splits + split).to(gl.int64) * 12
             _stamp(stamp_ptr, 0)
+        _launch_dependents(PDL_AT, 1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
@@ -794,6 +797,7 @@ if AVAILABLE:
                                               acc0, acc1, acc2, acc3)
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
+        _launch_dependents(PDL_AT, 2)
         if TIMELINE:
             _stamp(stamp_ptr, 3)
 

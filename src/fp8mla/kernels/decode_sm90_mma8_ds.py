@@ -91,6 +91,7 @@ if AVAILABLE:
     from fp8mla.kernels.decode_sm90 import (
         LOG2E,
         _cta_barrier,
+        _launch_dependents,
         _tile_row,
         fence_async_shared,
         gl,
@@ -137,7 +138,7 @@ if AVAILABLE:
         return (gl.load(srow, mask=ok, other=0.0), gl.load(srow + 1, mask=ok, other=0.0),
                 gl.load(srow + 2, mask=ok, other=0.0), gl.load(srow + 3, mask=ok, other=0.0))
 
-    @gluon.jit
+    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: one binary for every plan)
     def _mla_decode_mma8_ds_kernel(
         q_ptr, lat_desc, rope_desc, f32_ptr, bt_ptr, seqlens_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
@@ -147,6 +148,7 @@ if AVAILABLE:
         len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         NS: gl.constexpr, R: gl.constexpr, QK8: gl.constexpr = False,
+        PDL_AT: gl.constexpr = 0,
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -167,6 +169,7 @@ if AVAILABLE:
         part_out_ptr += h0 * 512
         part_lse_ptr += h0
         part_max_ptr += h0
+        _launch_dependents(PDL_AT, 1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], rope_desc.layout)
@@ -243,6 +246,7 @@ if AVAILABLE:
             sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
+        _launch_dependents(PDL_AT, 2)
 
         _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
