@@ -13,7 +13,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fp8mla.decode import PDL_TRIGGER
+from fp8mla.decode import PDL_SIGNAL
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
@@ -166,7 +166,7 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
-        "LATE_SUM": cfg.late_sum, "PDL_AT": PDL_TRIGGER if pdl else 0,
+        "LATE_SUM": cfg.late_sum, "PDL": pdl,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
@@ -177,8 +177,8 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
 
     from fp8mla.kernels import decode_sm90 as k90
 
-    if "PDL_AT" in fn.arg_names:  # as the launcher: the combine's trigger where it follows
-        consts = {**consts, "PDL_AT": 0 if consts["DIRECT"] else PDL_TRIGGER}
+    if "PDL" in fn.arg_names:  # as the launcher: the combine signalled where one follows
+        consts = {**consts, "PDL": PDL_SIGNAL and not consts["DIRECT"]}
     sig = {**sig, **{k: "constexpr" for k in consts}}
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in pointers}
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v

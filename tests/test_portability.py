@@ -8,7 +8,7 @@ import json
 import pytest
 
 import portability_compile as pc
-from fp8mla.decode import PDL_TRIGGER
+from fp8mla.decode import PDL_SIGNAL
 from fp8mla.kernels import decode_sm90
 from fp8mla.runtime import decode_config
 from helpers import start_portability_compile
@@ -92,6 +92,6 @@ def test_kernel_fits_target(compiled, what, cc):
         assert not row["tma"], "sparse rows are gathered one token at a time (cp.async)"
     # the Gluon SM90 kernels (bar the narrow ones) signal the combine wherever one follows
     gluon_pdl = (what.startswith(("decode_sm90/", "sparse_sm90/", "decode_mma", "sparse_mma"))
-                 and not what.endswith("-direct") and PDL_TRIGGER != 0)
+                 and not what.endswith("-direct") and PDL_SIGNAL != 0)
     assert row["pdl"] == (what.endswith("-pdl") or gluon_pdl), (
         "griddepcontrol only where PDL is compiled in")

@@ -61,11 +61,15 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # each program's GPU-scope release before it counts and the last one's serial merge, both at
 # the grid's tail, are the suspects)
 PDL = True
-# Where the decode grid's programs let the combine start launching (`PDL_AT` of the kernels):
-# 1 at each program's entry, 2 after its loop, 0 nowhere (the grid's exit). The combine cannot
-# launch before every decode program has passed the point, so it never takes an SM a decode
-# program still needs; its programs then wait, resident, for the decode grid's completion.
-PDL_TRIGGER = 1
+# The decode kernels (Triton and Gluon) let the combine launch once every program has left its
+# loop, so its launch overlaps their last writes; False: at the grid's exit (the Gluon kernels
+# before session 31). H200, flush A/B (µs, do_bench's / clean; h200-20261203-s31-ca59e0e-pdl-
+# ab.json): after the loop against at exit — sparse B=64 × 8 heads 46.9 / 40.3 against 47.4 /
+# 40.9, fp8_ds_mla B=1 × 128K × 8 43.7 / 35.7 against 44.2 / 36.2, B=64 × 64 sparse heads and
+# fp8 × 8 heads −0.1 to −0.5, the Triton kernel's cases −0.2 to −0.5. At each program's entry
+# instead (the combine's programs then wait resident through the whole decode) every case
+# but the 64-head one was 0.3–1.8 µs slower.
+PDL_SIGNAL = True
 # split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
 # the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
 # heads × 4 splits) — for one more bf16 rounding of each partial before the LSE-weighted sum.
@@ -553,7 +557,7 @@ class DecodePlan:
             WORDS_2D=cfg.words_2d, SPARSE=self.checks_indices, CAUSAL=self.causal,
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
-            LATE_SUM=cfg.late_sum, PDL_AT=self._pdl_at(direct),
+            LATE_SUM=cfg.late_sum, PDL=self._pdl_signal(direct),
             num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
@@ -618,10 +622,10 @@ class DecodePlan:
         capture of such launches has been reported failing on SM120)."""
         return PDL and self.target.cc == 90 and not self.target.interpreted
 
-    def _pdl_at(self, direct: bool) -> int:
-        """The decode kernel's `PDL_AT`: `PDL_TRIGGER` where a combine follows as a
-        programmatic dependent, else 0."""
-        return PDL_TRIGGER if self._pdl and not direct else 0
+    def _pdl_signal(self, direct: bool) -> bool:
+        """The decode kernel's `PDL`: whether it signals a combine that follows as a
+        programmatic dependent (`PDL_SIGNAL`)."""
+        return PDL_SIGNAL and self._pdl and not direct
 
     def _sm90_serves(self) -> bool:
         """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
@@ -785,7 +789,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
-                QK8=self.qk8, PDL_AT=self._pdl_at(direct), num_warps=km.NUM_WARPS)
+                QK8=self.qk8, PDL=self._pdl_signal(direct), num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
@@ -807,7 +811,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                PDL_AT=self._pdl_at(direct), num_warps=decode_sm90.NUM_WARPS)
+                PDL=self._pdl_signal(direct), num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -835,7 +839,7 @@ class DecodePlan:
                 self._len_hint, DIRECT=direct, S_Q=self.s_q,
                 HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
-                PDL_AT=self._pdl_at(direct), num_warps=kd.NUM_WARPS)
+                PDL=self._pdl_signal(direct), num_warps=kd.NUM_WARPS)
             return
         if self.mma8 or self.narrow:  # the dense fp8 ≤ 16-row kernels: the same arguments
             dense = (q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse,
@@ -852,7 +856,7 @@ class DecodePlan:
                     *dense, self._len_hint, DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads,
                     CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
                     stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
-                    PDL_AT=self._pdl_at(direct), num_warps=k8.NUM_WARPS)
+                    PDL=self._pdl_signal(direct), num_warps=k8.NUM_WARPS)
             else:
                 from fp8mla.kernels import decode_sm90_narrow as kn
 
@@ -868,7 +872,7 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            PDL_AT=self._pdl_at(direct), num_warps=decode_sm90.NUM_WARPS)
+            PDL=self._pdl_signal(direct), num_warps=decode_sm90.NUM_WARPS)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

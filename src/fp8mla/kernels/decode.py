@@ -548,15 +548,13 @@ def _mla_decode_kernel(
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
     TMA: tl.constexpr = False, CARRY: tl.constexpr = 0, LAZY: tl.constexpr = False,
-    LATE_SUM: tl.constexpr = False, PDL_AT: tl.constexpr = 0,
+    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
     b = tl.program_id(0)
     split = tl.program_id(1)
     hb = tl.program_id(2)
-    if PDL_AT == 1:  # the split combine may launch (it waits in `gdc_wait` for this grid's
-        gdc_launch_dependents()  # writes): at the program's entry, or (2) after its loop
 
     offs_m = tl.arange(0, BLOCK_M)
     qi = offs_m // HEADS
@@ -677,7 +675,7 @@ def _mla_decode_kernel(
                 l_i, acc0, acc1, acc2, acc3, False, FORMAT, HW_FP8, SW_SCALE, DOT_F32, ROW_WORDS,
                 WORDS_2D, BLOCK_M, BLOCK_N, LAZY, LATE_SUM)
 
-    if PDL_AT == 2:
+    if PDL:  # the split combine may launch (it waits in `gdc_wait` for this grid's writes)
         gdc_launch_dependents()
     # --- normalize; write the final output (one split) or this split's partial -------------
     if LATE_SUM:

@@ -203,15 +203,13 @@ if AVAILABLE:
         gl.store(stamp_ptr + 2 * k + 1, clk)
 
     @gluon.jit
-    def _launch_dependents(PDL_AT: gl.constexpr, HERE: gl.constexpr):
-        """Programmatic dependent launch: where ``PDL_AT`` == ``HERE`` (1: the program's entry,
-        2: its loop's end; 0: nowhere, the grid's exit triggers it), let the split combine —
-        launched as this grid's programmatic dependent — start launching once every program
-        has passed this point (its programs wait in `gdc_wait` for the whole grid's writes, so
-        where the trigger sits changes when they are resident, never what they read)."""
-        if PDL_AT == HERE:
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [],
-                                      dtype=gl.int32, is_pure=False, pack=1)
+    def _launch_dependents():
+        """Programmatic dependent launch: let the split combine (this grid's programmatic
+        dependent) start launching once every program has passed this point — its programs
+        wait in `gdc_wait` for the whole grid's writes, so where this sits changes when they
+        launch, never what they read."""
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [],
+                                  dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _split_range(seqlen, split, num_splits, BN: gl.constexpr):
@@ -299,12 +297,11 @@ if AVAILABLE:
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
-        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL_AT: gl.constexpr = 0,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
-        _launch_dependents(PDL_AT, 1)
 
         # q: latent and rope as fp16 shared-memory operands
         q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
@@ -335,7 +332,8 @@ if AVAILABLE:
         acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
         for j in gl.static_range(2):
             mbarrier.invalidate(bars.index(j))
-        _launch_dependents(PDL_AT, 2)
+        if PDL:
+            _launch_dependents()
 
         _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
@@ -387,7 +385,7 @@ if AVAILABLE:
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
-        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL_AT: gl.constexpr = 0,
+        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -410,7 +408,6 @@ if AVAILABLE:
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
-        _launch_dependents(PDL_AT, 1)
         sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
@@ -468,7 +465,8 @@ if AVAILABLE:
             slot_next, ok_next, keep_r = slot_far, ok_far, keep_next
         acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
         async_copy.wait_group(0)
-        _launch_dependents(PDL_AT, 2)
+        if PDL:
+            _launch_dependents()
 
         _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,

@@ -702,7 +702,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False, PDL_AT: gl.constexpr = 0,
+        QK8: gl.constexpr = False, PDL: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -714,8 +714,8 @@ if AVAILABLE:
         tile 0's page for before the request's own length has loaded). TIMELINE: a debug
         timeline into int64 ``stamp_ptr`` [programs, 12] (`_stamp`: entry, loop start, tile 0
         landed, loop end, exit; the SM). QK8 (the wide form): the first product as FP8 wgmma
-        over the ring's bytes (`_scores_fp8`). PDL_AT: where the split combine may start
-        launching (`_launch_dependents`)."""
+        over the ring's bytes (`_scores_fp8`). PDL: the split combine, a programmatic
+        dependent, may launch once every program has left its loop (`_launch_dependents`)."""
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(not QK8 or R == 16, "QK8: the wide form only")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -724,7 +724,6 @@ if AVAILABLE:
         if TIMELINE:
             stamp_ptr += (b * num_splits + split).to(gl.int64) * 12
             _stamp(stamp_ptr, 0)
-        _launch_dependents(PDL_AT, 1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
@@ -797,7 +796,8 @@ if AVAILABLE:
                                               acc0, acc1, acc2, acc3)
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
-        _launch_dependents(PDL_AT, 2)
+        if PDL:  # the combine may launch (`_launch_dependents`)
+            _launch_dependents()
         if TIMELINE:
             _stamp(stamp_ptr, 3)
 

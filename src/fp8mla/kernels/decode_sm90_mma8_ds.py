@@ -148,7 +148,7 @@ if AVAILABLE:
         len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         NS: gl.constexpr, R: gl.constexpr, QK8: gl.constexpr = False,
-        PDL_AT: gl.constexpr = 0,
+        PDL: gl.constexpr = False,
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -169,7 +169,6 @@ if AVAILABLE:
         part_out_ptr += h0 * 512
         part_lse_ptr += h0
         part_max_ptr += h0
-        _launch_dependents(PDL_AT, 1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], rope_desc.layout)
@@ -246,7 +245,8 @@ if AVAILABLE:
             sc0, sc1, sc2, sc3 = sn0, sn1, sn2, sn3
         for st in gl.static_range(NS):
             mbarrier.invalidate(bars.index(st))
-        _launch_dependents(PDL_AT, 2)
+        if PDL:  # the combine may launch (`_launch_dependents`)
+            _launch_dependents()
 
         _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,

@@ -318,11 +318,10 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots, len_hint,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
-        PDL_AT: gl.constexpr = 0,
+        PDL: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
-        _launch_dependents(PDL_AT, 1)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4 * BN, 128], SH8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], SH8)
@@ -395,7 +394,8 @@ if AVAILABLE:
                                               acc2, acc3, BN)  # skipped entries: zeros
             keep, sc0, sc1, sc2, sc3 = keep_n, sn0, sn1, sn2, sn3
         async_copy.wait_group(0)
-        _launch_dependents(PDL_AT, 2)
+        if PDL:  # the combine may launch (`_launch_dependents`)
+            _launch_dependents()
 
         _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, 0, stride_oh,
