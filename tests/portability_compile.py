@@ -177,8 +177,8 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
 
     from fp8mla.kernels import decode_sm90 as k90
 
-    if "PDL" in fn.arg_names:  # as the launcher: the combine signalled where one follows
-        consts = {**consts, "PDL": PDL_SIGNAL and not consts["DIRECT"]}
+    if "PDL" in fn.arg_names and "PDL" not in consts:  # as the launcher: the combine
+        consts = {**consts, "PDL": PDL_SIGNAL and not consts["DIRECT"]}  # signalled
     sig = {**sig, **{k: "constexpr" for k in consts}}
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in pointers}
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
@@ -254,7 +254,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "QK8": qk8},
+        "QK8": qk8, "PDL": PDL_SIGNAL and not direct and rows == k8.ROWS},  # (as launched)
         num_warps=k8.NUM_WARPS)
 
 

@@ -90,8 +90,10 @@ def test_kernel_fits_target(compiled, what, cc):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
     if what.startswith("sparse_sm90/"):
         assert not row["tma"], "sparse rows are gathered one token at a time (cp.async)"
-    # the Gluon SM90 kernels (bar the narrow ones) signal the combine wherever one follows
+    # the Gluon SM90 kernels signal the combine wherever one follows (bar the narrow kernels
+    # and the fp8 wide form: `fp8mla.decode.PDL_SIGNAL`)
     gluon_pdl = (what.startswith(("decode_sm90/", "sparse_sm90/", "decode_mma", "sparse_mma"))
-                 and not what.endswith("-direct") and PDL_SIGNAL != 0)
+                 and not what.startswith(("decode_mma16/fp8/", "decode_mma16_qk8/fp8/"))
+                 and not what.endswith("-direct") and PDL_SIGNAL)
     assert row["pdl"] == (what.endswith("-pdl") or gluon_pdl), (
         "griddepcontrol only where PDL is compiled in")

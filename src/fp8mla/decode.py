@@ -61,14 +61,17 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # each program's GPU-scope release before it counts and the last one's serial merge, both at
 # the grid's tail, are the suspects)
 PDL = True
-# The decode kernels (Triton and Gluon) let the combine launch once every program has left its
-# loop, so its launch overlaps their last writes; False: at the grid's exit (the Gluon kernels
-# before session 31). H200, flush A/B (µs, do_bench's / clean; h200-20261203-s31-ca59e0e-pdl-
-# ab.json): after the loop against at exit — sparse B=64 × 8 heads 46.9 / 40.3 against 47.4 /
-# 40.9, fp8_ds_mla B=1 × 128K × 8 43.7 / 35.7 against 44.2 / 36.2, B=64 × 64 sparse heads and
-# fp8 × 8 heads −0.1 to −0.5, the Triton kernel's cases −0.2 to −0.5. At each program's entry
-# instead (the combine's programs then wait resident through the whole decode) every case
-# but the 64-head one was 0.3–1.8 µs slower.
+# The decode kernels let the combine launch once every program has left its loop, so that its
+# launch overlaps their last writes; False: at the grid's exit (the Gluon kernels before session
+# 31). H200, flush A/Bs (µs, do_bench's / clean; h200-20261203-s31-ca59e0e-pdl-ab.json,
+# -da86261-pdl-ab2.json), after the loop against at exit: sparse B=64 × 8 heads 46.9 / 40.3
+# against 47.4 / 40.9 and 47.2 / 40.6 against 47.6 / 41.1 (means of four), fp8_ds_mla B=1 ×
+# 128K × 8 43.7 / 35.7 against 44.2 / 36.2, 64 sparse heads −0.4 / −0.5, the Triton kernel's
+# cases −0.2 to −0.5, fp8 × 8 heads −0.1 to −0.4 clean (under do_bench −0.4 to +0.4; both
+# columns favoured it at 32 × 8K × 16) — but the fp8 16-row (wide) form at
+# B=64 × 8K × 16 +0.2 / +0.6 over eight pairs, so that form keeps the exit (`_launch_sm90`). At
+# each program's entry instead (the combine's programs then wait resident through the whole
+# decode) every case but the 64-head one was 0.3–1.8 µs slower.
 PDL_SIGNAL = True
 # split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
 # the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
@@ -856,7 +859,8 @@ class DecodePlan:
                     *dense, self._len_hint, DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads,
                     CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
                     stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
-                    PDL=self._pdl_signal(direct), num_warps=k8.NUM_WARPS)
+                    PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
+                    num_warps=k8.NUM_WARPS)
             else:
                 from fp8mla.kernels import decode_sm90_narrow as kn
 
