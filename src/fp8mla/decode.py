@@ -73,10 +73,6 @@ PDL = True
 # each program's entry instead (the combine's programs then wait resident through the whole
 # decode) every case but the 64-head one was 0.3–1.8 µs slower.
 PDL_SIGNAL = True
-# experiment, off: the dense ≤ 16-row Gluon kernels' splits weighted by launch order
-# (`decode_sm90_mma8._chunk`): a split whose program is the first on its SM gets (16 + this) / 16
-# of an even share relative to the others (the second program of an SM leaves late)
-SPLIT_LEAD_WEIGHT = 0
 # split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
 # the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
 # heads × 4 splits) — for one more bf16 rounding of each partial before the LSE-weighted sum.
@@ -846,8 +842,7 @@ class DecodePlan:
                 self._len_hint, DIRECT=direct, S_Q=self.s_q,
                 HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
-                PDL=self._pdl_signal(direct), LEAD=self.target.num_sms,
-                LEAD_W=SPLIT_LEAD_WEIGHT, num_warps=kd.NUM_WARPS)
+                PDL=self._pdl_signal(direct), num_warps=kd.NUM_WARPS)
             return
         if self.mma8 or self.narrow:  # the dense fp8 ≤ 16-row kernels: the same arguments
             dense = (q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse,
@@ -865,7 +860,7 @@ class DecodePlan:
                     CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
                     stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
                     PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
-                    LEAD=self.target.num_sms, LEAD_W=SPLIT_LEAD_WEIGHT, num_warps=k8.NUM_WARPS)
+                    num_warps=k8.NUM_WARPS)
             else:
                 from fp8mla.kernels import decode_sm90_narrow as kn
 

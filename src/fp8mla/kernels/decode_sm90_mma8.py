@@ -323,29 +323,9 @@ if AVAILABLE:
         _tma_load(rope_desc, [row0, ROPE_COL], bar, rope_buf.index(stage), pred=pred)
 
     @gluon.jit
-    def _chunk(seqlen, b, split, num_splits, LEAD: gl.constexpr, LEAD_W: gl.constexpr):
-        """(start, end, tiles) of split ``split``'s token chunk: `_split_range`'s even whole
-        tiles, or (LEAD_W > 0, an experiment: `fp8mla.decode.SPLIT_LEAD_WEIGHT`) tiles in
-        proportion to weights — 16 + LEAD_W for the splits whose program is among the first
-        LEAD launched (b + batch · split < LEAD: the first program the block scheduler puts on
-        each SM), 16 for the others. The ranges partition the request's tiles in split order."""
-        if LEAD_W == 0:
-            return _split_range(seqlen, split, num_splits, BN)
-        else:
-            tiles = gl.cdiv(seqlen, BN).to(gl.int64)
-            n_lead = gl.minimum(gl.maximum(gl.cdiv(LEAD - b, gl.num_programs(0)), 0),
-                                num_splits)
-            w_all = (16 + LEAD_W) * n_lead + 16 * (num_splits - n_lead)
-            w0 = (16 + LEAD_W) * gl.minimum(split, n_lead) + 16 * gl.maximum(split - n_lead, 0)
-            w1 = w0 + gl.where(split < n_lead, 16 + LEAD_W, 16)
-            t0 = (tiles * w0 // w_all).to(gl.int32)
-            t1 = (tiles * w1 // w_all).to(gl.int32)
-            return t0 * BN, gl.minimum(seqlen, t1 * BN), t1 - t0
-
-    @gluon.jit
     def _ring_start(lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt,
                     b, split, num_splits, page_shift, max_len, len_hint, NS: gl.constexpr,
-                    ROPE_COL: gl.constexpr, LEAD: gl.constexpr = 0, LEAD_W: gl.constexpr = 0):
+                    ROPE_COL: gl.constexpr):
         """A dense program's start: the ring's barriers, its token chunk (from the device-side
         length, bounded by the table's row) and the ring's first NS − 1 copies in flight →
         (barriers, seqlen, start, end, n_tiles, the request's block-table row).
@@ -360,9 +340,9 @@ if AVAILABLE:
         fence_async_shared()  # the initialised barriers, before the async proxy
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
-        guess, _, _ = _chunk(gl.minimum(len_hint, max_len), b, split, num_splits, LEAD, LEAD_W)
+        guess, _, _ = _split_range(gl.minimum(len_hint, max_len), split, num_splits, BN)
         row0 = _tile_row(bt_row, guess, max_len, page_shift)  # (inside the table's row)
-        start, end, n_tiles = _chunk(seqlen, b, split, num_splits, LEAD, LEAD_W)
+        start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         if start != guess:
             row0 = _tile_row(bt_row, start, end, page_shift)
         _issue(lat_desc, rope_desc, lat_buf, rope_buf, bars, 0, row0, n_tiles > 0, ROPE_COL)
@@ -722,8 +702,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False, PDL: gl.constexpr = False, LEAD: gl.constexpr = 0,
-        LEAD_W: gl.constexpr = 0,
+        QK8: gl.constexpr = False, PDL: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -761,7 +740,7 @@ if AVAILABLE:
         # this program's token chunk and the ring's first NS − 1 tiles in flight before q
         bars, seqlen, start, end, n_tiles, bt_row = _ring_start(
             lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt, b, split,
-            num_splits, page_shift, max_len, len_hint, NS, 512, LEAD, LEAD_W)
+            num_splits, page_shift, max_len, len_hint, NS, 512)
         kv_mult = gl.load(scale_ptr)
         qk_scale = softmax_scale * kv_mult * LOG2E
 

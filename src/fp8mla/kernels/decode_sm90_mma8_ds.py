@@ -148,7 +148,7 @@ if AVAILABLE:
         len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         NS: gl.constexpr, R: gl.constexpr, QK8: gl.constexpr = False,
-        PDL: gl.constexpr = False, LEAD: gl.constexpr = 0, LEAD_W: gl.constexpr = 0,
+        PDL: gl.constexpr = False,
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -184,7 +184,7 @@ if AVAILABLE:
         # this program's token chunk; the ring's first NS − 1 tiles in flight before q is read
         bars, seqlen, start, end, n_tiles, bt_row = _ring_start(
             lat_desc, rope_desc, lat_buf, rope_buf, seqlens_ptr, bt_ptr, stride_bt, b, split,
-            num_splits, page_shift, max_len, len_hint, NS, ROPE_COL, LEAD, LEAD_W)
+            num_splits, page_shift, max_len, len_hint, NS, ROPE_COL)
         sc0, sc1, sc2, sc3 = _tile_scales(f32_ptr, bt_row, start, end, page_shift, num_slots)
         qk_scale = softmax_scale * LOG2E
 
