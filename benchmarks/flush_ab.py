@@ -93,6 +93,16 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # 16 119.7 / 116.8 against 103.7 / 100.2, B=64 × 8K × 8 96.4 / 87.3 against 94.9 / 86.9,
 # B=1 × 128K × 8 41.0 / 34.3 against 39.5 / 33.2 (the groups' two copies of the tile loop
 # starve the instruction cache: -pair-ncu.txt).
+# Session 31 (scratch scripts setting ARMS and CASES): where the decode programs let the
+# combine (a programmatic dependent) launch — at the grid's exit, at each program's entry, after
+# its loop — h200-20261203-s31-ca59e0e-pdl-ab.json and (exit against after the loop, four
+# pairs) -da86261-pdl-ab2.json: entry slower everywhere but 64 heads (fp8 B=1 × 128K 40.9 /
+# 34.4 against 39.5 / 32.6), after the loop faster by 0.1–0.6 µs except the fp8 wide form
+# (B=64 × 8K × 16 103.3 / 99.9 against 103.1 / 99.3) — `fp8mla.decode.PDL_SIGNAL`. Then the
+# dense ≤ 16-row splits weighted by launch order (the first program on each SM 18/16 or 20/16
+# of the others' share; an experiment at 708d2aa, since removed), -708d2aa-lead-weight-ab.json:
+# slower — fp8 B=64 × 8K × 16 104.3 / 99.8 against 102.6 / 98.7, B=1 × 128K 39.3 / 34.4
+# against 39.2 / 32.6; fp8_ds_mla × 16 the one exception (122.3 / 116.6 against 122.7 / 118.1).
 QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
 ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
