@@ -84,7 +84,8 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # × 16 45.7 against 42.6 (s21-42e9e38-decode-variants.json), so it serves programs of ≥ 16
 # tiles (final code: 104.1 / 104.6 against 114.2 / 113.9, s21-13a6f39-decode-variants.json).
 # Split partials in bf16 (`PARTIALS_BF16`) against fp32, ABAB: B=64 × 8K × 16 105.2 / 105.5
-# against 104.1 / 104.3, B=1 × 128K 38.6 / 38.6 against 39.8 / 39.8 (kept off); the fp8_ds_mla
+# against 104.1 / 104.3, B=1 × 128K 38.6 / 38.6 against 39.8 / 39.8 (kept off then; since
+# session 31 on from 16 splits: `PARTIALS_BF16_MIN_SPLITS`); the fp8_ds_mla
 # wide form (`SM90_MMA16_DS`) against the Triton kernel: B=64 × 8K × 16 125.3 / 125.3 against
 # 156.8 / 156.9, s_q 2 × 8 124.3 against 157.1, B=32 74.1 against 92.7 (switched on;
 # s22-e8f3867-wide-ds-decode-variants.json). The split combine as a programmatic

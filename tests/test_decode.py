@@ -409,14 +409,14 @@ def test_plan_workspace_independent_of_pool_and_lengths(device):
 
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 4, 1), ("fp8_ds_mla", 3, 2), ("bf16", 16, 1)])
 def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
-    """`PARTIALS_BF16`: split partials stored in bfloat16 (half the workspace) still match the
-    reference at the bf16 output's tolerance, and their error stays within a few bf16 roundings
-    of the float32 partials' result."""
+    """Split partials stored in bfloat16 (`PARTIALS_BF16_MIN_SPLITS`: half the workspace) still
+    match the reference at the bf16 output's tolerance, and their error stays within a few
+    bf16 roundings of the float32 partials' result."""
     cache, table, seqlens = paged_cache(fmt, [300, 70, 0, 129], 16, device=device, seed=heads)
     q = _q(4, s_q, heads, device, 5)
     results = {}
     for bf16 in (False, True):
-        monkeypatch.setattr(decode_mod, "PARTIALS_BF16", bf16)
+        monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 3 if bf16 else 4)
         plan = DecodePlan(batch=4, num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                           page_size=16, cache_seqlens=seqlens, device=device, num_splits=3)
         assert plan.part_out.dtype == (torch.bfloat16 if bf16 else torch.float32)
@@ -429,6 +429,28 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
     err = {k: (results[k][0].float() - ro).abs().max().item() for k in (False, True)}
     scale = ro.abs().max().item()
     assert err[True] <= err[False] + 3 * 2 ** -8 * scale, err  # one bf16 rounding more, at most
+
+
+def test_partials_bf16_from_sixteen_splits(device):
+    """The partials' dtype follows the split count (`PARTIALS_BF16_MIN_SPLITS`, 16): float32
+    up to 15 splits, bfloat16 from 16 — dense and sparse plans alike — and a 40-split plan
+    (most splits one tile, some empty) matches the reference."""
+    from fp8mla.sparse import SparsePlan
+
+    assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 16
+    kw = dict(batch=2, num_heads=4, kv_format="fp8", page_size=16, max_seqlen=2000,
+              device=device)
+    for splits, dtype in ((2, torch.float32), (15, torch.float32), (16, torch.bfloat16),
+                          (40, torch.bfloat16)):
+        assert DecodePlan(num_splits=splits, **kw).part_out.dtype == dtype, splits
+        sparse = SparsePlan(num_queries=2, num_heads=4, topk=2048, kv_format="fp8",
+                            device=device, num_splits=splits)
+        assert sparse.part_out.dtype == dtype, splits
+    cache, table, seqlens = paged_cache("fp8", [1100, 37], 16, device=device, seed=40)
+    q = _q(2, 1, 4, device, 41)
+    plan = DecodePlan(num_splits=40, **kw)
+    _check(cache, table, seqlens, q, *plan.run(q, cache.layer(0), table, seqlens,
+                                               fp8_scale=cache.scale(0)), 576 ** -0.5)
 
 
 # --- bad input ------------------------------------------------------------------------------

@@ -73,14 +73,23 @@ PDL = True
 # each program's entry instead (the combine's programs then wait resident through the whole
 # decode) every case but the 64-head one was 0.3–1.8 µs slower.
 PDL_SIGNAL = True
-# split partials (the normalized per-split outputs) stored in bfloat16 instead of float32: half
-# the workspace traffic — the decode's writes and the combine's reads (8.4 → 4.2 MB at B=64 × 16
-# heads × 4 splits) — for one more bf16 rounding of each partial before the LSE-weighted sum.
-# Off: measured on the H200 (ABAB, h200-20261202-s22-e8f3867-wide-ds-decode-variants.json) it
-# loses where it was meant to win — B=64 × 8K × 16 heads fp8 105.2 / 105.5 µs against 104.1 /
-# 104.3 (predicted 2–3 µs faster) — and gains 1.2 µs at B=1 × 128K × 8 (fp8 38.6 against 39.8,
-# fp8_ds_mla 43.9 against 45.1): not worth the extra rounding on every plan
-PARTIALS_BF16 = False
+# Split partials (the normalized per-split outputs) are stored in bfloat16 instead of float32 in
+# plans of at least this many splits (1: every split plan; a value above `MAX_SPLITS`: none):
+# half the workspace traffic — the decode's writes and the combine's reads — for one more bf16
+# rounding of each partial before the LSE-weighted sum (the output is bf16 too: its error grows
+# by about one rounding; tests/test_decode.py). H200, flush A/Bs, µs, do_bench's / clean
+# (h200-20261203-s31-0d56188-partials-ab{,2,3}.json), float32 against bfloat16 partials:
+# - many splits, faster: fp8 B=1 × 128K × 8 (256 splits) 39.1 / 32.3 → 37.8 / 30.8, B=2 × 64K
+#   (128) 39.0 / 32.8 → 37.8 / 31.4, B=8 × 32K (32) 58.5 / 50.1 → 57.6 / 48.5, B=16 × 8K (16)
+#   39.3 / 32.8 → 38.9 / 32.2; 16 heads B=8 × 32K (32, wide form) 65.0 / 60.4 → 62.3 / 57.0;
+#   fp8_ds_mla B=1 × 128K × 8 44.4 / 36.3 → 43.1 / 34.9, × 16 B=4 × 32K (64) 50.2 / 44.9 →
+#   47.5 / 42.6; sparse B=16 × 8 (16) 25.2 / 23.4 → 24.9 / 22.3, B=4 (32) −0.4 / level; the
+#   Triton kernel level (B=1 × 128K: fp8 × 16, bf16 × 8);
+# - two to four splits, slower: fp8 B=128 × 4K × 8 (2) 94.1 / 85.6 → 96.6 / 88.2, sparse B=128
+#   × 8 (2) 73.1 / 66.2 → 75.8 / 69.1, B=64 × 8 (4) +0.7 / +0.7, fp8 × 16 B=64 × 8K (4)
+#   +0.8 / +0.4, fp8_ds_mla B=64 × 8K × 8 (4) +0.4 / +0.4; fp8 B=64 × 8K × 8 (4) level.
+# (Session 22 had measured it on every plan: a loss at B=64 × 8K × 16, a gain at B=1 × 128K.)
+PARTIALS_BF16_MIN_SPLITS = 16
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -417,8 +426,9 @@ class DecodePlan:
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
+            bf16 = self.num_splits >= PARTIALS_BF16_MIN_SPLITS  # (the partials' store type)
             self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
-                                        dtype=torch.bfloat16 if PARTIALS_BF16 else torch.float32,
+                                        dtype=torch.bfloat16 if bf16 else torch.float32,
                                         device=self.device)
             self.part_lse = torch.empty(batch, self.num_splits, s_q, num_heads,
                                         dtype=torch.float32, device=self.device)
@@ -605,7 +615,9 @@ class DecodePlan:
         table = torch.empty(self.batch, 16, dtype=torch.int32, device=dev)
         lens = torch.empty(self.batch, dtype=torch.int32, device=dev)
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
-        if PARTIALS_BF16:  # the partials' store type is part of the kernel compiled
+        if PARTIALS_BF16_MIN_SPLITS <= 2:  # the partials' store type is part of the kernel
+            # compiled (the split count is chosen from this compile: float32 partials stand in
+            # for bf16 ones of many-split plans; only the epilogue's stores differ)
             self.part_out = torch.empty(1, dtype=torch.bfloat16, device=dev)
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,

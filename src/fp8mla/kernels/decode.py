@@ -693,7 +693,7 @@ def _mla_decode_kernel(
         tl.store(max_ptr + m_off, m_i / LOG2E, mask=row_ok)  # max scaled score (−inf if none)
     else:
         # workspace: part_out [batch, num_splits, S_Q, num_heads, 512] fp32 (or bf16:
-        # PARTIALS_BF16; the stores cast), part_lse and part_max [..., num_heads] fp32
+        # PARTIALS_BF16_MIN_SPLITS; the stores cast), part_lse and part_max [..., heads] fp32
         rows = ((b * num_splits + split) * S_Q + qi).to(tl.int64) * num_heads + head
         tl.store(part_lse_ptr + rows, lse, mask=row_ok)
         tl.store(part_max_ptr + rows, m_i / LOG2E, mask=row_ok)

@@ -709,7 +709,7 @@ if AVAILABLE:
         pool's uint8 [slots, 576] rows; bt_ptr: int32 [batch, pages] block table; seqlens_ptr:
         int32 [batch]; scale_ptr: float32 [1] (the pool's per-tensor scale); out bf16 [batch,
         s_q, heads, 512], lse / max float32 [batch, s_q, heads] (strided), or the
-        workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16`); NS ≥ 2 ring
+        workspace partials (float32, or bf16: `fp8mla.decode.PARTIALS_BF16_MIN_SPLITS`); NS ≥ 2
         stages; len_hint: the plan's longest request in tokens (what `_ring_start` looks up
         tile 0's page for before the request's own length has loaded). TIMELINE: a debug
         timeline into int64 ``stamp_ptr`` [programs, 12] (`_stamp`: entry, loop start, tile 0
