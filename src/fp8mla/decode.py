@@ -86,7 +86,7 @@ PDL_SIGNAL = True
 #   47.5 / 42.6; sparse B=16 × 8 (16) 25.2 / 23.4 → 24.9 / 22.3, B=4 (32) −0.4 / level; the
 #   Triton kernel level (B=1 × 128K: fp8 × 16, bf16 × 8);
 # - two to four splits, slower: fp8 B=128 × 4K × 8 (2) 94.1 / 85.6 → 96.6 / 88.2, sparse B=128
-#   × 8 (2) 73.1 / 66.2 → 75.8 / 69.1, B=64 × 8 (4) +0.7 / +0.7, fp8 × 16 B=64 × 8K (4)
+#   × 8 (2) 73.1 / 66.2 → 75.8 / 69.1, B=64 × 8 (4) +0.8 / +0.7, fp8 × 16 B=64 × 8K (4)
 #   +0.8 / +0.4, fp8_ds_mla B=64 × 8K × 8 (4) +0.4 / +0.4; fp8 B=64 × 8K × 8 (4) level.
 # (Session 22 had measured it on every plan: a loss at B=64 × 8K × 16, a gain at B=1 × 128K.)
 PARTIALS_BF16_MIN_SPLITS = 16
