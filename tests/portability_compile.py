@@ -13,7 +13,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fp8mla.decode import PDL_SIGNAL
+from fp8mla.decode import PARTIALS_BF16_MIN_SPLITS, PDL_SIGNAL
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
@@ -373,10 +373,13 @@ def compile_target(cc):
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)
         lines.append(row(f"store/{fmt}", cc, k))
-    for block_d, block_s in ((512, 8), (32, 128), (16, 256)):  # many rows; few; one long request
+    # many rows; few; one long request — the last two with 128 and 256 splits, whose partials
+    # are bf16 (`fp8mla.decode.PARTIALS_BF16_MIN_SPLITS`)
+    for block_d, block_s in ((512, 8), (32, 128), (16, 256)):
+        parts = "*bf16" if block_s >= PARTIALS_BF16_MIN_SPLITS else "*fp32"
         lines.append(row(f"combine/D{block_d}", cc, compile_for(
-            _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d,
-                                                  "BLOCK_S": block_s, "PDL": False}, cc)))
+            _combine_splits_kernel, {**COMBINE_SIG, "part_out_ptr": parts},
+            {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d, "BLOCK_S": block_s, "PDL": False}, cc)))
     if cc >= PDL_CC:  # programmatic dependent launch (griddepcontrol: SM90+; the default on SM90)
         lines.append(row("combine/D512-pdl", cc, compile_for(
             _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": 512,

@@ -62,8 +62,9 @@ COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine 
 # the grid's tail, are the suspects)
 PDL = True
 # The decode kernels let the combine launch once every program has left its loop, so that its
-# launch overlaps their last writes; False: at the grid's exit (the Gluon kernels before session
-# 31). H200, flush A/Bs (µs, do_bench's / clean; h200-20261203-s31-ca59e0e-pdl-ab.json,
+# launch overlaps their last writes; False: at the grid's exit, every kernel (the Triton kernel
+# has signalled after its loop since session 11, the Gluon kernels since session 31). H200,
+# flush A/Bs (µs, do_bench's / clean; h200-20261203-s31-ca59e0e-pdl-ab.json,
 # -da86261-pdl-ab2.json), after the loop against at exit: sparse B=64 × 8 heads 46.9 / 40.3
 # against 47.4 / 40.9 and 47.2 / 40.6 against 47.6 / 41.1 (means of four), fp8_ds_mla B=1 ×
 # 128K × 8 43.7 / 35.7 against 44.2 / 36.2, 64 sparse heads −0.4 / −0.5, the Triton kernel's
@@ -74,7 +75,7 @@ PDL = True
 # decode) every case but the 64-head one was 0.3–1.8 µs slower.
 PDL_SIGNAL = True
 # Split partials (the normalized per-split outputs) are stored in bfloat16 instead of float32 in
-# plans of at least this many splits (1: every split plan; a value above `MAX_SPLITS`: none):
+# plans of at least this many splits (1: every split plan; above 1024, a plan's most: none):
 # half the workspace traffic — the decode's writes and the combine's reads — for one more bf16
 # rounding of each partial before the LSE-weighted sum (the output is bf16 too: its error grows
 # by about one rounding; tests/test_decode.py). H200, flush A/Bs, µs, do_bench's / clean
@@ -615,11 +616,11 @@ class DecodePlan:
         table = torch.empty(self.batch, 16, dtype=torch.int32, device=dev)
         lens = torch.empty(self.batch, dtype=torch.int32, device=dev)
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
-        if PARTIALS_BF16_MIN_SPLITS <= 2:  # the partials' store type is part of the kernel
-            # compiled (the split count is chosen from this compile: float32 partials stand in
-            # for bf16 ones of many-split plans; only the epilogue's stores differ)
-            self.part_out = torch.empty(1, dtype=torch.bfloat16, device=dev)
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
+        if self.num_splits >= PARTIALS_BF16_MIN_SPLITS:  # the partials' store type is part
+            # of the kernel compiled (float32 ones stand in for the bf16 partials of plans of
+            # many splits: only the epilogue's stores differ)
+            self.part_out = torch.empty(1, dtype=torch.bfloat16, device=dev)
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))
         try:

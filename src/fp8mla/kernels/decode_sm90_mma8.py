@@ -693,7 +693,7 @@ if AVAILABLE:
         acc = gl.zeros([128, R], gl.float32, layout=MMA)
         return m_i, l_acc, acc, acc, acc, acc
 
-    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: one binary for every plan)
+    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: no binary per value)
     def _mla_decode_mma8_kernel(
         q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,

@@ -138,7 +138,7 @@ if AVAILABLE:
         return (gl.load(srow, mask=ok, other=0.0), gl.load(srow + 1, mask=ok, other=0.0),
                 gl.load(srow + 2, mask=ok, other=0.0), gl.load(srow + 3, mask=ok, other=0.0))
 
-    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: one binary for every plan)
+    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: no binary per value)
     def _mla_decode_mma8_ds_kernel(
         q_ptr, lat_desc, rope_desc, f32_ptr, bt_ptr, seqlens_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,

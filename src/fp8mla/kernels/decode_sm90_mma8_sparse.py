@@ -311,7 +311,7 @@ if AVAILABLE:
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
                     lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
 
-    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: one binary for every plan)
+    @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: no binary per value)
     def _mla_sparse_mma8_kernel(
         q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
