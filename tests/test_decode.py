@@ -390,6 +390,61 @@ def test_sparse_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     assert not sparse().mma8
 
 
+def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
+    """`PDL_SIGNAL`: on SM90 the Gluon decode kernels signal the split combine (a programmatic
+    dependent) after their loop — the 8-row, fp8_ds_mla, 64-head and sparse kernels — but not
+    the fp8 wide form (slower so on the H200), and none where no combine follows (one split).
+    The launches are recorded, not run: a CPU test of what the launcher passes."""
+    from fp8mla.kernels import decode_sm90 as k90
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+    from fp8mla.kernels import decode_sm90_mma8_ds as kd
+    from fp8mla.kernels import decode_sm90_mma8_sparse as km
+    from fp8mla.runtime import Target
+    from fp8mla.sparse import SparsePlan
+
+    if not k8.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+    calls = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: calls.append(meta)
+
+    for module, name in ((k8, "_mla_decode_mma8_kernel"), (kd, "_mla_decode_mma8_ds_kernel"),
+                         (km, "_mla_sparse_mma8_kernel"), (k90, "_mla_decode_sm90_kernel"),
+                         (k90, "_mla_sparse_sm90_kernel")):
+        monkeypatch.setattr(module, name, Recorder())
+
+    def signals(plan):
+        """The PDL flag the launcher passes (a CPU tensor stands for each GPU one)."""
+        q, lse = torch.zeros(1, 1, 1, 576), torch.zeros(1, 1, 1)
+        rows = torch.zeros(128, plan.fmt.row_bytes, dtype=torch.uint8)
+        table, lens = torch.zeros(1, 64, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+        plan._launch_sm90(q, rows, table, lens, lse[0, 0], q[..., :512], lse, float("-inf"),
+                          plan.num_splits == 1)
+        return calls.pop()["PDL"]
+
+    assert decode_mod.PDL_SIGNAL
+    for fmt, heads, batch, ctx, kernel, want in (("fp8", 8, 64, 8192, "mma8", True),
+                                                 ("fp8", 16, 64, 8192, "mma16", False),
+                                                 ("fp8_ds_mla", 8, 64, 8192, "mma8", True),
+                                                 ("fp8_ds_mla", 16, 64, 8192, "mma16", True),
+                                                 ("fp8", 128, 1, 131072, "sm90", True)):
+        kw = dict(heads=heads, fmt=fmt, batch=batch, ctx=ctx)
+        plan = _dense_plan(**kw)
+        assert plan.kernel == kernel and plan.num_splits > 1, (fmt, heads)
+        assert signals(plan) is want, (fmt, heads)
+        assert signals(_dense_plan(splits=1, **kw)) is False
+    for heads, queries, kernel in ((8, 64, "mma8"), (128, 4, "sm90")):
+        plan = SparsePlan(num_queries=queries, num_heads=heads, topk=2048,
+                          kv_format="fp8_ds_mla", device="cpu")
+        assert plan.kernel == kernel and plan.num_splits > 1, heads
+        assert signals(plan) is True, heads
+    monkeypatch.setattr(decode_mod, "PDL_SIGNAL", False)
+    assert signals(_dense_plan()) is False
+
+
 def test_resident_programs_from_kernel_resources():
     from fp8mla.runtime import resident_programs
 
