@@ -103,10 +103,19 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # of the others' share; an experiment at 708d2aa, since removed), -708d2aa-lead-weight-ab.json:
 # slower — fp8 B=64 × 8K × 16 104.3 / 99.8 against 102.6 / 98.7, B=1 × 128K 39.3 / 34.4
 # against 39.2 / 32.6; fp8_ds_mla × 16 the one exception (122.3 / 116.6 against 122.7 / 118.1).
-QK8 = {"SM90_MMA16_QK8": True, "SM90_MMA8_DS_QK8": True}
-ARMS = [("mma.sync q·Kᵀ", {}), ("fp8 wgmma q·Kᵀ", QK8)]
-CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8_ds_mla"),
-         (DecodeCase(64, 8192, 16, s_q=2), "fp8_ds_mla")]
+# Then split partials in bf16 against float32 by split count (`PARTIALS_BF16`, since replaced
+# by `PARTIALS_BF16_MIN_SPLITS`), -0d56188-partials-ab{,2,3}.json: faster from 16 splits on,
+# slower at 2–4 — the rule now in `fp8mla.decode`. Session 24's arms (FP8 wgmma first product
+# against mma.sync) were this module's plan until then.
+# The plan (prepared in session 31, not yet run): the dense fp8 ≤ 16-row kernels' rows stored 16
+# bytes a store (`SM90_STORES_IN_ORDER`), with the partials' dtype as the rule picks it and in
+# bf16 everywhere — bf16 partials lost at 2–4 splits with one-element stores (session 31).
+IN_ORDER = {"SM90_STORES_IN_ORDER": True}
+ARMS = [("element stores", {}), ("16-byte stores", IN_ORDER),
+        ("16-byte stores, bf16 partials", {**IN_ORDER, "PARTIALS_BF16_MIN_SPLITS": 1})]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 8), "fp8"),
+         (DecodeCase(128, 4096, 8), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
+         (DecodeCase(256, 4096, 8), "fp8")]
 
 
 def checked(case):

@@ -254,7 +254,8 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "QK8": qk8, "PDL": PDL_SIGNAL and not direct and rows == k8.ROWS},  # (as launched)
+        "QK8": qk8, "PDL": PDL_SIGNAL and not direct and rows == k8.ROWS,  # (as launched)
+        "IN_ORDER": decode_mod.SM90_STORES_IN_ORDER},
         num_warps=k8.NUM_WARPS)
 
 

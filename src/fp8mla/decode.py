@@ -91,6 +91,11 @@ PDL_SIGNAL = True
 #   +0.8 / +0.4, fp8_ds_mla B=64 × 8K × 8 (4) +0.4 / +0.4; fp8 B=64 × 8K × 8 (4) level.
 # (Session 22 had measured it on every plan: a loss at B=64 × 8K × 16, a gain at B=1 × 128K.)
 PARTIALS_BF16_MIN_SPLITS = 16
+# experiment, off (prepared in session 31, not yet run): the dense fp8 ≤ 16-row kernel writes its
+# output or partial rows 16 bytes a store (`decode_sm90_mma8._store_in_order`) instead of one
+# element a store (32 `STG.E.U16` a thread at 8 rows with bf16 partials) — bf16 partials lost
+# 2.5 µs at two splits and 0.8 at four (16 heads), where their halved traffic was to gain
+SM90_STORES_IN_ORDER = False
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -873,7 +878,7 @@ class DecodePlan:
                     CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
                     stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
                     PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
-                    num_warps=k8.NUM_WARPS)
+                    IN_ORDER=SM90_STORES_IN_ORDER, num_warps=k8.NUM_WARPS)
             else:
                 from fp8mla.kernels import decode_sm90_narrow as kn
 

@@ -288,6 +288,9 @@ if AVAILABLE:
     # P [64 tokens, 16 rows] fp16: rows of 32 bytes, the 16-byte units of each 4-row group
     # swapped every other group (the second product's transposed 8 × 8 reads)
     P_SHARED_WIDE = gl.constexpr(gl.SwizzledSharedLayout(8, 4, 2, [1, 0]))
+    # output rows [R, 512] as `_store_in_order` stores them: 8 consecutive dims a thread, a
+    # warp's 32 threads along one row's 256 dims
+    OUT_ROWS = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0]))
     # the first product as FP8 wgmma (`QK8`): a ring stage's latent as [4 · 64, 128] e4m3
     # (the TMA boxes' 128-byte swizzle), its rope [64, 64] (64-byte), q's e4m3 halves the same
     Q8_LAT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
@@ -639,15 +642,40 @@ if AVAILABLE:
         return acc0, acc1, acc2, acc3
 
     @gluon.jit
+    def _dims_in_order(acc0, acc1, acc2, acc3, scale):
+        """The four accumulators of the dense second product (row m of acc j: dim 4m + j),
+        each column times ``scale``, as one [R rows, 512 dims] tensor in dim order: joined
+        along new minor axes and relabelled (no data moves until a layout conversion)."""
+        x = gl.join(gl.join(acc0 * scale[None, :], acc1 * scale[None, :]),
+                    gl.join(acc2 * scale[None, :], acc3 * scale[None, :]))  # [m, r, i, t]:
+        x = gl.permute(x, (1, 0, 3, 2))  # acc (2t + i), now [r, m, t, i]: dim 4m + 2t + i
+        return gl.reshape(x, [scale.shape[0], 512])
+
+    @gluon.jit
+    def _store_in_order(ptr, row_off, ok, acc0, acc1, acc2, acc3, inv):
+        """`_dims_in_order` of the accumulators times ``inv``, converted to ``ptr``'s dtype and
+        stored at ptr + row_off[r] + dim for the rows where ``ok``: through a layout of 8
+        consecutive dims a thread (one 16-byte store each in bf16; the conversion's round trip
+        through shared memory is the compiler's)."""
+        x = _dims_in_order(acc0, acc1, acc2, acc3, inv).to(ptr.dtype.element_ty)
+        x = gl.convert_layout(x, OUT_ROWS)
+        r = gl.convert_layout(row_off, gl.SliceLayout(1, OUT_ROWS))
+        keep = gl.convert_layout(ok, gl.SliceLayout(1, OUT_ROWS))
+        c = gl.arange(0, 512, layout=gl.SliceLayout(0, OUT_ROWS))
+        gl.store(ptr + r[:, None] + c[None, :], x, mask=keep[:, None])
+
+    @gluon.jit
     def _write_rows(acc0, acc1, acc2, acc3, d, STEP: gl.constexpr, m_i, l_i, kv_mult, b,
                     split, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                     num_heads, num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
-                    HEADS: gl.constexpr):
+                    HEADS: gl.constexpr, IN_ORDER: gl.constexpr = False):
         """Normalize the accumulators ([128, R rows] each: row m of acc k holds dim
         d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
         nothing was attended — and max_logits) or this split's partials (workspace rows
-        [batch, num_splits, S_Q, num_heads])."""
+        [batch, num_splits, S_Q, num_heads]). IN_ORDER (an experiment, the dense kernel's
+        d[m] = 4m, STEP 1 only: `fp8mla.decode.SM90_STORES_IN_ORDER`): the rows stored 16
+        bytes a store (`_store_in_order`) instead of one element a store."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
@@ -665,11 +693,19 @@ if AVAILABLE:
             o_ptr = part_out_ptr + ws[None, :] * 512 + d[:, None]
             gl.store(part_lse_ptr + ws, lse, mask=ok)
             gl.store(part_max_ptr + ws, m_i / LOG2E, mask=ok)
-        m = ok[None, :]
-        gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
-        gl.store(o_ptr + STEP, acc1 * inv[None, :], mask=m)
-        gl.store(o_ptr + 2 * STEP, acc2 * inv[None, :], mask=m)
-        gl.store(o_ptr + 3 * STEP, acc3 * inv[None, :], mask=m)
+        if IN_ORDER:
+            gl.static_assert(STEP == 1, "IN_ORDER: the dense kernel's accumulators only")
+            if DIRECT:
+                _store_in_order(out_ptr, b.to(gl.int64) * stride_ob + qi * stride_os
+                                + head * stride_oh, ok, acc0, acc1, acc2, acc3, inv)
+            else:
+                _store_in_order(part_out_ptr, ws * 512, ok, acc0, acc1, acc2, acc3, inv)
+        else:
+            m = ok[None, :]
+            gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
+            gl.store(o_ptr + STEP, acc1 * inv[None, :], mask=m)
+            gl.store(o_ptr + 2 * STEP, acc2 * inv[None, :], mask=m)
+            gl.store(o_ptr + 3 * STEP, acc3 * inv[None, :], mask=m)
 
     @gluon.jit
     def _last_positions(end, seqlen, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr,
@@ -702,7 +738,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False, PDL: gl.constexpr = False,
+        QK8: gl.constexpr = False, PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -806,6 +842,6 @@ if AVAILABLE:
                     1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
-                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS, IN_ORDER)
         if TIMELINE:
             _stamp_exit(stamp_ptr)
