@@ -354,6 +354,11 @@ class DecodePlan:
             ~1.5e-4 of its row's largest logit, ~1.3e-3 where one q element dwarfs the rest
             (float32 accumulation errs by ~1e-6; BENCHMARKS.md, session 25). False never;
             None (the default) as the module's switches say (off).
+
+    A plan of several splits keeps each split's normalized partial output in a workspace
+    sized once (`workspace_bytes`), in float32 — in bfloat16 from `PARTIALS_BF16_MIN_SPLITS`
+    (16) splits on, where halving its traffic measured faster: one more bf16 rounding of each
+    partial before the LSE-weighted merge (the output is bf16 too); the LSE stays float32.
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
