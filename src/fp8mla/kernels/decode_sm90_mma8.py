@@ -618,16 +618,17 @@ if AVAILABLE:
         return p, alpha1, m_new, l_acc * alpha1[None, :] + p
 
     @gluon.jit
+    def _rescale(alpha, acc0, acc1, acc2, acc3):
+        """The four accumulators [128, R] times ``alpha`` (per column, [1, R])."""
+        return acc0 * alpha, acc1 * alpha, acc2 * alpha, acc3 * alpha
+
+    @gluon.jit
     def _pv_tile(lat, p_buf, n0, end, tv, alpha1, acc0, acc1, acc2, acc3):
         """Oᵀ += Vᵀ · Pᵀ for the tile at position ``n0`` (``lat``: its stage's latent; ``p_buf``:
         its P, whole), the accumulators first rescaled by ``alpha1`` where some row's max grew;
         words of positions from ``end`` on zeroed (a page's tail may hold NaN)."""
         if gl.min(alpha1, axis=0) < 1.0:  # some row's max grew (every warp agrees)
-            alpha = alpha1[None, :]
-            acc0 = acc0 * alpha
-            acc1 = acc1 * alpha
-            acc2 = acc2 * alpha
-            acc3 = acc3 * alpha
+            acc0, acc1, acc2, acc3 = _rescale(alpha1[None, :], acc0, acc1, acc2, acc3)
         vw = _view(lat, gl.int32, [128, BN], V_WORDS)
         for kc in gl.static_range(4):
             v = vw.slice(kc * 16, 16, dim=1).load(KA)

@@ -100,6 +100,7 @@ if AVAILABLE:
         _q_lanes,
         _q_raw,
         _q_rows,
+        _rescale,
         _rows,
         _scores_chunk,
         _view,
@@ -285,10 +286,7 @@ if AVAILABLE:
     def _tile_pv(lat, p_s, base, alpha, acc0, acc1, acc2, acc3, n_valid):
         """The accumulators times ``alpha`` plus the tile's Vᵀ · (scale ⊙ P)ᵀ per chunk (P as
         `_store_p` left it at ``base``; the words of entries from ``n_valid`` on zeroed)."""
-        acc0 = acc0 * alpha
-        acc1 = acc1 * alpha
-        acc2 = acc2 * alpha
-        acc3 = acc3 * alpha
+        acc0, acc1, acc2, acc3 = _rescale(alpha, acc0, acc1, acc2, acc3)
         vw = _view(lat, gl.int32, [128, BN], V_WORDS)
         for kc in gl.static_range(4):
             acc0 = _pv(vw, p_s, base, 0, kc, acc0, n_valid)
