@@ -414,17 +414,22 @@ def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     assert plan.qk8 == (kernel == "mma16")
 
 
-@pytest.mark.parametrize("heads,s_q", [(8, 1), (16, 1), (4, 2), (3, 1)])
+@pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8", 4, 2),
+                                           ("fp8", 3, 1), ("fp8_ds_mla", 8, 1),
+                                           ("fp8_ds_mla", 16, 1), ("fp8_ds_mla", 4, 2),
+                                           ("fp8_ds_mla", 3, 1), ("fp8_ds_mla", 32, 1)])
 @pytest.mark.parametrize("splits,min_splits", [(5, 1), (5, 1025), (1, 1)])
-def test_sm90_stores_in_order(heads, s_q, splits, min_splits, monkeypatch):
-    """`SM90_STORES_IN_ORDER` (an experiment, off): the dense fp8 ≤ 16-row kernels' output or
-    partial rows stored 16 bytes a store — partials in bf16 and in float32, and one-split plans
-    straight to out — match the reference with NaN page tails (rows of absent heads: 3 heads
-    in an 8-row program)."""
+def test_sm90_stores_in_order(fmt, heads, s_q, splits, min_splits, monkeypatch):
+    """`SM90_STORES_IN_ORDER`: the ≤ 16-row kernels' output or partial rows stored 16 bytes a
+    store — the dense kernel's dims (4m + j) and fp8_ds_mla's chunks (128j + d(m)) relabelled
+    into order — partials in bf16 and in float32, and one-split plans straight to out, match
+    the reference with NaN page tails (rows of absent heads: 3 heads in an 8-row program;
+    fp8_ds_mla's 32 heads in two 16-head blocks)."""
     _mma16_only(monkeypatch)
     monkeypatch.setattr(decode_mod, "SM90_STORES_IN_ORDER", True)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", min_splits)
-    plan = _check_poisoned_tails(heads, s_q, [8192, 1, 4097, 0, 130], 64, splits)
+    plan = _check_poisoned_tails(heads, s_q, [8192, 1, 4097, 0, 130], 64, splits, fmt,
+                                 "pow2" if fmt == "fp8_ds_mla" else None)
     assert plan.kernel == ("mma8" if heads * s_q <= 8 else "mma16")
     if splits > 1:
         assert plan.part_out.dtype == (torch.bfloat16 if min_splits == 1 else torch.float32)

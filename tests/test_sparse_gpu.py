@@ -76,6 +76,26 @@ def test_bf16_partials_sparse(heads, monkeypatch):
     _check(cache, q, idx, lengths, out, lse)
 
 
+@pytest.mark.parametrize("heads", [8, 3])
+@pytest.mark.parametrize("splits,min_splits", [(3, 1), (3, 1025), (1, 1)])
+def test_sm90_stores_in_order_sparse(heads, splits, min_splits, monkeypatch):
+    """`SM90_STORES_IN_ORDER` on the ≤ 8-head sparse kernel (SM90): its chunks' dims
+    relabelled into order and stored 16 bytes a store, to out (one split) or to partials in
+    bf16 and float32; 3 heads leave rows of the program empty."""
+    import fp8mla.decode as decode_mod
+
+    monkeypatch.setattr(decode_mod, "SM90_STORES_IN_ORDER", True)
+    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", min_splits)
+    cache, _, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 2048, seed=heads + 11)
+    lengths = torch.tensor([2048, 1, 0, 1500, 2047], dtype=torch.int32, device="cuda")
+    plan = SparsePlan(num_queries=5, num_heads=heads, topk=2048, kv_format=cache.fmt,
+                      device="cuda", num_splits=splits)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert plan.kernel == "mma8"
+    out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
+    _check(cache, q, idx, lengths, out, lse)
+
+
 @pytest.mark.parametrize("heads", [100, 64])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):

@@ -643,22 +643,29 @@ if AVAILABLE:
         return acc0, acc1, acc2, acc3
 
     @gluon.jit
-    def _dims_in_order(acc0, acc1, acc2, acc3, scale):
-        """The four accumulators of the dense second product (row m of acc j: dim 4m + j),
-        each column times ``scale``, as one [R rows, 512 dims] tensor in dim order: joined
-        along new minor axes and relabelled (no data moves until a layout conversion)."""
+    def _dims_in_order(acc0, acc1, acc2, acc3, scale, STEP: gl.constexpr):
+        """The four [128, R] accumulators of a second product, each column times ``scale``, as
+        one [R rows, 512 dims] tensor in dim order: joined along new minor axes and relabelled
+        (no data moves until a layout conversion). STEP 1, the dense kernel's: row m of acc j
+        holds dim 4m + j; STEP 128, the chunked kernels' (`_write_chunks`): dim 128j + d(m),
+        d's seven bits m's in the order m5 m4 m2 m1 m0 m6 m3."""
         x = gl.join(gl.join(acc0 * scale[None, :], acc1 * scale[None, :]),
                     gl.join(acc2 * scale[None, :], acc3 * scale[None, :]))  # [m, r, i, t]:
-        x = gl.permute(x, (1, 0, 3, 2))  # acc (2t + i), now [r, m, t, i]: dim 4m + 2t + i
+        if STEP == 1:  # acc (2t + i), now [r, m, t, i]: dim 4m + 2t + i
+            x = gl.permute(x, (1, 0, 3, 2))
+        else:  # m's bits as axes [m6 … m0, r, i, t], now [r, t, i, m5 m4 m2 m1 m0 m6 m3]
+            gl.static_assert(STEP == 128, "_dims_in_order: STEP 1 or 128")
+            x = gl.reshape(x, [2, 2, 2, 2, 2, 2, 2, scale.shape[0], 2, 2])
+            x = gl.permute(x, (7, 9, 8, 1, 2, 4, 5, 6, 0, 3))
         return gl.reshape(x, [scale.shape[0], 512])
 
     @gluon.jit
-    def _store_in_order(ptr, row_off, ok, acc0, acc1, acc2, acc3, inv):
+    def _store_in_order(ptr, row_off, ok, acc0, acc1, acc2, acc3, inv, STEP: gl.constexpr):
         """`_dims_in_order` of the accumulators times ``inv``, converted to ``ptr``'s dtype and
         stored at ptr + row_off[r] + dim for the rows where ``ok``: through a layout of 8
         consecutive dims a thread (one 16-byte store each in bf16; the conversion's round trip
         through shared memory is the compiler's)."""
-        x = _dims_in_order(acc0, acc1, acc2, acc3, inv).to(ptr.dtype.element_ty)
+        x = _dims_in_order(acc0, acc1, acc2, acc3, inv, STEP).to(ptr.dtype.element_ty)
         x = gl.convert_layout(x, OUT_ROWS)
         r = gl.convert_layout(row_off, gl.SliceLayout(1, OUT_ROWS))
         keep = gl.convert_layout(ok, gl.SliceLayout(1, OUT_ROWS))
@@ -674,9 +681,9 @@ if AVAILABLE:
         """Normalize the accumulators ([128, R rows] each: row m of acc k holds dim
         d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
         nothing was attended — and max_logits) or this split's partials (workspace rows
-        [batch, num_splits, S_Q, num_heads]). IN_ORDER (an experiment, the dense kernel's
-        d[m] = 4m, STEP 1 only: `fp8mla.decode.SM90_STORES_IN_ORDER`): the rows stored 16
-        bytes a store (`_store_in_order`) instead of one element a store."""
+        [batch, num_splits, S_Q, num_heads]). IN_ORDER (an experiment,
+        `fp8mla.decode.SM90_STORES_IN_ORDER`; ``d`` as `_dims_in_order` has it for STEP): the
+        rows stored 16 bytes a store (`_store_in_order`) instead of one element a store."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
@@ -695,12 +702,11 @@ if AVAILABLE:
             gl.store(part_lse_ptr + ws, lse, mask=ok)
             gl.store(part_max_ptr + ws, m_i / LOG2E, mask=ok)
         if IN_ORDER:
-            gl.static_assert(STEP == 1, "IN_ORDER: the dense kernel's accumulators only")
             if DIRECT:
                 _store_in_order(out_ptr, b.to(gl.int64) * stride_ob + qi * stride_os
-                                + head * stride_oh, ok, acc0, acc1, acc2, acc3, inv)
+                                + head * stride_oh, ok, acc0, acc1, acc2, acc3, inv, STEP)
             else:
-                _store_in_order(part_out_ptr, ws * 512, ok, acc0, acc1, acc2, acc3, inv)
+                _store_in_order(part_out_ptr, ws * 512, ok, acc0, acc1, acc2, acc3, inv, STEP)
         else:
             m = ok[None, :]
             gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
