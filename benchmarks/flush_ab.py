@@ -107,15 +107,17 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # by `PARTIALS_BF16_MIN_SPLITS`), -0d56188-partials-ab{,2,3}.json: faster from 16 splits on,
 # slower at 2–4 — the rule now in `fp8mla.decode`. Session 24's arms (FP8 wgmma first product
 # against mma.sync) were this module's plan until then.
-# The plan (prepared in session 31, not yet run): the dense fp8 ≤ 16-row kernels' rows stored 16
-# bytes a store (`SM90_STORES_IN_ORDER`), with the partials' dtype as the rule picks it and in
-# bf16 everywhere — bf16 partials lost at 2–4 splits with one-element stores (session 31).
-IN_ORDER = {"SM90_STORES_IN_ORDER": True}
-ARMS = [("element stores", {}), ("16-byte stores", IN_ORDER),
-        ("16-byte stores, bf16 partials", {**IN_ORDER, "PARTIALS_BF16_MIN_SPLITS": 1})]
-CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(64, 8192, 8), "fp8"),
-         (DecodeCase(128, 4096, 8), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
-         (DecodeCase(256, 4096, 8), "fp8")]
+# Session 32: the ≤ 16-row kernels' rows stored 16 bytes a store against one element a store
+# (`SM90_STORES_IN_ORDER`, since the one path: `decode_sm90_mma8._store_in_order`), dense fp8
+# with the partials' dtype as the rule picks it and in bf16 everywhere, h200-20261203-s32-
+# 6137365-instores-ab.json, then fp8_ds_mla and sparse, -c5a120d-instores-ab2.json: faster in
+# every case but sparse s_q 2 × 4 heads (+0.9 / +0.8) — fp8 B=64 × 8K × 16 104.2 / 100.7 →
+# 102.4 / 97.6, B=1 × 128K × 8 38.4 / 31.4 → 36.9 / 30.2; bf16 partials at 2–4 splits lose
+# with either store.
+# The plan: the launcher's configuration alone, each case under both flushes (arms: none).
+ARMS = [("as launched", {})]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
+         (64, 8, 2048)]
 
 
 def checked(case):

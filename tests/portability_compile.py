@@ -254,8 +254,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "QK8": qk8, "PDL": PDL_SIGNAL and not direct and rows == k8.ROWS,  # (as launched)
-        "IN_ORDER": decode_mod.SM90_STORES_IN_ORDER},
+        "QK8": qk8, "PDL": PDL_SIGNAL and not direct and rows == k8.ROWS,},  # (as launched)
         num_warps=k8.NUM_WARPS)
 
 
@@ -286,8 +285,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
     return _gluon_sm90_compile(kd._mla_decode_mma8_ds_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal,
         "NS": stages or decode_mod.SM90_MMA8_DS_STAGES, "R": rows,
-        "QK8": (decode_mod.SM90_MMA8_DS_QK8 and rows == 16) if qk8 is None else qk8,
-        "IN_ORDER": decode_mod.SM90_STORES_IN_ORDER},
+        "QK8": (decode_mod.SM90_MMA8_DS_QK8 and rows == 16) if qk8 is None else qk8},
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
@@ -329,8 +327,7 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
     return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
         "DIRECT": direct, "HEADS": heads,
         "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES,
-        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8,
-        "IN_ORDER": decode_mod.SM90_STORES_IN_ORDER},
+        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
 
 

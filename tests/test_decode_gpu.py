@@ -419,14 +419,13 @@ def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
                                            ("fp8_ds_mla", 16, 1), ("fp8_ds_mla", 4, 2),
                                            ("fp8_ds_mla", 3, 1), ("fp8_ds_mla", 32, 1)])
 @pytest.mark.parametrize("splits,min_splits", [(5, 1), (5, 1025), (1, 1)])
-def test_sm90_stores_in_order(fmt, heads, s_q, splits, min_splits, monkeypatch):
-    """`SM90_STORES_IN_ORDER`: the ≤ 16-row kernels' output or partial rows stored 16 bytes a
-    store — the dense kernel's dims (4m + j) and fp8_ds_mla's chunks (128j + d(m)) relabelled
-    into order — partials in bf16 and in float32, and one-split plans straight to out, match
-    the reference with NaN page tails (rows of absent heads: 3 heads in an 8-row program;
-    fp8_ds_mla's 32 heads in two 16-head blocks)."""
+def test_sm90_row_stores(fmt, heads, s_q, splits, min_splits, monkeypatch):
+    """The ≤ 16-row kernels' output or partial rows, stored 16 bytes a store
+    (`decode_sm90_mma8._store_in_order`: the dense kernel's dims 4m + j and fp8_ds_mla's chunks
+    128j + d(m) relabelled into order) — partials in bf16 and in float32, and one-split plans
+    straight to out — match the reference with NaN page tails (rows of absent heads: 3 heads in
+    an 8-row program; fp8_ds_mla's 32 heads in two 16-head blocks)."""
     _mma16_only(monkeypatch)
-    monkeypatch.setattr(decode_mod, "SM90_STORES_IN_ORDER", True)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", min_splits)
     plan = _check_poisoned_tails(heads, s_q, [8192, 1, 4097, 0, 130], 64, splits, fmt,
                                  "pow2" if fmt == "fp8_ds_mla" else None)

@@ -78,13 +78,12 @@ def test_bf16_partials_sparse(heads, monkeypatch):
 
 @pytest.mark.parametrize("heads", [8, 3])
 @pytest.mark.parametrize("splits,min_splits", [(3, 1), (3, 1025), (1, 1)])
-def test_sm90_stores_in_order_sparse(heads, splits, min_splits, monkeypatch):
-    """`SM90_STORES_IN_ORDER` on the ≤ 8-head sparse kernel (SM90): its chunks' dims
-    relabelled into order and stored 16 bytes a store, to out (one split) or to partials in
-    bf16 and float32; 3 heads leave rows of the program empty."""
+def test_sm90_row_stores_sparse(heads, splits, min_splits, monkeypatch):
+    """The ≤ 8-head sparse kernel's (SM90) rows, its chunks' dims relabelled into order and
+    stored 16 bytes a store (`decode_sm90_mma8._store_in_order`), to out (one split) or to
+    partials in bf16 and float32; 3 heads leave rows of the program empty."""
     import fp8mla.decode as decode_mod
 
-    monkeypatch.setattr(decode_mod, "SM90_STORES_IN_ORDER", True)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", min_splits)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 2048, seed=heads + 11)
     lengths = torch.tensor([2048, 1, 0, 1500, 2047], dtype=torch.int32, device="cuda")

@@ -91,17 +91,6 @@ PDL_SIGNAL = True
 #   +0.8 / +0.4, fp8_ds_mla B=64 × 8K × 8 (4) +0.4 / +0.4; fp8 B=64 × 8K × 8 (4) level.
 # (Session 22 had measured it on every plan: a loss at B=64 × 8K × 16, a gain at B=1 × 128K.)
 PARTIALS_BF16_MIN_SPLITS = 16
-# the ≤ 16-row kernels (dense fp8, fp8_ds_mla, sparse) write their output or partial rows 16
-# bytes a store (`decode_sm90_mma8._store_in_order`: the accumulators relabelled into dim order
-# and converted through shared memory) instead of one element a store (32 `STG.E.U16` a thread
-# at 8 rows). Dense fp8, H200, flush A/B, µs, do_bench's / clean, two pairs
-# (h200-20261203-s32-6137365-instores-ab.json): B=64 × 8K × 16 103.7 / 100.4 and 104.6 / 101.0
-# → 102.3 / 97.5 and 102.4 / 97.8; × 8 heads 93.8 / 85.3 → 92.8 / 84.6; B=128 × 4K × 8 (2
-# splits) 94.1 / 86.0 → 93.1 / 85.2; B=1 × 128K × 8 37.7 / 31.4 → 36.8 / 30.2; B=256 × 4K × 8
-# (direct) 160.4 / 150.8 → 159.5 / 150.3. (bf16 partials at 2 and 4 splits still lose with
-# them, +3.7 / +3.0 and +1.3 / +1.2: not the stores.) The fp8_ds_mla and sparse kernels'
-# chunks, relabelled likewise: offline only until measured.
-SM90_STORES_IN_ORDER = False
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -821,8 +810,7 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
-                QK8=self.qk8, PDL=self._pdl_signal(direct), IN_ORDER=SM90_STORES_IN_ORDER,
-                num_warps=km.NUM_WARPS)
+                QK8=self.qk8, PDL=self._pdl_signal(direct), num_warps=km.NUM_WARPS)
             return
         if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
@@ -872,8 +860,7 @@ class DecodePlan:
                 self._len_hint, DIRECT=direct, S_Q=self.s_q,
                 HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
-                PDL=self._pdl_signal(direct), IN_ORDER=SM90_STORES_IN_ORDER,
-                num_warps=kd.NUM_WARPS)
+                PDL=self._pdl_signal(direct), num_warps=kd.NUM_WARPS)
             return
         if self.mma8 or self.narrow:  # the dense fp8 ≤ 16-row kernels: the same arguments
             dense = (q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse,
@@ -891,7 +878,7 @@ class DecodePlan:
                     CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
                     stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
                     PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
-                    IN_ORDER=SM90_STORES_IN_ORDER, num_warps=k8.NUM_WARPS)
+                    num_warps=k8.NUM_WARPS)
             else:
                 from fp8mla.kernels import decode_sm90_narrow as kn
 

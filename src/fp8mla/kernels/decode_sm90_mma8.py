@@ -659,6 +659,16 @@ if AVAILABLE:
             x = gl.permute(x, (7, 9, 8, 1, 2, 4, 5, 6, 0, 3))
         return gl.reshape(x, [scale.shape[0], 512])
 
+    # 16-byte stores (4 `STG.E.128` a thread at 8 rows) instead of the accumulators' own layout's
+    # one element a store (32 `STG.E.U16`), H200, flush A/Bs, µs, do_bench's / clean, mean of two
+    # pairs: dense fp8 (h200-20261203-s32-6137365-instores-ab.json) B=64 × 8K × 16 104.2 / 100.7
+    # → 102.4 / 97.6, × 8 93.7 / 85.3 → 92.8 / 84.5, B=128 × 4K × 8 (2 splits) 94.1 / 85.9 →
+    # 93.2 / 85.1, B=1 × 128K × 8 38.4 / 31.4 → 36.9 / 30.2, B=256 × 4K × 8 (direct) 160.3 /
+    # 150.8 → 159.6 / 150.1; fp8_ds_mla and sparse (-c5a120d-instores-ab2.json) × 16 B=64 × 8K
+    # 122.5 / 117.2 → 119.8 / 114.3, MTP s_q 2 × 16 116.0 / 113.8 → 114.6 / 112.9, B=1 × 128K ×
+    # 8 42.8 / 34.7 → 41.9 / 34.1, sparse B=64 × 8 47.0 / 40.6 → 46.1 / 39.5, B=16 × 8 (16
+    # splits) 25.0 / 22.4 → 23.7 / 21.0 — but sparse s_q 2 × 4 heads (4 of 8 rows live) 69.7 /
+    # 63.1 → 70.5 / 63.9. (bf16 partials at 2–4 splits lose with either store: not the stores.)
     @gluon.jit
     def _store_in_order(ptr, row_off, ok, acc0, acc1, acc2, acc3, inv, STEP: gl.constexpr):
         """`_dims_in_order` of the accumulators times ``inv``, converted to ``ptr``'s dtype and
@@ -673,46 +683,32 @@ if AVAILABLE:
         gl.store(ptr + r[:, None] + c[None, :], x, mask=keep[:, None])
 
     @gluon.jit
-    def _write_rows(acc0, acc1, acc2, acc3, d, STEP: gl.constexpr, m_i, l_i, kv_mult, b,
-                    split, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
+    def _write_rows(acc0, acc1, acc2, acc3, STEP: gl.constexpr, m_i, l_i, kv_mult, b, split,
+                    out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh, lse_empty,
                     num_heads, num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
-                    HEADS: gl.constexpr, IN_ORDER: gl.constexpr = False):
-        """Normalize the accumulators ([128, R rows] each: row m of acc k holds dim
-        d[m] + k · STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
+                    HEADS: gl.constexpr):
+        """Normalize the accumulators ([128, R rows] each, their dims as `_dims_in_order` has
+        them for STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
         nothing was attended — and max_logits) or this split's partials (workspace rows
-        [batch, num_splits, S_Q, num_heads]). IN_ORDER (an experiment,
-        `fp8mla.decode.SM90_STORES_IN_ORDER`; ``d`` as `_dims_in_order` has it for STEP): the
-        rows stored 16 bytes a store (`_store_in_order`) instead of one element a store."""
+        [batch, num_splits, S_Q, num_heads]), 16 bytes a store (`_store_in_order`)."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
         qi, head, ok = _rows(gl.arange(0, m_i.shape[0], layout=gl.SliceLayout(0, MMA)),
                              num_heads, S_Q, HEADS)
         if DIRECT:
-            o_row = out_ptr + b.to(gl.int64) * stride_ob + qi * stride_os + head * stride_oh
-            o_ptr = o_row[None, :] + d[:, None]
             gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qi * stride_ls + head * stride_lh,
                      gl.where(has, lse, lse_empty), mask=ok)
             gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + head, m_i / LOG2E,
                      mask=ok)
+            _store_in_order(out_ptr, b.to(gl.int64) * stride_ob + qi * stride_os
+                            + head * stride_oh, ok, acc0, acc1, acc2, acc3, inv, STEP)
         else:
             ws = ((b * num_splits + split) * S_Q + qi).to(gl.int64) * num_heads + head
-            o_ptr = part_out_ptr + ws[None, :] * 512 + d[:, None]
             gl.store(part_lse_ptr + ws, lse, mask=ok)
             gl.store(part_max_ptr + ws, m_i / LOG2E, mask=ok)
-        if IN_ORDER:
-            if DIRECT:
-                _store_in_order(out_ptr, b.to(gl.int64) * stride_ob + qi * stride_os
-                                + head * stride_oh, ok, acc0, acc1, acc2, acc3, inv, STEP)
-            else:
-                _store_in_order(part_out_ptr, ws * 512, ok, acc0, acc1, acc2, acc3, inv, STEP)
-        else:
-            m = ok[None, :]
-            gl.store(o_ptr, acc0 * inv[None, :], mask=m)  # (stores cast to the output's dtype)
-            gl.store(o_ptr + STEP, acc1 * inv[None, :], mask=m)
-            gl.store(o_ptr + 2 * STEP, acc2 * inv[None, :], mask=m)
-            gl.store(o_ptr + 3 * STEP, acc3 * inv[None, :], mask=m)
+            _store_in_order(part_out_ptr, ws * 512, ok, acc0, acc1, acc2, acc3, inv, STEP)
 
     @gluon.jit
     def _last_positions(end, seqlen, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr,
@@ -745,7 +741,7 @@ if AVAILABLE:
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len, len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         R: gl.constexpr, NS: gl.constexpr, stamp_ptr=None, TIMELINE: gl.constexpr = False,
-        QK8: gl.constexpr = False, PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = False,
+        QK8: gl.constexpr = False, PDL: gl.constexpr = False,
     ):
         """One (request, split) of a dense fp8 decode, all R query rows (R = 8, or 16: the wide
         form). q: bf16 [batch, s_q, heads, 576]; lat_desc / rope_desc: `descriptors` over the
@@ -844,11 +840,9 @@ if AVAILABLE:
         if TIMELINE:
             _stamp(stamp_ptr, 3)
 
-        # acc_j's row m: dim 4m + j
-        _write_rows(acc0, acc1, acc2, acc3, 4 * gl.arange(0, 128, layout=gl.SliceLayout(1, MMA)),
-                    1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
+        _write_rows(acc0, acc1, acc2, acc3, 1, m_i, gl.sum(l_acc, axis=0), kv_mult, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
-                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS, IN_ORDER)
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)  # acc_j: dim 4m + j
         if TIMELINE:
             _stamp_exit(stamp_ptr)

@@ -148,7 +148,7 @@ if AVAILABLE:
         len_hint,
         DIRECT: gl.constexpr, S_Q: gl.constexpr, HEADS: gl.constexpr, CAUSAL: gl.constexpr,
         NS: gl.constexpr, R: gl.constexpr, QK8: gl.constexpr = False,
-        PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = False,
+        PDL: gl.constexpr = False,
     ):
         gl.static_assert(R == NR or R == 16, "R: 8 or 16 query rows a program")
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
@@ -251,4 +251,4 @@ if AVAILABLE:
         _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                       stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
-                      S_Q, HEADS, IN_ORDER)
+                      S_Q, HEADS)

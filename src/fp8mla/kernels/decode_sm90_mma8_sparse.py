@@ -300,14 +300,13 @@ if AVAILABLE:
                       max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os,
                       stride_oh, stride_lb, stride_ls, stride_lh, lse_empty, num_heads,
                       num_splits, DIRECT: gl.constexpr, S_Q: gl.constexpr,
-                      HEADS: gl.constexpr, IN_ORDER: gl.constexpr):
-        """`_write_rows` of the per-chunk accumulators (acc c's row m: dim 128c + d[m])."""
-        m = gl.arange(0, 128, layout=gl.SliceLayout(1, MMA))
-        d = 4 * (8 * ((m >> 4) & 3) + (m & 7)) + 2 * (m >> 6) + ((m >> 3) & 1)
-        _write_rows(acc0, acc1, acc2, acc3, d, 128, m_i, gl.sum(l_acc, axis=0), 1.0, b, split,
+                      HEADS: gl.constexpr):
+        """`_write_rows` of the per-chunk accumulators (acc c's row m: dim 128c + d(m), d(m) =
+        4 · (8 · ((m >> 4) & 3) + (m & 7)) + 2 · (m >> 6) + ((m >> 3) & 1))."""
+        _write_rows(acc0, acc1, acc2, acc3, 128, m_i, gl.sum(l_acc, axis=0), 1.0, b, split,
                     out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_ls, stride_lh,
-                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS, IN_ORDER)
+                    lse_empty, num_heads, num_splits, DIRECT, S_Q, HEADS)
 
     @gluon.jit(do_not_specialize=["len_hint"])  # (a hint: no binary per value)
     def _mla_sparse_mma8_kernel(
@@ -316,7 +315,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots, len_hint,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
-        PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = False,
+        PDL: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -398,4 +397,4 @@ if AVAILABLE:
         _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, 0, stride_oh,
                       stride_lb, 0, stride_lh, lse_empty, num_heads, num_splits, DIRECT, 1,
-                      HEADS, IN_ORDER)
+                      HEADS)
