@@ -48,6 +48,9 @@ MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
 COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
+# combine programs of ≥ 128 dims take as many warps as one step's row of partials fills at 16
+# bytes a thread (`combine_warps`; 4 before session 32 — see there)
+COMBINE_WARPS_FIT = True
 # SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
 # following it (it waits in `gdc_wait` for the grid's writes). A small, consistent gain: H200,
@@ -270,6 +273,22 @@ def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
     if block_d == 32 and splits * block_d > COMBINE_TILE:
         block_d = 16
     return block_d, min(splits, COMBINE_TILE // block_d)
+
+
+def combine_warps(block_d: int, part_bytes: int) -> int:
+    """Warps of a split-combine program of ``block_d`` dims over partials of ``part_bytes``
+    bytes a value. Triton lays a step's [splits, dims] load out 16 bytes a thread along the
+    dims, threads and then warps along a row first: a 512-dim row is 128 threads in float32
+    but 64 in bf16, so at 4 warps bf16 stacked the splits across warps, and the sum over them
+    went through shared memory (5 barriers, 17 shared stores against 1 and 4 offline, sm_90)
+    — H200, Nsight Compute, fp8 B=128 × 4K × 8 (2 splits): the combine 4.0 µs with float32
+    partials, 7.8 with bf16, the decode kernel 82.2 → 80.5 µs (h200-20261203-s32-3d9c763-
+    partials-ncu.txt), which is why bf16 partials lost at 2–4 splits. Programs of ≥ 128 dims
+    take as many warps as their row fills (1–4), so every split of a dim range sits in one
+    thread; narrower programs (many splits of few rows) keep 4 and reduce across threads."""
+    if block_d < 128 or not COMBINE_WARPS_FIT:
+        return 4
+    return max(1, min(4, block_d * part_bytes // (16 * 32)))
 
 
 def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None = None) -> torch.Tensor:
@@ -929,7 +948,8 @@ class DecodePlan:
             self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             lse.stride(2), empty_lse, self.num_splits, self.num_heads,
-            S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
+            S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s,
+            num_warps=combine_warps(block_d, self.part_out.element_size()),
             **pdl,
         )
 
