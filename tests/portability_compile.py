@@ -13,7 +13,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fp8mla.decode import PARTIALS_BF16_MIN_SPLITS, PDL_SIGNAL
+from fp8mla.decode import PARTIALS_BF16_MIN_SPLITS, PDL_SIGNAL, combine_warps
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
@@ -145,7 +145,23 @@ def row(what, cc, kernel):
                        "hw_cvt": "cvt.rn.f16x2.e4m3x2" in kernel.asm["ptx"],
                        "tma": "cp.async.bulk.tensor" in kernel.asm["ptx"],
                        "pdl": "griddepcontrol" in kernel.asm["ptx"],
-                       "trap": "trap;" in kernel.asm["ptx"]})
+                       "trap": "trap;" in kernel.asm["ptx"],
+                       "cta_barrier": "bar.sync" in kernel.asm["ptx"]})
+
+
+# (dims, splits a step) of combine programs of ≥ 128 dims (`fp8mla.decode.combine_blocks`)
+COMBINE_WIDE = ((512, 2), (512, 8), (256, 8), (128, 16))
+
+
+def combine_compile(cc, block_d, block_s, parts="*bf16", num_warps=None, aligned=False):
+    """The split combine (`_combine_splits_kernel`) for sm_``cc`` over ``parts`` partials
+    ("*bf16" / "*fp32") in programs of ``block_d`` dims × ``block_s`` splits a step, with the
+    launcher's warps (`fp8mla.decode.combine_warps`) where ``num_warps`` is None."""
+    if num_warps is None:
+        num_warps = combine_warps(block_d, 2 if parts == "*bf16" else 4)
+    return compile_for(_combine_splits_kernel, {**COMBINE_SIG, "part_out_ptr": parts},
+                       {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d, "BLOCK_S": block_s,
+                        "PDL": False}, cc, num_warps=num_warps, aligned=aligned)
 
 
 def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
@@ -373,13 +389,19 @@ def compile_target(cc):
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)
         lines.append(row(f"store/{fmt}", cc, k))
-    # many rows; few; one long request — the last two with 128 and 256 splits, whose partials
-    # are bf16 (`fp8mla.decode.PARTIALS_BF16_MIN_SPLITS`)
+    # many rows; few; one long request — partials in bf16 from
+    # `fp8mla.decode.PARTIALS_BF16_MIN_SPLITS` splits, the launcher's warps (`combine_warps`)
     for block_d, block_s in ((512, 8), (32, 128), (16, 256)):
         parts = "*bf16" if block_s >= PARTIALS_BF16_MIN_SPLITS else "*fp32"
-        lines.append(row(f"combine/D{block_d}", cc, compile_for(
-            _combine_splits_kernel, {**COMBINE_SIG, "part_out_ptr": parts},
-            {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d, "BLOCK_S": block_s, "PDL": False}, cc)))
+        lines.append(row(f"combine/D{block_d}", cc, combine_compile(cc, block_d, block_s,
+                                                                    parts)))
+    if cc == SM90_CC:  # whole- and half-row programs, both partial types; and 4 warps over
+        for block_d, block_s in COMBINE_WIDE:  # bf16 rows (before session 32)
+            for parts in ("*bf16", "*fp32"):
+                lines.append(row(f"combine/D{block_d}-S{block_s}-{parts[1:]}", cc,
+                                 combine_compile(cc, block_d, block_s, parts, aligned=True)))
+        lines.append(row("combine/D512-S2-bf16-4warps", cc,
+                         combine_compile(cc, 512, 2, "*bf16", num_warps=4, aligned=True)))
     if cc >= PDL_CC:  # programmatic dependent launch (griddepcontrol: SM90+; the default on SM90)
         lines.append(row("combine/D512-pdl", cc, compile_for(
             _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": 512,

@@ -459,7 +459,7 @@ def test_plan_workspace_independent_of_pool_and_lengths(device):
     kw = dict(batch=2, num_heads=8, kv_format="fp8", page_size=16, device=device, num_splits=4)
     a = DecodePlan(max_seqlen=100, **kw)
     b = DecodePlan(max_seqlen=100_000, **kw)
-    assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 + 2) * 4
+    assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 * 2 + 2 * 4)  # bf16 out
 
 
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 4, 1), ("fp8_ds_mla", 3, 2), ("bf16", 16, 1)])
@@ -486,21 +486,21 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
     assert err[True] <= err[False] + 3 * 2 ** -8 * scale, err  # one bf16 rounding more, at most
 
 
-def test_partials_bf16_from_sixteen_splits(device):
-    """The partials' dtype follows the split count (`PARTIALS_BF16_MIN_SPLITS`, 16): float32
-    up to 15 splits, bfloat16 from 16 — dense and sparse plans alike — and a 17-split plan
-    (a short request's splits empty past its length) matches the reference."""
+def test_partials_bf16_in_split_plans(device):
+    """The partials are bfloat16 in every plan of splits (`PARTIALS_BF16_MIN_SPLITS`, 2) —
+    dense and sparse plans alike — and a one-split plan has none; a 17-split plan (a short
+    request's splits empty past its length) matches the reference."""
     from fp8mla.sparse import SparsePlan
 
-    assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 16
+    assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 2
     kw = dict(batch=2, num_heads=4, kv_format="fp8", page_size=16, max_seqlen=2000,
               device=device)
-    for splits, dtype in ((2, torch.float32), (15, torch.float32), (16, torch.bfloat16),
-                          (40, torch.bfloat16)):
-        assert DecodePlan(num_splits=splits, **kw).part_out.dtype == dtype, splits
+    assert DecodePlan(num_splits=1, **kw).workspace_bytes == 0
+    for splits in (2, 15, 16, 40):
+        assert DecodePlan(num_splits=splits, **kw).part_out.dtype == torch.bfloat16, splits
         sparse = SparsePlan(num_queries=2, num_heads=4, topk=2048, kv_format="fp8",
                             device=device, num_splits=splits)
-        assert sparse.part_out.dtype == dtype, splits
+        assert sparse.part_out.dtype == torch.bfloat16, splits
     cache, table, seqlens = paged_cache("fp8", [600, 37], 16, device=device, seed=40)
     q = _q(2, 1, 4, device, 41)
     plan = DecodePlan(num_splits=17, **kw)

@@ -53,6 +53,11 @@ def _expected():
                      "topk_chunked/_topk_finish_kernel/sampled0",
                      "topk_chunked/_topk_finish_kernel/sampled1"):
             yield what, cc
+        if cc == pc.SM90_CC:
+            for block_d, block_s in pc.COMBINE_WIDE:
+                yield f"combine/D{block_d}-S{block_s}-bf16", cc
+                yield f"combine/D{block_d}-S{block_s}-fp32", cc
+            yield "combine/D512-S2-bf16-4warps", cc
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
                          "decode_narrow/fp8/H16", "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
@@ -97,3 +102,15 @@ def test_kernel_fits_target(compiled, what, cc):
                  and not what.endswith("-direct") and PDL_SIGNAL)
     assert row["pdl"] == (what.endswith("-pdl") or gluon_pdl), (
         "griddepcontrol only where PDL is compiled in")
+
+
+
+@pytest.mark.parametrize("what", [f"combine/D{d}-S{s}-{parts}" for d, s in pc.COMBINE_WIDE
+                                  for parts in ("bf16", "fp32")])
+def test_combine_sums_splits_within_warps(compiled, what):
+    """The split combine's whole- and half-row programs at the launcher's warps
+    (`fp8mla.decode.combine_warps`) sum a step's splits with no CTA barrier (sm_90 PTX: no
+    `bar.sync`, so no trip through shared memory) — where 4 warps stacked bf16 splits across
+    warps (session 32: the combine 4.0 → 7.8 µs, bf16 partials' loss at 2–4 splits)."""
+    assert not compiled[what, pc.SM90_CC]["cta_barrier"], what
+    assert compiled["combine/D512-S2-bf16-4warps", pc.SM90_CC]["cta_barrier"]  # (what it was)

@@ -48,9 +48,6 @@ MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
 COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
-# combine programs of ≥ 128 dims take as many warps as one step's row of partials fills at 16
-# bytes a thread (`combine_warps`; 4 before session 32 — see there)
-COMBINE_WARPS_FIT = True
 # SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
 # following it (it waits in `gdc_wait` for the grid's writes). A small, consistent gain: H200,
@@ -78,22 +75,20 @@ PDL = True
 # decode) every case but the 64-head one was 0.3–1.8 µs slower.
 PDL_SIGNAL = True
 # Split partials (the normalized per-split outputs) are stored in bfloat16 instead of float32 in
-# plans of at least this many splits (1: every split plan; above 1024, a plan's most: none):
+# plans of at least this many splits (2: every split plan; above 1024, a plan's most: none):
 # half the workspace traffic — the decode's writes and the combine's reads — for one more bf16
 # rounding of each partial before the LSE-weighted sum (the output is bf16 too: its error grows
-# by about one rounding; tests/test_decode.py). H200, flush A/Bs, µs, do_bench's / clean
-# (h200-20261203-s31-0d56188-partials-ab{,2,3}.json), float32 against bfloat16 partials:
-# - many splits, faster: fp8 B=1 × 128K × 8 (256 splits) 39.1 / 32.3 → 37.8 / 30.8, B=2 × 64K
-#   (128) 39.0 / 32.8 → 37.8 / 31.4, B=8 × 32K (32) 58.5 / 50.1 → 57.6 / 48.5, B=16 × 8K (16)
-#   39.3 / 32.8 → 38.9 / 32.2; 16 heads B=8 × 32K (32, wide form) 65.0 / 60.4 → 62.3 / 57.0;
-#   fp8_ds_mla B=1 × 128K × 8 44.4 / 36.3 → 43.1 / 34.9, × 16 B=4 × 32K (64) 50.2 / 44.9 →
-#   47.5 / 42.6; sparse B=16 × 8 (16) 25.2 / 23.4 → 24.9 / 22.3, B=4 (32) −0.4 / level; the
-#   Triton kernel level (B=1 × 128K: fp8 × 16, bf16 × 8);
-# - two to four splits, slower: fp8 B=128 × 4K × 8 (2) 94.1 / 85.6 → 96.6 / 88.2, sparse B=128
-#   × 8 (2) 73.1 / 66.2 → 75.8 / 69.1, B=64 × 8 (4) +0.8 / +0.7, fp8 × 16 B=64 × 8K (4)
-#   +0.8 / +0.4, fp8_ds_mla B=64 × 8K × 8 (4) +0.4 / +0.4; fp8 B=64 × 8K × 8 (4) level.
-# (Session 22 had measured it on every plan: a loss at B=64 × 8K × 16, a gain at B=1 × 128K.)
-PARTIALS_BF16_MIN_SPLITS = 16
+# by about one rounding; tests/test_decode.py). Session 31 measured bf16 faster from 16 splits
+# on and slower at 2–4 (h200-20261203-s31-0d56188-partials-ab{,2,3}.json: fp8 B=1 × 128K × 8
+# 39.1 / 32.3 → 37.8 / 30.8 µs, do_bench's / clean, but B=128 × 4K × 8 at 2 splits +2.5 / +2.6)
+# and set 16. Session 32 found the loss in the combine — its 4 warps summed bf16 splits through
+# shared memory (`combine_warps`) — and with the combine's warps fitted bf16 is faster at every
+# split count (h200-20261203-s32-f2ba160-combine-warps-ab.json, float32 → bf16, fitted warps,
+# means of two): fp8 B=128 × 4K × 8 (2 splits) 92.8 / 84.1 → 91.7 / 82.7, B=64 × 8K × 16 (4)
+# 101.0 / 96.4 → 98.3 / 93.5, × 8 (4) 92.7 / 84.0 → 91.6 / 82.8, fp8_ds_mla × 16 (4) 121.0 /
+# 115.2 → 118.2 / 112.3, sparse B=64 × 8 (4) 46.3 / 39.8 → 45.0 / 38.4, B=128 × 8 (2) 71.9 /
+# 65.5 → 70.5 / 64.0. (The 64-head kernels and the Triton kernel at 2–4 splits: unmeasured.)
+PARTIALS_BF16_MIN_SPLITS = 2
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -285,8 +280,11 @@ def combine_warps(block_d: int, part_bytes: int) -> int:
     partials, 7.8 with bf16, the decode kernel 82.2 → 80.5 µs (h200-20261203-s32-3d9c763-
     partials-ncu.txt), which is why bf16 partials lost at 2–4 splits. Programs of ≥ 128 dims
     take as many warps as their row fills (1–4), so every split of a dim range sits in one
-    thread; narrower programs (many splits of few rows) keep 4 and reduce across threads."""
-    if block_d < 128 or not COMBINE_WARPS_FIT:
+    thread; narrower programs (many splits of few rows) keep 4 and reduce across threads.
+    H200, flush A/B against 4 warps (h200-20261203-s32-f2ba160-combine-warps-ab.json): sparse
+    B=16 × 8 heads (16 splits, bf16, 128-dim programs: 1 warp) 23.6 / 21.0 → 21.4 / 18.9 µs
+    (do_bench's / clean), float32 partials at 512 dims (4 warps either way) level."""
+    if block_d < 128:
         return 4
     return max(1, min(4, block_d * part_bytes // (16 * 32)))
 
@@ -370,9 +368,9 @@ class DecodePlan:
             None (the default) as the module's switches say (off).
 
     A plan of several splits keeps each split's normalized partial output in a workspace
-    sized once (`workspace_bytes`), in float32 — in bfloat16 from `PARTIALS_BF16_MIN_SPLITS`
-    (16) splits on, where halving its traffic measured faster: one more bf16 rounding of each
-    partial before the LSE-weighted merge (the output is bf16 too); the LSE stays float32.
+    sized once (`workspace_bytes`), in bfloat16 (`PARTIALS_BF16_MIN_SPLITS`), where halving
+    its traffic against float32 measured faster at every split count: one more bf16 rounding
+    of each partial before the LSE-weighted merge (the output is bf16 too); the LSE float32.
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
@@ -642,8 +640,8 @@ class DecodePlan:
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         if self.num_splits >= PARTIALS_BF16_MIN_SPLITS:  # the partials' store type is part
-            # of the kernel compiled (float32 ones stand in for the bf16 partials of plans of
-            # many splits: only the epilogue's stores differ)
+            # of the kernel compiled (where a 2-split plan's differs from a longer one's, only
+            # the epilogue's stores do)
             self.part_out = torch.empty(1, dtype=torch.bfloat16, device=dev)
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))
