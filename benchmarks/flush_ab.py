@@ -113,7 +113,10 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # 6137365-instores-ab.json, then fp8_ds_mla and sparse, -c5a120d-instores-ab2.json: faster in
 # every case but sparse s_q 2 × 4 heads (+0.9 / +0.8) — fp8 B=64 × 8K × 16 104.2 / 100.7 →
 # 102.4 / 97.6, B=1 × 128K × 8 38.4 / 31.4 → 36.9 / 30.2; bf16 partials at 2–4 splits lose
-# with either store.
+# with either store. Then (a scratch script's ARMS) the combine's warps fitted to its rows
+# (`fp8mla.decode.combine_warps`) against 4, and with bf16 partials everywhere,
+# -f2ba160-combine-warps-ab.json: bf16 faster at every split count once fitted — B=64 × 8K ×
+# 16 101.0 / 96.4 → 98.3 / 93.5, sparse B=16 × 8 23.6 / 21.0 → 21.4 / 18.9.
 # The plan: the launcher's configuration alone, each case under both flushes (arms: none).
 ARMS = [("as launched", {})]
 CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
