@@ -146,14 +146,15 @@ def row(what, cc, kernel):
                        "tma": "cp.async.bulk.tensor" in kernel.asm["ptx"],
                        "pdl": "griddepcontrol" in kernel.asm["ptx"],
                        "trap": "trap;" in kernel.asm["ptx"],
-                       "cta_barrier": "bar.sync" in kernel.asm["ptx"]})
+                       "cta_barriers": kernel.asm["ptx"].count("bar.sync")})
 
 
 # (dims, splits a step) of combine programs of ≥ 128 dims (`fp8mla.decode.combine_blocks`)
-COMBINE_WIDE = ((512, 2), (512, 8), (256, 8), (128, 16))
+COMBINE_WIDE = ((512, 2), (512, 8), (256, 8), (256, 16), (128, 16), (128, 32))
 
 
-def combine_compile(cc, block_d, block_s, parts="*bf16", num_warps=None, aligned=False):
+def combine_compile(cc, block_d, block_s, parts="*bf16", num_warps=None, aligned=False,
+                    pdl=False):
     """The split combine (`_combine_splits_kernel`) for sm_``cc`` over ``parts`` partials
     ("*bf16" / "*fp32") in programs of ``block_d`` dims × ``block_s`` splits a step, with the
     launcher's warps (`fp8mla.decode.combine_warps`) where ``num_warps`` is None."""
@@ -161,7 +162,7 @@ def combine_compile(cc, block_d, block_s, parts="*bf16", num_warps=None, aligned
         num_warps = combine_warps(block_d, 2 if parts == "*bf16" else 4)
     return compile_for(_combine_splits_kernel, {**COMBINE_SIG, "part_out_ptr": parts},
                        {"S_Q": 1, "DIM": 512, "BLOCK_D": block_d, "BLOCK_S": block_s,
-                        "PDL": False}, cc, num_warps=num_warps, aligned=aligned)
+                        "PDL": pdl}, cc, num_warps=num_warps, aligned=aligned)
 
 
 def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
@@ -270,7 +271,7 @@ def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, st
     return _gluon_sm90_compile(k8._mla_decode_mma8_kernel, sig, {
         "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal, "R": rows,
         "NS": stages or decode_mod.mma8_stages(rows), "stamp_ptr": None, "TIMELINE": False,
-        "QK8": qk8, "PDL": PDL_SIGNAL and not direct and rows == k8.ROWS,},  # (as launched)
+        "QK8": qk8, "PDL": PDL_SIGNAL and not direct and rows == k8.ROWS},  # (as launched)
         num_warps=k8.NUM_WARPS)
 
 
@@ -403,9 +404,7 @@ def compile_target(cc):
         lines.append(row("combine/D512-S2-bf16-4warps", cc,
                          combine_compile(cc, 512, 2, "*bf16", num_warps=4, aligned=True)))
     if cc >= PDL_CC:  # programmatic dependent launch (griddepcontrol: SM90+; the default on SM90)
-        lines.append(row("combine/D512-pdl", cc, compile_for(
-            _combine_splits_kernel, COMBINE_SIG, {"S_Q": 1, "DIM": 512, "BLOCK_D": 512,
-                                                  "BLOCK_S": 8, "PDL": True}, cc)))
+        lines.append(row("combine/D512-pdl", cc, combine_compile(cc, 512, 8, pdl=True)))
         if cc == GATHER_CC:
             lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
                 cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import portability_compile as pc
-from fp8mla.decode import PDL_SIGNAL
+from fp8mla.decode import PDL_SIGNAL, combine_warps
 from fp8mla.kernels import decode_sm90
 from fp8mla.runtime import decode_config
 from helpers import start_portability_compile
@@ -108,9 +108,19 @@ def test_kernel_fits_target(compiled, what, cc):
 @pytest.mark.parametrize("what", [f"combine/D{d}-S{s}-{parts}" for d, s in pc.COMBINE_WIDE
                                   for parts in ("bf16", "fp32")])
 def test_combine_sums_splits_within_warps(compiled, what):
-    """The split combine's whole- and half-row programs at the launcher's warps
-    (`fp8mla.decode.combine_warps`) sum a step's splits with no CTA barrier (sm_90 PTX: no
-    `bar.sync`, so no trip through shared memory) — where 4 warps stacked bf16 splits across
-    warps (session 32: the combine 4.0 → 7.8 µs, bf16 partials' loss at 2–4 splits)."""
-    assert not compiled[what, pc.SM90_CC]["cta_barrier"], what
-    assert compiled["combine/D512-S2-bf16-4warps", pc.SM90_CC]["cta_barrier"]  # (what it was)
+    """The split combine's programs of ≥ 128 dims at the launcher's warps
+    (`fp8mla.decode.combine_warps`) sum a step's splits within a warp — sm_90 PTX: no
+    `bar.sync`, but for one layout conversion of the split weights in 32-split 128-dim steps —
+    where 4 warps stacked bf16 splits across warps (5 barriers under triton 3.6, 10 under 3.9;
+    session 32: the combine 4.0 → 7.8 µs, bf16 partials' loss at 2–4 splits)."""
+    allowed = 1 if what.startswith("combine/D128-S32") else 0
+    assert compiled[what, pc.SM90_CC]["cta_barriers"] <= allowed, what
+    assert compiled["combine/D512-S2-bf16-4warps", pc.SM90_CC]["cta_barriers"] >= 4  # 5–10
+
+
+def test_combine_warps_fill_one_row():
+    """`combine_warps`: a 512-dim row is 128 threads of 16 bytes in float32, 64 in bf16; every
+    ≥ 128-dim program gets that many warps (at least one), narrower ones 4."""
+    want = {(512, 4): 4, (512, 2): 2, (256, 4): 2, (256, 2): 1, (128, 4): 1, (128, 2): 1,
+            (64, 4): 4, (32, 2): 4, (16, 2): 4}
+    assert {k: combine_warps(*k) for k in want} == want

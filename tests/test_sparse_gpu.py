@@ -91,6 +91,8 @@ def test_sm90_row_stores_sparse(heads, splits, min_splits, monkeypatch):
                       device="cuda", num_splits=splits)
     if torch.cuda.get_device_capability() == (9, 0):
         assert plan.kernel == "mma8"
+    if splits > 1:
+        assert plan.part_out.dtype == (torch.bfloat16 if min_splits == 1 else torch.float32)
     out, lse = plan.run(q, cache.layer(0), idx, lengths, check=False)
     _check(cache, q, idx, lengths, out, lse)
 

@@ -46,7 +46,8 @@ _FORMAT_IDS = {"bf16": FMT_BF16, "fp8": FMT_FP8, "fp8_ds_mla": FMT_DS_MLA}
 MIN_SPLIT_TILES = 1  # a split is at least one tile; the cost model below weighs the rest
 MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
-COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 per thread)
+COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 a thread at 4
+# warps; `combine_warps`)
 COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
 # SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
@@ -275,12 +276,12 @@ def combine_warps(block_d: int, part_bytes: int) -> int:
     bytes a value. Triton lays a step's [splits, dims] load out 16 bytes a thread along the
     dims, threads and then warps along a row first: a 512-dim row is 128 threads in float32
     but 64 in bf16, so at 4 warps bf16 stacked the splits across warps, and the sum over them
-    went through shared memory (5 barriers, 17 shared stores against 1 and 4 offline, sm_90)
-    — H200, Nsight Compute, fp8 B=128 × 4K × 8 (2 splits): the combine 4.0 µs with float32
-    partials, 7.8 with bf16, the decode kernel 82.2 → 80.5 µs (h200-20261203-s32-3d9c763-
+    went through shared memory (sm_90 PTX: 5 `bar.sync` under triton 3.6, 10 under 3.9, against
+    none) — H200, Nsight Compute, fp8 B=128 × 4K × 8 (2 splits): the combine 4.0 µs with
+    float32 partials, 7.8 with bf16, the decode kernel 82.2 → 80.5 µs (h200-20261203-s32-3d9c763-
     partials-ncu.txt), which is why bf16 partials lost at 2–4 splits. Programs of ≥ 128 dims
     take as many warps as their row fills (1–4), so every split of a dim range sits in one
-    thread; narrower programs (many splits of few rows) keep 4 and reduce across threads.
+    warp; narrower programs (many splits of few rows) keep 4 and sum through shared memory.
     H200, flush A/B against 4 warps (h200-20261203-s32-f2ba160-combine-warps-ab.json): sparse
     B=16 × 8 heads (16 splits, bf16, 128-dim programs: 1 warp) 23.6 / 21.0 → 21.4 / 18.9 µs
     (do_bench's / clean), float32 partials at 512 dims (4 warps either way) level."""
@@ -369,8 +370,9 @@ class DecodePlan:
 
     A plan of several splits keeps each split's normalized partial output in a workspace
     sized once (`workspace_bytes`), in bfloat16 (`PARTIALS_BF16_MIN_SPLITS`), where halving
-    its traffic against float32 measured faster at every split count: one more bf16 rounding
-    of each partial before the LSE-weighted merge (the output is bf16 too); the LSE float32.
+    its traffic against float32 measured faster on the H200 (≤ 16-row kernels, 2–256 splits):
+    one more bf16 rounding of each partial before the LSE-weighted merge (the output is bf16
+    too); the LSE float32.
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
@@ -640,8 +642,7 @@ class DecodePlan:
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         if self.num_splits >= PARTIALS_BF16_MIN_SPLITS:  # the partials' store type is part
-            # of the kernel compiled (where a 2-split plan's differs from a longer one's, only
-            # the epilogue's stores do)
+            # of the kernel compiled
             self.part_out = torch.empty(1, dtype=torch.bfloat16, device=dev)
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))

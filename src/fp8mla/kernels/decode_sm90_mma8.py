@@ -668,7 +668,8 @@ if AVAILABLE:
     # 122.5 / 117.2 → 119.8 / 114.3, MTP s_q 2 × 16 116.0 / 113.8 → 114.6 / 112.9, B=1 × 128K ×
     # 8 42.8 / 34.7 → 41.9 / 34.1, sparse B=64 × 8 47.0 / 40.6 → 46.1 / 39.5, B=16 × 8 (16
     # splits) 25.0 / 22.4 → 23.7 / 21.0 — but sparse s_q 2 × 4 heads (4 of 8 rows live) 69.7 /
-    # 63.1 → 70.5 / 63.9. (bf16 partials at 2–4 splits lose with either store: not the stores.)
+    # 63.1 → 70.5 / 63.9. (bf16 partials' loss at 2–4 splits, with either store, was the
+    # combine's: `fp8mla.decode.combine_warps`.)
     @gluon.jit
     def _store_in_order(ptr, row_off, ok, acc0, acc1, acc2, acc3, inv, STEP: gl.constexpr):
         """`_dims_in_order` of the accumulators times ``inv``, converted to ``ptr``'s dtype and
