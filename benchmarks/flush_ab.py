@@ -117,10 +117,14 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # (`fp8mla.decode.combine_warps`) against 4, and with bf16 partials everywhere,
 # -f2ba160-combine-warps-ab.json: bf16 faster at every split count once fitted — B=64 × 8K ×
 # 16 101.0 / 96.4 → 98.3 / 93.5, sparse B=16 × 8 23.6 / 21.0 → 21.4 / 18.9.
-# The plan: the launcher's configuration alone, each case under both flushes (arms: none).
-ARMS = [("as launched", {})]
-CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
-         (64, 8, 2048)]
+# The plan (prepared in session 32, not yet run): the combine's programs under 128 dims at 4,
+# 2 and 1 warps (`fp8mla.decode.COMBINE_NARROW_WARPS`) — the plans of few rows and many
+# splits: B=1 × 128K (256 splits, 16-dim programs), B=2 × 64K and B=4 × 32K × 8 heads, sparse
+# B=4 × 8 heads.
+ARMS = [("4 warps", {}), ("2 warps", {"COMBINE_NARROW_WARPS": 2}),
+        ("1 warp", {"COMBINE_NARROW_WARPS": 1})]
+CASES = [(DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(1, 131072, 8), "fp8_ds_mla"),
+         (DecodeCase(2, 65536, 8), "fp8"), (DecodeCase(4, 32768, 8), "fp8"), (4, 8, 2048)]
 
 
 def checked(case):
