@@ -104,7 +104,6 @@ def test_kernel_fits_target(compiled, what, cc):
         "griddepcontrol only where PDL is compiled in")
 
 
-
 @pytest.mark.parametrize("what", [f"combine/D{d}-S{s}-{parts}" for d, s in pc.COMBINE_WIDE
                                   for parts in ("bf16", "fp32")])
 def test_combine_sums_splits_within_warps(compiled, what):

@@ -277,6 +277,11 @@ def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
     return block_d, min(splits, COMBINE_TILE // block_d)
 
 
+def partials_dtype(num_splits: int) -> torch.dtype:
+    """The split partials' dtype in a plan of ``num_splits`` splits (`PARTIALS_BF16_MIN_SPLITS`)."""
+    return torch.bfloat16 if num_splits >= PARTIALS_BF16_MIN_SPLITS else torch.float32
+
+
 def combine_warps(block_d: int, part_bytes: int) -> int:
     """Warps of a split-combine program of ``block_d`` dims over partials of ``part_bytes``
     bytes a value. Triton lays a step's [splits, dims] load out 16 bytes a thread along the
@@ -458,9 +463,8 @@ class DecodePlan:
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
-            bf16 = self.num_splits >= PARTIALS_BF16_MIN_SPLITS  # (the partials' store type)
             self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
-                                        dtype=torch.bfloat16 if bf16 else torch.float32,
+                                        dtype=partials_dtype(self.num_splits),
                                         device=self.device)
             self.part_lse = torch.empty(batch, self.num_splits, s_q, num_heads,
                                         dtype=torch.float32, device=self.device)
@@ -648,9 +652,8 @@ class DecodePlan:
         lens = torch.empty(self.batch, dtype=torch.int32, device=dev)
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
-        if self.num_splits >= PARTIALS_BF16_MIN_SPLITS:  # the partials' store type is part
-            # of the kernel compiled
-            self.part_out = torch.empty(1, dtype=torch.bfloat16, device=dev)
+        # (the partials' store type is part of the kernel compiled)
+        self.part_out = torch.empty(1, dtype=partials_dtype(self.num_splits), device=dev)
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))
         try:
