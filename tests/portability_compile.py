@@ -149,8 +149,10 @@ def row(what, cc, kernel):
                        "cta_barriers": kernel.asm["ptx"].count("bar.sync")})
 
 
-# (dims, splits a step) of combine programs of ≥ 128 dims (`fp8mla.decode.combine_blocks`)
-COMBINE_WIDE = ((512, 2), (512, 8), (256, 8), (256, 16), (128, 16), (128, 32))
+# (dims, splits a step) of combine programs (`fp8mla.decode.combine_blocks`): whole and part
+# rows, then the narrow programs of few rows and many splits (B=1 × 128K: 16 × 256)
+COMBINE_STEPS = ((512, 2), (512, 8), (256, 8), (256, 16), (128, 16), (128, 32), (64, 64),
+                 (32, 128), (16, 256))
 
 
 def combine_compile(cc, block_d, block_s, parts="*bf16", num_warps=None, aligned=False,
@@ -396,13 +398,15 @@ def compile_target(cc):
         parts = "*bf16" if block_s >= PARTIALS_BF16_MIN_SPLITS else "*fp32"
         lines.append(row(f"combine/D{block_d}", cc, combine_compile(cc, block_d, block_s,
                                                                     parts)))
-    if cc == SM90_CC:  # whole- and half-row programs, both partial types; and 4 warps over
-        for block_d, block_s in COMBINE_WIDE:  # bf16 rows (before session 32)
+    if cc == SM90_CC:  # every program width, both partial types; and 4 warps over bf16 rows
+        for block_d, block_s in COMBINE_STEPS:  # (before session 32) and 16-dim ones (33)
             for parts in ("*bf16", "*fp32"):
                 lines.append(row(f"combine/D{block_d}-S{block_s}-{parts[1:]}", cc,
                                  combine_compile(cc, block_d, block_s, parts, aligned=True)))
-        lines.append(row("combine/D512-S2-bf16-4warps", cc,
-                         combine_compile(cc, 512, 2, "*bf16", num_warps=4, aligned=True)))
+        for block_d, block_s in ((512, 2), (16, 256)):
+            lines.append(row(f"combine/D{block_d}-S{block_s}-bf16-4warps", cc,
+                             combine_compile(cc, block_d, block_s, "*bf16", num_warps=4,
+                                             aligned=True)))
     if cc >= PDL_CC:  # programmatic dependent launch (griddepcontrol: SM90+; the default on SM90)
         lines.append(row("combine/D512-pdl", cc, combine_compile(cc, 512, 8, pdl=True)))
         if cc == GATHER_CC:

@@ -396,16 +396,14 @@ def test_sm90_mma16_fp8_scores_any_q_magnitude(fmt, policy, monkeypatch):
     assert_close_qk8(out, lse, ro, rl, logit_max)
 
 
-@pytest.mark.parametrize("warps", [1, 2])
 @pytest.mark.parametrize("lens,splits", [([131072], 256), ([20001, 3000, 1], 64)])
-def test_narrow_combine_warps(warps, lens, splits, monkeypatch):
-    """`COMBINE_NARROW_WARPS` (an experiment, at 4): the combine's programs under 128 dims at
-    1 and 2 warps match the reference with NaN page tails — B=1 × 128K's 256 splits in 16-dim
-    programs, three requests (one of a token: splits past it empty) in 32-dim ones."""
-    monkeypatch.setattr(decode_mod, "COMBINE_NARROW_WARPS", warps)
+def test_narrow_combine_programs(lens, splits):
+    """The combine's one-warp programs under 128 dims (`fp8mla.decode.combine_warps`; 4 warps
+    until session 33) match the reference with NaN page tails — B=1 × 128K's 256 splits in
+    16-dim programs, three requests (one of a token: splits past it empty) in 32-dim ones."""
     plan = _check_poisoned_tails(8, 1, lens, 64, splits)
-    assert decode_mod.combine_blocks(len(lens) * 8, plan.num_splits,
-                                     plan.target.num_sms)[0] < 128  # (H200: 16, 32)
+    block_d = decode_mod.combine_blocks(len(lens) * 8, plan.num_splits, plan.target.num_sms)[0]
+    assert block_d < 128 and decode_mod.combine_warps(block_d, 2) == 1  # (H200: 16, 32)
 
 
 @pytest.mark.parametrize("fmt,heads,kernel", [("fp8", 8, "mma8"), ("fp8", 16, "mma16"),

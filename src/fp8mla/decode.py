@@ -47,13 +47,7 @@ MIN_SPLIT_TILES = 1  # a split is at least one tile; the cost model below weighs
 MAX_SPLITS = 256
 PROGRAM_OVERHEAD_TILES = 2  # a program's fixed work (q, partial output) in tiles' time
 COMBINE_TILE = 4096  # split × dim partials a combine program reads per step (32 a thread at 4
-# warps; `combine_warps`)
-# experiment, at the value before it (prepared in session 32, not yet run): warps of combine
-# programs under 128 dims. At 4 their sum over splits goes through shared memory — sm_90 PTX,
-# triton 3.9, bf16 partials: 17 `bar.sync` a step in B=1 × 128K's 16-dim × 256-split programs,
-# 15–17 at 32 and 64 dims — and at 1 warp through shuffles alone (0–2 `bar.sync`), each
-# thread then reading 4× the values. `benchmarks/flush_ab.py`'s plan A/Bs 4, 2 and 1.
-COMBINE_NARROW_WARPS = 4
+# warps, 128 at 1; `combine_warps`)
 COMBINE_PROGRAMS_PER_SM = 2  # dim blocks narrow (512 → 32) until the combine has this many
 # SM90: launch the split combine as a programmatic dependent of the decode kernel (CUDA's
 # programmatic dependent launch), so its launch overlaps the decode grid's tail instead of
@@ -292,13 +286,14 @@ def combine_warps(block_d: int, part_bytes: int) -> int:
     float32 partials, 7.8 with bf16, the decode kernel 82.2 → 80.5 µs (h200-20261203-s32-3d9c763-
     partials-ncu.txt), which is why bf16 partials lost at 2–4 splits. Programs of ≥ 128 dims
     take as many warps as their row fills (1–4), so every split of a dim range sits in one
-    warp; narrower programs (many splits of few rows) take `COMBINE_NARROW_WARPS` (4) and sum
-    through shared memory.
-    H200, flush A/B against 4 warps (h200-20261203-s32-f2ba160-combine-warps-ab.json): sparse
-    B=16 × 8 heads (16 splits, bf16, 128-dim programs: 1 warp) 23.6 / 21.0 → 21.4 / 18.9 µs
-    (do_bench's / clean), float32 partials at 512 dims (4 warps either way) level."""
-    if block_d < 128:
-        return COMBINE_NARROW_WARPS
+    warp; narrower programs (many splits of few rows) one warp, which sums through shuffles
+    alone (at 4 warps: 15–17 `bar.sync` a step).
+    H200, flush A/Bs against 4 warps (µs, do_bench's / clean): sparse B=16 × 8 heads (16
+    splits, bf16, 128-dim programs: 1 warp) 23.6 / 21.0 → 21.4 / 18.9, float32 partials at 512
+    dims (4 warps either way) level (h200-20261203-s32-f2ba160-combine-warps-ab.json); fp8 B=1 ×
+    128K × 8 (256 splits, 16-dim programs) 36.6 / 30.0 → 36.2 / 29.7, B=4 × 32K 36.8 / 30.3 →
+    35.8 / 29.3, sparse B=4 × 8 (32 splits, 32 dims) 14.3 / 13.3 → 13.7 / 12.6; 2 warps between
+    (h200-20261203-s33-0e48876-narrow-warps-ab.json)."""
     return max(1, min(4, block_d * part_bytes // (16 * 32)))
 
 
