@@ -117,14 +117,20 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # (`fp8mla.decode.combine_warps`) against 4, and with bf16 partials everywhere,
 # -f2ba160-combine-warps-ab.json: bf16 faster at every split count once fitted — B=64 × 8K ×
 # 16 101.0 / 96.4 → 98.3 / 93.5, sparse B=16 × 8 23.6 / 21.0 → 21.4 / 18.9.
-# The plan (prepared in session 32, not yet run): the combine's programs under 128 dims at 4,
-# 2 and 1 warps (`fp8mla.decode.COMBINE_NARROW_WARPS`) — the plans of few rows and many
-# splits: B=1 × 128K (256 splits, 16-dim programs), B=2 × 64K and B=4 × 32K × 8 heads, sparse
-# B=4 × 8 heads.
-ARMS = [("4 warps", {}), ("2 warps", {"COMBINE_NARROW_WARPS": 2}),
-        ("1 warp", {"COMBINE_NARROW_WARPS": 1})]
-CASES = [(DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(1, 131072, 8), "fp8_ds_mla"),
-         (DecodeCase(2, 65536, 8), "fp8"), (DecodeCase(4, 32768, 8), "fp8"), (4, 8, 2048)]
+# Session 33: the combine's programs under 128 dims at 4, 2 and 1 warps (prepared in session
+# 32; `COMBINE_NARROW_WARPS`, since removed: `combine_warps` gives them one),
+# h200-20261203-s33-0e48876-narrow-warps-ab.json: 1 warp fastest in every case — fp8 B=1 ×
+# 128K × 8 (256 splits, 16-dim programs) 36.6 / 30.0 → 36.2 / 29.7, fp8_ds_mla 42.2 / 34.5 →
+# 41.9 / 34.1, B=2 × 64K 36.4 / 30.0 → 35.8 / 29.5, B=4 × 32K 36.8 / 30.3 → 35.8 / 29.3,
+# sparse B=4 × 8 14.3 / 13.3 → 13.7 / 12.6; 2 warps between.
+# The plan: split partials in bf16 (the default since session 32) against float32 on the
+# kernels that A/B never covered at 2–4 splits — the 64-head Gluon kernels (dense fp8 and
+# fp8_ds_mla, sparse) and the Triton kernel (bf16 rows).
+ARMS = [("bf16 partials", {}), ("fp32 partials", {"PARTIALS_BF16_MIN_SPLITS": 1 << 30})]
+CASES = [(DecodeCase(64, 8192, 64), "fp8"), (DecodeCase(32, 8192, 64), "fp8"),
+         (DecodeCase(32, 8192, 128), "fp8"), (DecodeCase(64, 8192, 64), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 16), "bf16"), (DecodeCase(128, 4096, 8), "bf16"),
+         (64, 64, 2048), (32, 128, 2048)]
 
 
 def checked(case):
