@@ -123,14 +123,20 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # 128K × 8 (256 splits, 16-dim programs) 36.6 / 30.0 → 36.2 / 29.7, fp8_ds_mla 42.2 / 34.5 →
 # 41.9 / 34.1, B=2 × 64K 36.4 / 30.0 → 35.8 / 29.5, B=4 × 32K 36.8 / 30.3 → 35.8 / 29.3,
 # sparse B=4 × 8 14.3 / 13.3 → 13.7 / 12.6; 2 warps between.
-# The plan: split partials in bf16 (the default since session 32) against float32 on the
-# kernels that A/B never covered at 2–4 splits — the 64-head Gluon kernels (dense fp8 and
-# fp8_ds_mla, sparse) and the Triton kernel (bf16 rows).
-ARMS = [("bf16 partials", {}), ("fp32 partials", {"PARTIALS_BF16_MIN_SPLITS": 1 << 30})]
-CASES = [(DecodeCase(64, 8192, 64), "fp8"), (DecodeCase(32, 8192, 64), "fp8"),
-         (DecodeCase(32, 8192, 128), "fp8"), (DecodeCase(64, 8192, 64), "fp8_ds_mla"),
-         (DecodeCase(64, 8192, 16), "bf16"), (DecodeCase(128, 4096, 8), "bf16"),
-         (64, 64, 2048), (32, 128, 2048)]
+# Then split partials in bf16 (the default since session 32) against float32 on the kernels
+# that A/B never covered at 2–4 splits, h200-20261203-s33-40810d1-partials-ab.json: bf16
+# slower on every 64-row kernel — dense fp8 B=32 × 8K × 64 (4 splits) 113.9 / 112.9 → 116.3 /
+# 115.4, sparse B=64 × 64 (2) 76.0 / 74.5 → 77.0 / 75.7, the Triton kernel's fp8_ds_mla 64-head
+# programs 272.7 / 270.1 → 280.8 / 278.2 — faster on its 16-row ones (bf16 rows × 16 heads,
+# 154.2 / 145.0 → 152.9 / 143.0): `PARTIALS_BF16_MAX_ROWS` 16.
+# The plan: bf16 partials up to 16 rows a program (the default), 32 and 64 — the 32-row
+# programs (fp8 s_q 2 × 16 and 32 heads, bf16 rows × 32 heads) and the 64-row kernels at many
+# splits (B=1 × 128K × 64 heads, B=2 × 32K × 128, sparse B=8 × 64), none measured with bf16.
+ARMS = [("16 rows", {}), ("32 rows", {"PARTIALS_BF16_MAX_ROWS": 32}),
+        ("64 rows", {"PARTIALS_BF16_MAX_ROWS": 64})]
+CASES = [(DecodeCase(64, 8192, 16, s_q=2), "fp8"), (DecodeCase(64, 8192, 32), "fp8"),
+         (DecodeCase(64, 8192, 32), "bf16"), (DecodeCase(1, 131072, 64), "fp8"),
+         (DecodeCase(2, 32768, 128), "fp8"), (8, 64, 2048)]
 
 
 def checked(case):
@@ -153,8 +159,8 @@ def main() -> int:
             with patched(patch):
                 name, plan, fn = checked(case)
                 one = graphed(fn)
-                row = {"case": name, "arm": label,
-                       "patch": patch, "kernel": plan.kernel, "splits": plan.num_splits,
+                row = {"case": name, "arm": label, "patch": patch, "kernel": plan.kernel,
+                       "splits": plan.num_splits, "partials": str(plan.part_out.dtype)[6:],
                        "ring": plan.ring_stages, "qk8": plan.qk8}
                 for mode in ("zero", "read"):
                     row[f"us_{mode}"] = round(event_median_us(one, modes[mode]), 2)

@@ -487,19 +487,25 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
 
 
 def test_partials_bf16_in_split_plans(device):
-    """The partials are bfloat16 in every plan of splits (`PARTIALS_BF16_MIN_SPLITS`, 2) —
+    """The partials are bfloat16 in every plan of splits whose programs hold ≤ 16 rows
+    (`PARTIALS_BF16_MIN_SPLITS` 2, `PARTIALS_BF16_MAX_ROWS` 16), float32 in programs of more —
     dense and sparse plans alike; a 17-split plan (a short request's splits empty past its
     length) matches the reference."""
     from fp8mla.sparse import SparsePlan
 
-    assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 2
+    assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 2 and decode_mod.PARTIALS_BF16_MAX_ROWS == 16
     kw = dict(batch=2, num_heads=4, kv_format="fp8", page_size=16, max_seqlen=2000,
               device=device)
     for splits in (2, 15, 16, 40):
-        assert DecodePlan(num_splits=splits, **kw).part_out.dtype == torch.bfloat16, splits
-        sparse = SparsePlan(num_queries=2, num_heads=4, topk=2048, kv_format="fp8",
-                            device=device, num_splits=splits)
-        assert sparse.part_out.dtype == torch.bfloat16, splits
+        for heads, s_q in ((4, 1), (16, 1), (8, 2), (64, 1), (32, 2)):
+            dense = DecodePlan(num_splits=splits, **{**kw, "num_heads": heads}, s_q=s_q)
+            sparse = SparsePlan(num_queries=2, num_heads=heads, topk=2048, kv_format="fp8",
+                                device=device, num_splits=splits)
+            for plan in (dense, sparse):
+                want = torch.bfloat16 if plan.block_rows <= 16 else torch.float32
+                assert plan.part_out.dtype == want, (splits, heads, s_q, plan.block_rows)
+            assert dense.block_rows == max(16, heads * s_q)  # (64 rows a program at most)
+            assert sparse.block_rows == max(16, heads)
     cache, table, seqlens = paged_cache("fp8", [600, 37], 16, device=device, seed=40)
     q = _q(2, 1, 4, device, 41)
     plan = DecodePlan(num_splits=17, **kw)

@@ -88,8 +88,18 @@ PDL_SIGNAL = True
 # means of two): fp8 B=128 × 4K × 8 (2 splits) 92.8 / 84.1 → 91.7 / 82.7, B=64 × 8K × 16 (4)
 # 101.0 / 96.4 → 98.3 / 93.5, × 8 (4) 92.7 / 84.0 → 91.6 / 82.8, fp8_ds_mla × 16 (4) 121.0 /
 # 115.2 → 118.2 / 112.3, sparse B=64 × 8 (4) 46.3 / 39.8 → 45.0 / 38.4, B=128 × 8 (2) 71.9 /
-# 65.5 → 70.5 / 64.0. (The 64-head kernels and the Triton kernel at 2–4 splits: unmeasured.)
+# 65.5 → 70.5 / 64.0.
 PARTIALS_BF16_MIN_SPLITS = 2
+# ... but only in plans whose programs hold at most this many rows (pow2(s_q) × heads a
+# program): session 33 measured bf16 slower on every 64-row kernel at 2–4 splits (h200-20261203-
+# s33-40810d1-partials-ab.json, float32 → bf16, means of two, µs do_bench's / clean): the dense
+# fp8 64-head Gluon kernel B=64 × 8K × 64 (2 splits) 207.8 / 207.0 → 209.1 / 208.3, B=32 × 8K
+# × 64 (4) 113.9 / 112.9 → 116.3 / 115.4, × 128 (2) 207.3 / 206.5 → 208.4 / 207.5; the
+# sparse one B=64 × 64 (2) 76.0 / 74.5 → 77.0 / 75.7, B=32 × 128 (2) 74.9 / 74.3 → 76.2 /
+# 75.4; the Triton kernel's fp8_ds_mla 64-head programs (2) 272.7 / 270.1 → 280.8 / 278.2 —
+# but its 16-row programs faster (bf16 rows B=64 × 8K × 16, 2 splits: 154.2 / 145.0 → 152.9 /
+# 143.0), as every ≤ 16-row kernel in session 32.
+PARTIALS_BF16_MAX_ROWS = 16
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -271,9 +281,11 @@ def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
     return block_d, min(splits, COMBINE_TILE // block_d)
 
 
-def partials_dtype(num_splits: int) -> torch.dtype:
-    """The split partials' dtype in a plan of ``num_splits`` splits (`PARTIALS_BF16_MIN_SPLITS`)."""
-    return torch.bfloat16 if num_splits >= PARTIALS_BF16_MIN_SPLITS else torch.float32
+def partials_dtype(num_splits: int, rows: int) -> torch.dtype:
+    """The split partials' dtype in a plan of ``num_splits`` splits whose programs hold
+    ``rows`` rows (`PARTIALS_BF16_MIN_SPLITS`, `PARTIALS_BF16_MAX_ROWS`)."""
+    bf16 = num_splits >= PARTIALS_BF16_MIN_SPLITS and rows <= PARTIALS_BF16_MAX_ROWS
+    return torch.bfloat16 if bf16 else torch.float32
 
 
 def combine_warps(block_d: int, part_bytes: int) -> int:
@@ -376,10 +388,11 @@ class DecodePlan:
             None (the default) as the module's switches say (off).
 
     A plan of several splits keeps each split's normalized partial output in a workspace
-    sized once (`workspace_bytes`), in bfloat16 (`PARTIALS_BF16_MIN_SPLITS`), where halving
-    its traffic against float32 measured faster on the H200 (≤ 16-row kernels, 2–256 splits):
-    one more bf16 rounding of each partial before the LSE-weighted merge (the output is bf16
-    too); the LSE float32.
+    sized once (`workspace_bytes`): in bfloat16 where the programs hold ≤ 16 rows
+    (`PARTIALS_BF16_MIN_SPLITS`, `PARTIALS_BF16_MAX_ROWS`), where halving its traffic against
+    float32 measured faster on the H200 (2–256 splits) — one more bf16 rounding of each partial
+    before the LSE-weighted merge (the output is bf16 too) — and float32 in 32- and 64-row
+    programs (64: slower in bf16); the LSE float32.
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
@@ -459,7 +472,8 @@ class DecodePlan:
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
             self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
-                                        dtype=partials_dtype(self.num_splits),
+                                        dtype=partials_dtype(self.num_splits,
+                                                             self.block_rows),
                                         device=self.device)
             self.part_lse = torch.empty(batch, self.num_splits, s_q, num_heads,
                                         dtype=torch.float32, device=self.device)
@@ -628,10 +642,14 @@ class DecodePlan:
                 TensorDescriptor.from_tensor(f32, [n, 4]))
 
     @property
+    def block_rows(self) -> int:
+        """Rows a program holds: pow2(s_q) × the config's heads a program."""
+        return (1 << (self.s_q - 1).bit_length()) * self.config.heads_per_block
+
+    @property
     def folds_scales(self) -> bool:
         """fp8_ds_mla scales folded into the scores and P (`fp8mla.runtime.folds_scales`)."""
-        rows = (1 << (self.s_q - 1).bit_length()) * self.config.heads_per_block
-        return folds_scales(self.fmt.name, rows, self.config.fold_scales)
+        return folds_scales(self.fmt.name, self.block_rows, self.config.fold_scales)
 
     def _programs_per_sm(self) -> int:
         """Compile the split kernel for this plan (with stand-in tensors) and count how many
@@ -648,7 +666,8 @@ class DecodePlan:
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         # (the partials' store type is part of the kernel compiled)
-        self.part_out = torch.empty(1, dtype=partials_dtype(self.num_splits), device=dev)
+        self.part_out = torch.empty(1, dtype=partials_dtype(self.num_splits, self.block_rows),
+                                    device=dev)
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))
         try:

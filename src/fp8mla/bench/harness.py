@@ -177,7 +177,7 @@ def kernel_note(plan) -> str:
     tile sizes from it)."""
     head = f"kernel={plan.kernel} splits={plan.num_splits}"
     tail = f" pdl={plan._pdl and plan.num_splits > 1} programs/SM={plan.programs_per_sm}"
-    if plan.num_splits > 1:  # the split partials' dtype (`PARTIALS_BF16_MIN_SPLITS`)
+    if plan.num_splits > 1:  # the split partials' dtype (`fp8mla.decode.partials_dtype`)
         tail += f" partials={str(plan.part_out.dtype).removeprefix('torch.')}"
     if plan.mma8:  # ("mma8", "mma16")
         return f"{head} rows={plan.mma_rows} ring={plan.ring_stages} qk8={plan.qk8}{tail}"
