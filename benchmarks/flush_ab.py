@@ -129,14 +129,22 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # 115.4, sparse B=64 × 64 (2) 76.0 / 74.5 → 77.0 / 75.7, the Triton kernel's fp8_ds_mla 64-head
 # programs 272.7 / 270.1 → 280.8 / 278.2 — faster on its 16-row ones (bf16 rows × 16 heads,
 # 154.2 / 145.0 → 152.9 / 143.0): `PARTIALS_BF16_MAX_ROWS` 16.
-# The plan: bf16 partials up to 16 rows a program (the default), 32 and 64 — the 32-row
-# programs (fp8 s_q 2 × 16 and 32 heads, bf16 rows × 32 heads) and the 64-row kernels at many
-# splits (B=1 × 128K × 64 heads, B=2 × 32K × 128, sparse B=8 × 64), none measured with bf16.
-ARMS = [("16 rows", {}), ("32 rows", {"PARTIALS_BF16_MAX_ROWS": 32}),
-        ("64 rows", {"PARTIALS_BF16_MAX_ROWS": 64})]
-CASES = [(DecodeCase(64, 8192, 16, s_q=2), "fp8"), (DecodeCase(64, 8192, 32), "fp8"),
-         (DecodeCase(64, 8192, 32), "bf16"), (DecodeCase(1, 131072, 64), "fp8"),
-         (DecodeCase(2, 32768, 128), "fp8"), (8, 64, 2048)]
+# Then bf16 partials up to 16 rows a program (the default), 32 and 64, h200-20261203-s33-
+# 0d53655-rows-ab.json: 64-row kernels slower in bf16 at many splits too (fp8 B=1 × 128K × 64
+# heads, 128 splits, 70.1 / 69.2 → 71.7 / 70.7; B=2 × 32K × 128 (32) 67.2 / 66.9 → 70.8 /
+# 70.1; sparse B=8 × 64 (16) 28.6 / 27.7 → 32.7 / 31.7); the Triton kernel's 32-row programs
+# split — fp8 s_q 2 × 16 169.7 / 168.1 → 166.9 / 165.1, bf16 rows × 32 heads 219.9 / 218.9 →
+# 211.9 / 210.7, but fp8 × 32 heads 169.1 / 167.5 → 174.2 / 172.5 (its sm_90 compile spills
+# 37 stores with bf16 partials against 2) — 16 kept.
+# The plan: the Triton kernel (the Gluon ≤ 16-row kernels switched off) at ≤ 16 rows with
+# bf16 partials against float32 — the kernel every other GPU runs; its fp8 compile for sm_90
+# spills 54 stores with bf16 partials against none (triton 3.6).
+_TRITON = {"SM90_MMA8": False, "SM90_MMA16": False, "SM90_MMA8_DS": False,
+           "SM90_MMA16_DS": False, "SPARSE_SM90_MMA8": False}
+ARMS = [("bf16 partials", _TRITON),
+        ("fp32 partials", {**_TRITON, "PARTIALS_BF16_MIN_SPLITS": 1 << 30})]
+CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
+         (DecodeCase(64, 8192, 16), "fp8_ds_mla"), (64, 8, 2048)]
 
 
 def checked(case):
