@@ -135,10 +135,15 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # 70.1; sparse B=8 × 64 (16) 28.6 / 27.7 → 32.7 / 31.7); the Triton kernel's 32-row programs
 # split — fp8 s_q 2 × 16 169.7 / 168.1 → 166.9 / 165.1, bf16 rows × 32 heads 219.9 / 218.9 →
 # 211.9 / 210.7, but fp8 × 32 heads 169.1 / 167.5 → 174.2 / 172.5 (its sm_90 compile spills
-# 37 stores with bf16 partials against 2) — 16 kept.
-# The plan: the Triton kernel (the Gluon ≤ 16-row kernels switched off) at ≤ 16 rows with
-# bf16 partials against float32 — the kernel every other GPU runs; its fp8 compile for sm_90
-# spills 54 stores with bf16 partials against none (triton 3.6).
+# 37 stores with bf16 partials against 2).
+# Then (the arms below, the last run) the Triton kernel (the Gluon ≤ 16-row kernels switched
+# off) at ≤ 16 rows with bf16 partials against float32 — the kernel every other GPU runs; its
+# fp8 compile for sm_90 spills 54 stores with bf16 partials against none (triton 3.6) —
+# h200-20261203-s33-f08c00a-triton-partials-ab.json: bf16 slower over FP8 rows — fp8 B=1 ×
+# 128K × 8 39.6 / 37.6 → 43.9 / 41.0, fp8_ds_mla B=64 × 8K × 16 157.5 / 152.9 → 161.5 / 158.9,
+# sparse level, fp8 B=64 × 8K × 16 the exception (113.8 / 111.2 → 112.8 / 110.4). The rule
+# since: `fp8mla.decode.partials_dtype` (bf16 on the ≤ 16-row Gluon kernels and the Triton
+# kernel over bf16 rows of ≤ 32 rows a program).
 _TRITON = {"SM90_MMA8": False, "SM90_MMA16": False, "SM90_MMA8_DS": False,
            "SM90_MMA16_DS": False, "SPARSE_SM90_MMA8": False}
 ARMS = [("bf16 partials", _TRITON),

@@ -472,6 +472,7 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
     results = {}
     for bf16 in (False, True):
         monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 3 if bf16 else 4)
+        monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
         plan = DecodePlan(batch=4, num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                           page_size=16, cache_seqlens=seqlens, device=device, num_splits=3)
         assert plan.part_out.dtype == (torch.bfloat16 if bf16 else torch.float32)
@@ -486,29 +487,51 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
     assert err[True] <= err[False] + 3 * 2 ** -8 * scale, err  # one bf16 rounding more, at most
 
 
+def test_partials_dtype_rule():
+    """`partials_dtype`: bfloat16 from `PARTIALS_BF16_MIN_SPLITS` (2) splits on the ≤ 16-row
+    Gluon kernels and on the Triton kernel over bf16 rows at ≤ 32 rows a program, where it
+    measured faster on the H200; float32 on the 64-row Gluon kernels, the Triton kernel over
+    FP8 rows (its compiles spill with bf16 stores) and the narrow experiment."""
+    assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 2 and not decode_mod.PARTIALS_BF16_EVERYWHERE
+    bf16 = {("mma8", "fp8", 8), ("mma8", "fp8_ds_mla", 16), ("mma16", "fp8", 16),
+            ("mma16", "fp8_ds_mla", 16), ("triton", "bf16", 16), ("triton", "bf16", 32)}
+    fp32 = {("sm90", "fp8", 64), ("sm90", "fp8_ds_mla", 64), ("triton", "bf16", 64),
+            ("triton", "fp8", 16), ("triton", "fp8_ds_mla", 16), ("triton", "fp8", 32),
+            ("narrow", "fp8", 16)}
+    for splits in (2, 3, 16, 256):
+        for key in bf16 | fp32:
+            want = torch.bfloat16 if key in bf16 else torch.float32
+            assert decode_mod.partials_dtype(splits, *key) == want, (splits, key)
+    assert decode_mod.partials_dtype(1, "mma8", "fp8", 8) == torch.float32  # (no partials)
+
+
 def test_partials_bf16_in_split_plans(device):
-    """The partials are bfloat16 in every plan of splits whose programs hold ≤ 16 rows
-    (`PARTIALS_BF16_MIN_SPLITS` 2, `PARTIALS_BF16_MAX_ROWS` 16), float32 in programs of more —
-    dense and sparse plans alike; a 17-split plan (a short request's splits empty past its
-    length) matches the reference."""
+    """Plans take `partials_dtype`'s rule with their own kernel and program rows — dense and
+    sparse alike (here the Triton kernel: bf16 over bf16 rows of ≤ 32 rows a program); a
+    17-split plan (a short request's splits empty past its length) matches the reference."""
     from fp8mla.sparse import SparsePlan
 
-    assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 2 and decode_mod.PARTIALS_BF16_MAX_ROWS == 16
     kw = dict(batch=2, num_heads=4, kv_format="fp8", page_size=16, max_seqlen=2000,
               device=device)
     for splits in (2, 15, 16, 40):
-        for heads, s_q in ((4, 1), (16, 1), (8, 2), (64, 1), (32, 2)):
-            dense = DecodePlan(num_splits=splits, **{**kw, "num_heads": heads}, s_q=s_q)
-            sparse = SparsePlan(num_queries=2, num_heads=heads, topk=2048, kv_format="fp8",
-                                device=device, num_splits=splits)
-            for plan in (dense, sparse):
-                want = torch.bfloat16 if plan.block_rows <= 16 else torch.float32
-                assert plan.part_out.dtype == want, (splits, heads, s_q, plan.block_rows)
-            assert dense.block_rows == max(16, heads * s_q)  # (64 rows a program at most)
-            assert sparse.block_rows == max(16, heads)
-    cache, table, seqlens = paged_cache("fp8", [600, 37], 16, device=device, seed=40)
+        for fmt in ("bf16", "fp8", "fp8_ds_mla"):
+            for heads, s_q in ((4, 1), (16, 1), (8, 2), (64, 1), (32, 2)):
+                dense = DecodePlan(num_splits=splits, **{**kw, "num_heads": heads,
+                                                         "kv_format": fmt}, s_q=s_q)
+                sparse = SparsePlan(num_queries=2, num_heads=heads, topk=2048, kv_format=fmt,
+                                    device=device, num_splits=splits)
+                for plan in (dense, sparse):
+                    want = decode_mod.partials_dtype(splits, plan.kernel, fmt, plan.block_rows)
+                    assert plan.part_out.dtype == want, (splits, fmt, heads, s_q)
+                assert dense.block_rows == max(16, heads * s_q)  # (64 rows a program at most)
+                assert sparse.block_rows == max(16, heads)
+                if dense.kernel == "triton":  # (every plan here on the CPU)
+                    rule = fmt == "bf16" and heads * s_q <= 32
+                    assert (dense.part_out.dtype == torch.bfloat16) == rule
+    cache, table, seqlens = paged_cache("bf16", [600, 37], 16, device=device, seed=40)
     q = _q(2, 1, 4, device, 41)
-    plan = DecodePlan(num_splits=17, **kw)
+    plan = DecodePlan(num_splits=17, **{**kw, "kv_format": "bf16"})
+    assert plan.part_out.dtype == torch.bfloat16 or plan.kernel != "triton"
     _check(cache, table, seqlens, q, *plan.run(q, cache.layer(0), table, seqlens,
                                                fp8_scale=cache.scale(0)), 576 ** -0.5)
 

@@ -412,13 +412,13 @@ def test_narrow_combine_programs(lens, splits):
                                               ("bf16", 16, "triton"),
                                               ("fp8_ds_mla", 32, "mma16")])  # head blocks
 def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
-    """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_MAX_ROWS` 64:
-    the 64-row kernels too) through the dense Gluon kernels' and the Triton kernel's partial
+    """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_EVERYWHERE`:
+    the kernels that default to float32 too) through the dense Gluon kernels' and the Triton kernel's partial
     stores and the combine: forced splits, NaN page tails (the sparse kernels':
     tests/test_sparse_gpu.py); the wide forms with their FP8 first product."""
     _mma16_only(monkeypatch, qk8=True)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1)
-    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MAX_ROWS", 64)
+    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
     plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, 5, fmt,
                                  "pow2" if fmt == "fp8_ds_mla" else None)
     assert plan.kernel == kernel and plan.part_out.dtype == torch.bfloat16

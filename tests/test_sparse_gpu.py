@@ -61,14 +61,14 @@ def test_full_size_matches_reference(fmt, policy, heads):
 
 @pytest.mark.parametrize("heads", [8, 16, 128])
 def test_bf16_partials_sparse(heads, monkeypatch):
-    """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_MAX_ROWS` 64)
+    """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_EVERYWHERE`)
     through the sparse kernels' partial stores and the combine, three splits: 8 heads on the
     ≤ 8-head Gluon kernel (SM90), 16 on the Triton kernel, 128 on the 64-head Gluon kernel
     (SM90)."""
     import fp8mla.decode as decode_mod
 
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1)
-    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MAX_ROWS", 64)
+    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 2048, seed=heads + 7)
     lengths = torch.tensor([2048, 1, 0, 1500, 2047], dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=5, num_heads=heads, topk=2048, kv_format=cache.fmt,

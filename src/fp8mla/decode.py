@@ -76,30 +76,15 @@ PDL = True
 # decode) every case but the 64-head one was 0.3–1.8 µs slower.
 PDL_SIGNAL = True
 # Split partials (the normalized per-split outputs) are stored in bfloat16 instead of float32 in
-# plans of at least this many splits (2: every split plan; above 1024, a plan's most: none):
-# half the workspace traffic — the decode's writes and the combine's reads — for one more bf16
-# rounding of each partial before the LSE-weighted sum (the output is bf16 too: its error grows
-# by about one rounding; tests/test_decode.py). Session 31 measured bf16 faster from 16 splits
-# on and slower at 2–4 (h200-20261203-s31-0d56188-partials-ab{,2,3}.json: fp8 B=1 × 128K × 8
-# 39.1 / 32.3 → 37.8 / 30.8 µs, do_bench's / clean, but B=128 × 4K × 8 at 2 splits +2.5 / +2.6)
-# and set 16. Session 32 found the loss in the combine — its 4 warps summed bf16 splits through
-# shared memory (`combine_warps`) — and with the combine's warps fitted bf16 is faster at every
-# split count (h200-20261203-s32-f2ba160-combine-warps-ab.json, float32 → bf16, fitted warps,
-# means of two): fp8 B=128 × 4K × 8 (2 splits) 92.8 / 84.1 → 91.7 / 82.7, B=64 × 8K × 16 (4)
-# 101.0 / 96.4 → 98.3 / 93.5, × 8 (4) 92.7 / 84.0 → 91.6 / 82.8, fp8_ds_mla × 16 (4) 121.0 /
-# 115.2 → 118.2 / 112.3, sparse B=64 × 8 (4) 46.3 / 39.8 → 45.0 / 38.4, B=128 × 8 (2) 71.9 /
-# 65.5 → 70.5 / 64.0.
+# plans of at least this many splits (2: every split plan; above 1024, a plan's most: none) on
+# the kernels where that measured faster (`partials_dtype`): half the workspace traffic — the
+# decode's writes and the combine's reads — for one more bf16 rounding of each partial before
+# the LSE-weighted sum (the output is bf16 too: its error grows by about one rounding;
+# tests/test_decode.py). Session 31 measured bf16 faster from 16 splits on and slower at 2–4
+# (h200-20261203-s31-0d56188-partials-ab{,2,3}.json) and set 16; session 32 found the loss in
+# the combine (`combine_warps`) and set 2; session 33 measured the kernels session 32 had not.
 PARTIALS_BF16_MIN_SPLITS = 2
-# ... but only in plans whose programs hold at most this many rows (pow2(s_q) × heads a
-# program): session 33 measured bf16 slower on every 64-row kernel at 2–4 splits (h200-20261203-
-# s33-40810d1-partials-ab.json, float32 → bf16, means of two, µs do_bench's / clean): the dense
-# fp8 64-head Gluon kernel B=64 × 8K × 64 (2 splits) 207.8 / 207.0 → 209.1 / 208.3, B=32 × 8K
-# × 64 (4) 113.9 / 112.9 → 116.3 / 115.4, × 128 (2) 207.3 / 206.5 → 208.4 / 207.5; the
-# sparse one B=64 × 64 (2) 76.0 / 74.5 → 77.0 / 75.7, B=32 × 128 (2) 74.9 / 74.3 → 76.2 /
-# 75.4; the Triton kernel's fp8_ds_mla 64-head programs (2) 272.7 / 270.1 → 280.8 / 278.2 —
-# but its 16-row programs faster (bf16 rows B=64 × 8K × 16, 2 splits: 154.2 / 145.0 → 152.9 /
-# 143.0), as every ≤ 16-row kernel in session 32.
-PARTIALS_BF16_MAX_ROWS = 16
+PARTIALS_BF16_EVERYWHERE = False  # tests: bf16 partials on every kernel (its stores exercised)
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -281,11 +266,33 @@ def combine_blocks(rows: int, num_splits: int, num_sms: int) -> tuple[int, int]:
     return block_d, min(splits, COMBINE_TILE // block_d)
 
 
-def partials_dtype(num_splits: int, rows: int) -> torch.dtype:
-    """The split partials' dtype in a plan of ``num_splits`` splits whose programs hold
-    ``rows`` rows (`PARTIALS_BF16_MIN_SPLITS`, `PARTIALS_BF16_MAX_ROWS`)."""
-    bf16 = num_splits >= PARTIALS_BF16_MIN_SPLITS and rows <= PARTIALS_BF16_MAX_ROWS
-    return torch.bfloat16 if bf16 else torch.float32
+def partials_dtype(num_splits: int, kernel: str, kv_format: str, rows: int) -> torch.dtype:
+    """The split partials' dtype in a plan of ``num_splits`` splits served by ``kernel`` (a
+    `DecodePlan.kernel` name) over ``kv_format`` rows, ``rows`` rows a program: bfloat16 from
+    `PARTIALS_BF16_MIN_SPLITS` splits where that measured faster on the H200 (µs, float32 →
+    bf16, do_bench's / clean, means of two), else float32:
+
+    - the ≤ 16-row Gluon kernels ("mma8", "mma16"), dense and sparse, at every split count
+      (h200-20261203-s32-f2ba160-combine-warps-ab.json): fp8 B=128 × 4K × 8 (2 splits) 92.8 /
+      84.1 → 91.7 / 82.7, B=64 × 8K × 16 (4) 101.0 / 96.4 → 98.3 / 93.5, fp8_ds_mla × 16 (4)
+      121.0 / 115.2 → 118.2 / 112.3, sparse B=64 × 8 (4) 46.3 / 39.8 → 45.0 / 38.4;
+    - the Triton kernel over bf16 rows at ≤ 32 rows (h200-20261203-s33-40810d1-partials-ab,
+      -0d53655-rows-ab.json): B=64 × 8K × 16 heads (2) 154.2 / 145.0 → 152.9 / 143.0, × 32
+      (4) 219.9 / 218.9 → 211.9 / 210.7.
+
+    Slower, so float32: the 64-row Gluon kernels ("sm90"; B=32 × 8K × 64 (4) 113.9 / 112.9 →
+    116.3 / 115.4, B=2 × 32K × 128 (32) 67.2 / 66.9 → 70.8 / 70.1, sparse B=8 × 64 (16) 28.6 /
+    27.7 → 32.7 / 31.7) and the Triton kernel over FP8 rows, whose compiles spill with bf16
+    stores (sm_90, triton 3.6: 54 local stores at 16 rows against none, 37 against 2 at 32):
+    fp8 B=1 × 128K × 8 (256) 39.6 / 37.6 → 43.9 / 41.0, fp8_ds_mla B=64 × 8K × 16 (4) 157.5 /
+    152.9 → 161.5 / 158.9, × 64 heads (2) 272.7 / 270.1 → 280.8 / 278.2, fp8 × 32 heads (2)
+    169.1 / 167.5 → 174.2 / 172.5 (its exceptions: fp8 B=64 × 8K × 16 (4) 113.8 / 111.2 →
+    112.8 / 110.4, s_q 2 × 16 (2) 169.7 / 168.1 → 166.9 / 165.1; -f08c00a-triton-partials-ab).
+    The narrow kernel (an experiment, off): float32, unmeasured. `PARTIALS_BF16_EVERYWHERE`
+    (tests) takes bf16 on every kernel."""
+    bf16 = (PARTIALS_BF16_EVERYWHERE or kernel in ("mma8", "mma16")
+            or (kernel == "triton" and kv_format == "bf16" and rows <= 32))
+    return torch.bfloat16 if bf16 and num_splits >= PARTIALS_BF16_MIN_SPLITS else torch.float32
 
 
 def combine_warps(block_d: int, part_bytes: int) -> int:
@@ -388,11 +395,10 @@ class DecodePlan:
             None (the default) as the module's switches say (off).
 
     A plan of several splits keeps each split's normalized partial output in a workspace
-    sized once (`workspace_bytes`): in bfloat16 where the programs hold ≤ 16 rows
-    (`PARTIALS_BF16_MIN_SPLITS`, `PARTIALS_BF16_MAX_ROWS`), where halving its traffic against
-    float32 measured faster on the H200 (2–256 splits) — one more bf16 rounding of each partial
-    before the LSE-weighted merge (the output is bf16 too) — and float32 in 32- and 64-row
-    programs (64: slower in bf16); the LSE float32.
+    sized once (`workspace_bytes`): in bfloat16 on the kernels where halving its traffic
+    against float32 measured faster on the H200 (`partials_dtype`: the ≤ 16-row Gluon kernels,
+    the Triton kernel over bf16 rows) — one more bf16 rounding of each partial before the
+    LSE-weighted merge (the output is bf16 too) — else float32; the LSE float32.
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists
@@ -472,8 +478,8 @@ class DecodePlan:
         self.max_logits = torch.empty_like(self.lse)
         if self.num_splits > 1:
             self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
-                                        dtype=partials_dtype(self.num_splits,
-                                                             self.block_rows),
+                                        dtype=partials_dtype(self.num_splits, self.kernel,
+                                                             self.fmt.name, self.block_rows),
                                         device=self.device)
             self.part_lse = torch.empty(batch, self.num_splits, s_q, num_heads,
                                         dtype=torch.float32, device=self.device)
@@ -666,8 +672,8 @@ class DecodePlan:
         self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         # (the partials' store type is part of the kernel compiled)
-        self.part_out = torch.empty(1, dtype=partials_dtype(self.num_splits, self.block_rows),
-                                    device=dev)
+        self.part_out = torch.empty(1, dtype=partials_dtype(
+            self.num_splits, "triton", self.fmt.name, self.block_rows), device=dev)
         args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
                                        float("-inf"))
         try:
