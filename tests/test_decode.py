@@ -459,7 +459,8 @@ def test_plan_workspace_independent_of_pool_and_lengths(device):
     kw = dict(batch=2, num_heads=8, kv_format="fp8", page_size=16, device=device, num_splits=4)
     a = DecodePlan(max_seqlen=100, **kw)
     b = DecodePlan(max_seqlen=100_000, **kw)
-    assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 * 2 + 2 * 4)  # bf16 out
+    out_bytes = a.part_out.element_size()  # (bf16 or float32: `partials_dtype`)
+    assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 * out_bytes + 2 * 4)
 
 
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 4, 1), ("fp8_ds_mla", 3, 2), ("bf16", 16, 1)])
