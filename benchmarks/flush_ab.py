@@ -128,7 +128,8 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # slower on every 64-row kernel — dense fp8 B=32 × 8K × 64 (4 splits) 113.9 / 112.9 → 116.3 /
 # 115.4, sparse B=64 × 64 (2) 76.0 / 74.5 → 77.0 / 75.7, the Triton kernel's fp8_ds_mla 64-head
 # programs 272.7 / 270.1 → 280.8 / 278.2 — faster on its 16-row ones (bf16 rows × 16 heads,
-# 154.2 / 145.0 → 152.9 / 143.0): `PARTIALS_BF16_MAX_ROWS` 16.
+# 154.2 / 145.0 → 152.9 / 143.0): `PARTIALS_BF16_MAX_ROWS` 16 (since replaced by
+# `fp8mla.decode.partials_dtype`).
 # Then bf16 partials up to 16 rows a program (the default), 32 and 64, h200-20261203-s33-
 # 0d53655-rows-ab.json: 64-row kernels slower in bf16 at many splits too (fp8 B=1 × 128K × 64
 # heads, 128 splits, 70.1 / 69.2 → 71.7 / 70.7; B=2 × 32K × 128 (32) 67.2 / 66.9 → 70.8 /
@@ -136,20 +137,29 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # split — fp8 s_q 2 × 16 169.7 / 168.1 → 166.9 / 165.1, bf16 rows × 32 heads 219.9 / 218.9 →
 # 211.9 / 210.7, but fp8 × 32 heads 169.1 / 167.5 → 174.2 / 172.5 (its sm_90 compile spills
 # 37 stores with bf16 partials against 2).
-# Then (the arms below, the last run) the Triton kernel (the Gluon ≤ 16-row kernels switched
-# off) at ≤ 16 rows with bf16 partials against float32 — the kernel every other GPU runs; its
-# fp8 compile for sm_90 spills 54 stores with bf16 partials against none (triton 3.6) —
+# Then the Triton kernel (the Gluon ≤ 16-row kernels switched off) at ≤ 16 rows with bf16
+# partials against float32 — the kernel every other GPU runs; its fp8 compile for sm_90
+# spills 54 stores with bf16 partials against none (triton 3.6) —
 # h200-20261203-s33-f08c00a-triton-partials-ab.json: bf16 slower over FP8 rows — fp8 B=1 ×
 # 128K × 8 39.6 / 37.6 → 43.9 / 41.0, fp8_ds_mla B=64 × 8K × 16 157.5 / 152.9 → 161.5 / 158.9,
 # sparse level, fp8 B=64 × 8K × 16 the exception (113.8 / 111.2 → 112.8 / 110.4). The rule
 # since: `fp8mla.decode.partials_dtype` (bf16 on the ≤ 16-row Gluon kernels and the Triton
-# kernel over bf16 rows of ≤ 32 rows a program).
+# kernel over bf16 rows of ≤ 32 rows a program; an arm forcing bf16 now needs
+# `PARTIALS_BF16_EVERYWHERE`).
+# The plan (prepared in session 33, not yet run): the Triton kernel's bf16 stores over FP8 rows
+# joined into rows (the default) against lane by lane (`TRITON_BF16_STORES_JOINED`: the joined
+# compiles spill, BENCHMARKS.md session 33), with float32 partials (the default there) and with
+# bf16 partials forced — the Gluon ≤ 16-row kernels off (the kernel sm_100 and sm_120 run):
+# one-split plans (bf16 output), split plans, 16 and 32 rows.
 _TRITON = {"SM90_MMA8": False, "SM90_MMA16": False, "SM90_MMA8_DS": False,
            "SM90_MMA16_DS": False, "SPARSE_SM90_MMA8": False}
-ARMS = [("bf16 partials", _TRITON),
-        ("fp32 partials", {**_TRITON, "PARTIALS_BF16_MIN_SPLITS": 1 << 30})]
-CASES = [(DecodeCase(64, 8192, 16), "fp8"), (DecodeCase(1, 131072, 8), "fp8"),
-         (DecodeCase(64, 8192, 16), "fp8_ds_mla"), (64, 8, 2048)]
+ARMS = [("joined", _TRITON),
+        ("lanes", {**_TRITON, "TRITON_BF16_STORES_JOINED": False}),
+        ("lanes, bf16 partials", {**_TRITON, "TRITON_BF16_STORES_JOINED": False,
+                                  "PARTIALS_BF16_EVERYWHERE": True})]
+CASES = [(DecodeCase(256, 4096, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8"),
+         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(128, 8192, 32), "fp8"),
+         (DecodeCase(64, 8192, 32), "fp8"), (DecodeCase(256, 4096, 16), "fp8_ds_mla")]
 
 
 def checked(case):

@@ -13,7 +13,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fp8mla.decode import PARTIALS_BF16_MIN_SPLITS, PDL_SIGNAL, combine_warps
+from fp8mla.decode import PDL_SIGNAL, TRITON_BF16_STORES_JOINED, combine_warps
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
@@ -185,7 +185,7 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
-        "LATE_SUM": cfg.late_sum, "PDL": pdl,
+        "LATE_SUM": cfg.late_sum, "PDL": pdl, "BF16_JOIN": TRITON_BF16_STORES_JOINED,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
@@ -392,12 +392,12 @@ def compile_target(cc):
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)
         lines.append(row(f"store/{fmt}", cc, k))
-    # many rows; few; one long request — partials in bf16 from
-    # `fp8mla.decode.PARTIALS_BF16_MIN_SPLITS` splits, the launcher's warps (`combine_warps`)
+    # many rows; few; one long request — partials in bf16 and float32 (by kernel:
+    # `fp8mla.decode.partials_dtype`), the launcher's warps (`combine_warps`)
     for block_d, block_s in ((512, 8), (32, 128), (16, 256)):
-        parts = "*bf16" if block_s >= PARTIALS_BF16_MIN_SPLITS else "*fp32"
-        lines.append(row(f"combine/D{block_d}", cc, combine_compile(cc, block_d, block_s,
-                                                                    parts)))
+        for parts in ("*bf16", "*fp32"):
+            lines.append(row(f"combine/D{block_d}-{parts[1:]}", cc,
+                             combine_compile(cc, block_d, block_s, parts)))
     if cc == SM90_CC:  # every program width, both partial types; and 4 warps over bf16 rows
         for block_d, block_s in COMBINE_STEPS:  # (before session 32) and 16-dim ones (33)
             for parts in ("*bf16", "*fp32"):

@@ -459,7 +459,7 @@ def test_plan_workspace_independent_of_pool_and_lengths(device):
     kw = dict(batch=2, num_heads=8, kv_format="fp8", page_size=16, device=device, num_splits=4)
     a = DecodePlan(max_seqlen=100, **kw)
     b = DecodePlan(max_seqlen=100_000, **kw)
-    out_bytes = a.part_out.element_size()  # (bf16 or float32: `partials_dtype`)
+    out_bytes = 2 if a.kernel in ("mma8", "mma16") else 4  # bf16 on the ≤ 16-row Gluon kernels
     assert a.workspace_bytes == b.workspace_bytes == 2 * 4 * 8 * (512 * out_bytes + 2 * 4)
 
 
@@ -486,6 +486,24 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
     err = {k: (results[k][0].float() - ro).abs().max().item() for k in (False, True)}
     scale = ro.abs().max().item()
     assert err[True] <= err[False] + 3 * 2 ** -8 * scale, err  # one bf16 rounding more, at most
+
+
+@pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 5, 1), ("fp8_ds_mla", 3, 2)])
+def test_triton_bf16_stores_lane_by_lane(device, monkeypatch, fmt, heads, s_q):
+    """`TRITON_BF16_STORES_JOINED` False (an experiment, prepared): the Triton kernel's bf16
+    rows over FP8 formats stored lane by lane — the output of one-split plans and bf16 partials
+    (forced: `PARTIALS_BF16_EVERYWHERE`) — match the reference."""
+    monkeypatch.setattr(decode_mod, "TRITON_BF16_STORES_JOINED", False)
+    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
+    cache, table, seqlens = paged_cache(fmt, [300, 70, 0, 129], 16, device=device, seed=heads)
+    q = _q(4, s_q, heads, device, 7)
+    for splits in (1, 3):
+        plan = DecodePlan(batch=4, num_heads=heads, s_q=s_q, kv_format=cache.fmt,
+                          page_size=16, cache_seqlens=seqlens, device=device,
+                          num_splits=splits)
+        assert splits == 1 or plan.part_out.dtype == torch.bfloat16
+        _check(cache, table, seqlens, q, *plan.run(q, cache.layer(0), table, seqlens,
+                                                   fp8_scale=cache.scale(0)), 576 ** -0.5)
 
 
 def test_partials_dtype_rule():
@@ -526,9 +544,10 @@ def test_partials_bf16_in_split_plans(device):
                     assert plan.part_out.dtype == want, (splits, fmt, heads, s_q)
                 assert dense.block_rows == max(16, heads * s_q)  # (64 rows a program at most)
                 assert sparse.block_rows == max(16, heads)
-                if dense.kernel == "triton":  # (every plan here on the CPU)
-                    rule = fmt == "bf16" and heads * s_q <= 32
-                    assert (dense.part_out.dtype == torch.bfloat16) == rule
+                for plan, rows in ((dense, heads * s_q), (sparse, heads)):
+                    if plan.kernel == "triton":  # (every plan here on the CPU)
+                        rule = fmt == "bf16" and max(16, rows) <= 32
+                        assert (plan.part_out.dtype == torch.bfloat16) == rule
     cache, table, seqlens = paged_cache("bf16", [600, 37], 16, device=device, seed=40)
     q = _q(2, 1, 4, device, 41)
     plan = DecodePlan(num_splits=17, **{**kw, "kv_format": "bf16"})

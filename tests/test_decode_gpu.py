@@ -403,19 +403,20 @@ def test_narrow_combine_programs(lens, splits):
     16-dim programs, three requests (one of a token: splits past it empty) in 32-dim ones."""
     plan = _check_poisoned_tails(8, 1, lens, 64, splits)
     block_d = decode_mod.combine_blocks(len(lens) * 8, plan.num_splits, plan.target.num_sms)[0]
-    assert block_d < 128 and decode_mod.combine_warps(block_d, 2) == 1  # (H200: 16, 32)
+    assert block_d < 128  # one-warp programs (H200: 16, 32 dims)
 
 
 @pytest.mark.parametrize("fmt,heads,kernel", [("fp8", 8, "mma8"), ("fp8", 16, "mma16"),
                                               ("fp8_ds_mla", 8, "mma8"),
                                               ("fp8_ds_mla", 16, "mma16"), ("fp8", 128, "sm90"),
-                                              ("bf16", 16, "triton"),
+                                              ("bf16", 16, "triton"), ("fp8", 32, "triton"),
                                               ("fp8_ds_mla", 32, "mma16")])  # head blocks
 def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_EVERYWHERE`:
-    the kernels that default to float32 too) through the dense Gluon kernels' and the Triton kernel's partial
-    stores and the combine: forced splits, NaN page tails (the sparse kernels':
-    tests/test_sparse_gpu.py); the wide forms with their FP8 first product."""
+    the kernels that default to float32 too) through the dense Gluon kernels' and the Triton
+    kernel's partial stores (over bf16 and FP8 rows) and the combine: forced splits, NaN page
+    tails (the sparse kernels': tests/test_sparse_gpu.py); the wide forms with their FP8 first
+    product."""
     _mma16_only(monkeypatch, qk8=True)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
@@ -423,6 +424,21 @@ def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
                                  "pow2" if fmt == "fp8_ds_mla" else None)
     assert plan.kernel == kernel and plan.part_out.dtype == torch.bfloat16
     assert plan.qk8 == (kernel == "mma16")
+
+
+@pytest.mark.parametrize("fmt,heads", [("fp8", 16), ("fp8", 32), ("fp8_ds_mla", 16)])
+@pytest.mark.parametrize("splits", [1, 5])
+def test_triton_bf16_stores_lane_by_lane_gpu(fmt, heads, splits, monkeypatch):
+    """`TRITON_BF16_STORES_JOINED` False (an experiment, prepared in session 33): the Triton
+    kernel (the ≤ 16-row Gluon kernels off, as on GPUs other than SM90) storing its bf16 output
+    and bf16 partials lane by lane matches the reference with NaN page tails."""
+    for switch in ("SM90_MMA8", "SM90_MMA16", "SM90_MMA8_DS", "SM90_MMA16_DS"):
+        monkeypatch.setattr(decode_mod, switch, False)
+    monkeypatch.setattr(decode_mod, "TRITON_BF16_STORES_JOINED", False)
+    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
+    plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, splits, fmt,
+                                 "pow2" if fmt == "fp8_ds_mla" else None)
+    assert plan.kernel == "triton"
 
 
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8", 4, 2),

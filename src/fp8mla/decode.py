@@ -85,6 +85,14 @@ PDL_SIGNAL = True
 # the combine (`combine_warps`) and set 2; session 33 measured the kernels session 32 had not.
 PARTIALS_BF16_MIN_SPLITS = 2
 PARTIALS_BF16_EVERYWHERE = False  # tests: bf16 partials on every kernel (its stores exercised)
+# Experiment, at its value before it (prepared in session 33, not yet timed): the Triton
+# kernel's bf16 stores (out, bf16 partials) of rows over FP8 formats joined into contiguous rows
+# (True) or lane by lane, scattered 2-byte stores (False, as its scale-folded form stores).
+# Joined, the kernel's compiles spill (local stores, 16 rows over fp8 rows, bf16 partials /
+# bf16 out, triton 3.6: sm_90 54 / 49, sm_100 30 / 21, sm_120 46 / 42, against 0, 10, 26 with
+# float32 partials); lane by lane sm_90 1 / 1, sm_120 17 / 17. `benchmarks/flush_ab.py`'s plan
+# A/Bs it on the H200 with the Gluon kernels off (the kernel sm_100 and sm_120 run).
+TRITON_BF16_STORES_JOINED = True
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -288,8 +296,10 @@ def partials_dtype(num_splits: int, kernel: str, kv_format: str, rows: int) -> t
     152.9 → 161.5 / 158.9, × 64 heads (2) 272.7 / 270.1 → 280.8 / 278.2, fp8 × 32 heads (2)
     169.1 / 167.5 → 174.2 / 172.5 (its exceptions: fp8 B=64 × 8K × 16 (4) 113.8 / 111.2 →
     112.8 / 110.4, s_q 2 × 16 (2) 169.7 / 168.1 → 166.9 / 165.1; -f08c00a-triton-partials-ab).
-    The narrow kernel (an experiment, off): float32, unmeasured. `PARTIALS_BF16_EVERYWHERE`
-    (tests) takes bf16 on every kernel."""
+    The narrow kernel (an experiment, off): float32, unmeasured. A plan whose Gluon kernel
+    falls back to the Triton kernel (a pool not 16-byte aligned) keeps its bf16 partials, which
+    that kernel stores too (slower). `PARTIALS_BF16_EVERYWHERE` (tests) takes bf16 on every
+    kernel."""
     bf16 = (PARTIALS_BF16_EVERYWHERE or kernel in ("mma8", "mma16")
             or (kernel == "triton" and kv_format == "bf16" and rows <= 32))
     return torch.bfloat16 if bf16 and num_splits >= PARTIALS_BF16_MIN_SPLITS else torch.float32
@@ -306,7 +316,8 @@ def combine_warps(block_d: int, part_bytes: int) -> int:
     partials-ncu.txt), which is why bf16 partials lost at 2–4 splits. Programs of ≥ 128 dims
     take as many warps as their row fills (1–4), so every split of a dim range sits in one
     warp; narrower programs (many splits of few rows) one warp, which sums through shuffles
-    alone (at 4 warps: 15–17 `bar.sync` a step).
+    alone (at 4 warps, 16 dims × 256 splits: 17 `bar.sync` a step under triton 3.9, 21 under
+    3.6).
     H200, flush A/Bs against 4 warps (µs, do_bench's / clean): sparse B=16 × 8 heads (16
     splits, bf16, 128-dim programs: 1 warp) 23.6 / 21.0 → 21.4 / 18.9, float32 partials at 512
     dims (4 warps either way) level (h200-20261203-s32-f2ba160-combine-warps-ab.json); fp8 B=1 ×
@@ -397,7 +408,7 @@ class DecodePlan:
     A plan of several splits keeps each split's normalized partial output in a workspace
     sized once (`workspace_bytes`): in bfloat16 on the kernels where halving its traffic
     against float32 measured faster on the H200 (`partials_dtype`: the ≤ 16-row Gluon kernels,
-    the Triton kernel over bf16 rows) — one more bf16 rounding of each partial before the
+    the Triton kernel over bf16 rows at ≤ 32 rows a program) — one more bf16 rounding of each partial before the
     LSE-weighted merge (the output is bf16 too) — else float32; the LSE float32.
     """
 
@@ -622,7 +633,7 @@ class DecodePlan:
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
             LATE_SUM=cfg.late_sum, PDL=self._pdl_signal(direct),
-            num_warps=cfg.num_warps,
+            BF16_JOIN=TRITON_BF16_STORES_JOINED, num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
         if cfg.maxnreg is not None:
