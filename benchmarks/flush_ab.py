@@ -146,20 +146,23 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # since: `fp8mla.decode.partials_dtype` (bf16 on the ≤ 16-row Gluon kernels and the Triton
 # kernel over bf16 rows of ≤ 32 rows a program; an arm forcing bf16 now needs
 # `PARTIALS_BF16_EVERYWHERE`).
-# The plan (prepared in session 33, not yet run): the Triton kernel's bf16 stores over FP8 rows
-# joined into rows (the default) against lane by lane (`TRITON_BF16_STORES_JOINED`: the joined
-# compiles spill, BENCHMARKS.md session 33), with float32 partials (the default there) and with
-# bf16 partials forced — the Gluon ≤ 16-row kernels off (the kernel sm_100 and sm_120 run):
-# one-split plans (bf16 output), split plans, 16 and 32 rows.
+# The plan (prepared in session 33, not yet run): the Triton kernel's bf16 stores joined into
+# rows (the default) against lane by lane (`TRITON_BF16_STORES_JOINED`: the joined compiles
+# spill, BENCHMARKS.md session 33) — over fp8 rows, and fp8_ds_mla in 64-row programs (≤ 16
+# fold the scales and store so already) — each with the partials' default (float32 there:
+# split plans are a noise check between the first two arms) and with bf16 partials forced; the
+# Gluon ≤ 16-row kernels off (the kernel sm_100 and sm_120 run): one-split plans (bf16 output),
+# split plans, 16, 32 and 64 rows.
 _TRITON = {"SM90_MMA8": False, "SM90_MMA16": False, "SM90_MMA8_DS": False,
            "SM90_MMA16_DS": False, "SPARSE_SM90_MMA8": False}
-ARMS = [("joined", _TRITON),
-        ("lanes", {**_TRITON, "TRITON_BF16_STORES_JOINED": False}),
-        ("lanes, bf16 partials", {**_TRITON, "TRITON_BF16_STORES_JOINED": False,
-                                  "PARTIALS_BF16_EVERYWHERE": True})]
+_LANES = {**_TRITON, "TRITON_BF16_STORES_JOINED": False}
+ARMS = [("joined", _TRITON), ("lanes", _LANES),
+        ("joined, bf16 partials", {**_TRITON, "PARTIALS_BF16_EVERYWHERE": True}),
+        ("lanes, bf16 partials", {**_LANES, "PARTIALS_BF16_EVERYWHERE": True})]
 CASES = [(DecodeCase(256, 4096, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8"),
          (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(128, 8192, 32), "fp8"),
-         (DecodeCase(64, 8192, 32), "fp8"), (DecodeCase(256, 4096, 16), "fp8_ds_mla")]
+         (DecodeCase(64, 8192, 32), "fp8"), (DecodeCase(128, 8192, 64), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 64), "fp8_ds_mla")]
 
 
 def checked(case):

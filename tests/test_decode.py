@@ -488,11 +488,12 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
     assert err[True] <= err[False] + 3 * 2 ** -8 * scale, err  # one bf16 rounding more, at most
 
 
-@pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 5, 1), ("fp8_ds_mla", 3, 2)])
+@pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 5, 1), ("fp8_ds_mla", 9, 2)])
 def test_triton_bf16_stores_lane_by_lane(device, monkeypatch, fmt, heads, s_q):
     """`TRITON_BF16_STORES_JOINED` False (an experiment, prepared): the Triton kernel's bf16
-    rows over FP8 formats stored lane by lane — the output of one-split plans and bf16 partials
-    (forced: `PARTIALS_BF16_EVERYWHERE`) — match the reference."""
+    rows stored lane by lane — over fp8 rows, and fp8_ds_mla rows in 32-row programs (≤ 16 fold
+    the scales and store so already) — the output of one-split plans and bf16 partials
+    (forced: `PARTIALS_BF16_EVERYWHERE`) match the reference."""
     monkeypatch.setattr(decode_mod, "TRITON_BF16_STORES_JOINED", False)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
     cache, table, seqlens = paged_cache(fmt, [300, 70, 0, 129], 16, device=device, seed=heads)

@@ -86,8 +86,9 @@ PDL_SIGNAL = True
 PARTIALS_BF16_MIN_SPLITS = 2
 PARTIALS_BF16_EVERYWHERE = False  # tests: bf16 partials on every kernel (its stores exercised)
 # Experiment, at its value before it (prepared in session 33, not yet timed): the Triton
-# kernel's bf16 stores (out, bf16 partials) of rows over FP8 formats joined into contiguous rows
-# (True) or lane by lane, scattered 2-byte stores (False, as its scale-folded form stores).
+# kernel's bf16 stores (out, bf16 partials) over fp8 rows, and fp8_ds_mla rows in programs of
+# > 16 rows, joined into contiguous rows (True) or lane by lane, scattered 2-byte stores (False;
+# fp8_ds_mla's ≤ 16-row programs fold the scales and store so already).
 # Joined, the kernel's compiles spill (local stores, 16 rows over fp8 rows, bf16 partials /
 # bf16 out, triton 3.6: sm_90 54 / 49, sm_100 30 / 21, sm_120 46 / 42, against 0, 10, 26 with
 # float32 partials); lane by lane sm_90 1 / 1, sm_120 17 / 17. `benchmarks/flush_ab.py`'s plan

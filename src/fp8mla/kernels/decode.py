@@ -124,7 +124,7 @@ def _store_lanes(row_ptr, row_ok, l0, l1, l2, l3, scale, FP8_LAYOUT: tl.constexp
     l1 = (l1 * scale[:, None]).to(out_t)
     l2 = (l2 * scale[:, None]).to(out_t)
     l3 = (l3 * scale[:, None]).to(out_t)
-    if FP8_LAYOUT and JOIN and (BF16_JOIN or out_t != tl.bfloat16):
+    if FP8_LAYOUT and (JOIN and (BF16_JOIN or out_t != tl.bfloat16)):  # (two-operand ops)
         x = tl.join(tl.join(l0, l2), tl.join(l1, l3))  # [.., c, p, r] = lane 2p + r
         tl.store(row_ptr[:, None] + tl.arange(0, 4 * WIDTH)[None, :],
                  tl.reshape(x, (l0.shape[0], 4 * WIDTH)), mask=m)
@@ -694,7 +694,7 @@ def _mla_decode_kernel(
         tl.store(max_ptr + m_off, m_i / LOG2E, mask=row_ok)  # max scaled score (−inf if none)
     else:
         # workspace: part_out [batch, num_splits, S_Q, num_heads, 512] fp32 (or bf16:
-        # PARTIALS_BF16_MIN_SPLITS; the stores cast), part_lse and part_max [..., heads] fp32
+        # `fp8mla.decode.partials_dtype`; the stores cast), part_lse and part_max [..., heads] fp32
         rows = ((b * num_splits + split) * S_Q + qi).to(tl.int64) * num_heads + head
         tl.store(part_lse_ptr + rows, lse, mask=row_ok)
         tl.store(part_max_ptr + rows, m_i / LOG2E, mask=row_ok)
