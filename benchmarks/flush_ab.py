@@ -1,6 +1,6 @@
 """A/B of launcher settings under both L2 states, on a GPU.
 
-    python benchmarks/flush_ab.py OUT.json
+    python benchmarks/flush_ab.py OUT.json [PLAN]    (PLAN: a name of `PLANS`, the first by default)
 
 `fp8mla.bench`'s `fp8mla_graph` rows time with do_bench, whose zeroing flush leaves the L2
 dirty before every call (`l2_state.py`); a serving step starts with it clean (the
@@ -146,23 +146,42 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # since: `fp8mla.decode.partials_dtype` (bf16 on the ≤ 16-row Gluon kernels and the Triton
 # kernel over bf16 rows of ≤ 32 rows a program; an arm forcing bf16 now needs
 # `PARTIALS_BF16_EVERYWHERE`).
-# The plan (prepared in session 33, not yet run): the Triton kernel's bf16 stores joined into
-# rows (the default) against lane by lane (`TRITON_BF16_STORES_JOINED`: the joined compiles
-# spill, BENCHMARKS.md session 33) — over fp8 rows, and fp8_ds_mla in 64-row programs (≤ 16
-# fold the scales and store so already) — each with the partials' default (float32 there:
-# split plans are a noise check between the first two arms) and with bf16 partials forced; the
-# Gluon ≤ 16-row kernels off (the kernel sm_100 and sm_120 run): one-split plans (bf16 output),
-# split plans, 16, 32 and 64 rows.
+# The plans (prepared in sessions 33 and 34, not yet run), each (arms, cases) — until session
+# 34 the module held one pair, ARMS and CASES, which the scratch scripts above replaced:
+# - "triton-lanes": the Triton kernel's bf16 stores joined into rows (the default) against lane
+#   by lane (`TRITON_BF16_STORES_JOINED`: the joined compiles spill, BENCHMARKS.md session 33)
+#   — over fp8 rows, and fp8_ds_mla in 64-row programs (≤ 16 fold the scales and store so
+#   already) — each with the partials' default (float32 there: split plans are a noise check
+#   between the first two arms) and with bf16 partials forced; the Gluon ≤ 16-row kernels off
+#   (the kernel sm_100 and sm_120 run): one-split plans (bf16 output), split plans, 16, 32 and
+#   64 rows.
+# - "sm90-rows": the 64-row Gluon kernels' bf16 rows in dim order, 16-byte stores
+#   (`SM90_ROWS_IN_ORDER`), against the accumulator's 4-byte stores — with float32 partials
+#   (the default: only one-split plans' output changes, so split plans are a noise check) and
+#   with bf16 partials forced (session 33: slower than float32 with 4-byte stores) — dense fp8
+#   at 4, 32 and 128 splits and one-split 128 heads; sparse 64 heads at 16 and 2 splits, 128
+#   heads.
 _TRITON = {"SM90_MMA8": False, "SM90_MMA16": False, "SM90_MMA8_DS": False,
            "SM90_MMA16_DS": False, "SPARSE_SM90_MMA8": False}
 _LANES = {**_TRITON, "TRITON_BF16_STORES_JOINED": False}
-ARMS = [("joined", _TRITON), ("lanes", _LANES),
-        ("joined, bf16 partials", {**_TRITON, "PARTIALS_BF16_EVERYWHERE": True}),
-        ("lanes, bf16 partials", {**_LANES, "PARTIALS_BF16_EVERYWHERE": True})]
-CASES = [(DecodeCase(256, 4096, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8"),
+_BF16 = {"PARTIALS_BF16_EVERYWHERE": True}
+_IN_ORDER = {"SM90_ROWS_IN_ORDER": True}
+PLANS = {
+    "triton-lanes": (
+        [("joined", _TRITON), ("lanes", _LANES),
+         ("joined, bf16 partials", {**_TRITON, **_BF16}),
+         ("lanes, bf16 partials", {**_LANES, **_BF16})],
+        [(DecodeCase(256, 4096, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8"),
          (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(128, 8192, 32), "fp8"),
          (DecodeCase(64, 8192, 32), "fp8"), (DecodeCase(128, 8192, 64), "fp8_ds_mla"),
-         (DecodeCase(64, 8192, 64), "fp8_ds_mla")]
+         (DecodeCase(64, 8192, 64), "fp8_ds_mla")]),
+    "sm90-rows": (
+        [("accumulator's stores", {}), ("in order", _IN_ORDER),
+         ("bf16 partials", _BF16), ("bf16 partials, in order", {**_BF16, **_IN_ORDER})],
+        [(DecodeCase(32, 8192, 64), "fp8"), (DecodeCase(2, 32768, 128), "fp8"),
+         (DecodeCase(1, 131072, 64), "fp8"), (DecodeCase(64, 8192, 128), "fp8"),
+         (8, 64, 2048, 1), (64, 64, 2048, 1), (128, 128, 2048, 1)]),
+}
 
 
 def checked(case):
@@ -176,12 +195,13 @@ def checked(case):
 
 def main() -> int:
     out_path = sys.argv[1]
+    arms, cases = PLANS[sys.argv[2] if len(sys.argv) > 2 else next(iter(PLANS))]
     env = env_info()
     ceiling = announced_ceiling(env)
     modes = l2_flushes()
     rows = []
-    for case in CASES:
-        for label, patch in ARMS + ARMS:
+    for case in cases:
+        for label, patch in arms + arms:
             with patched(patch):
                 name, plan, fn = checked(case)
                 one = graphed(fn)

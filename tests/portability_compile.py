@@ -13,7 +13,12 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from fp8mla.decode import PDL_SIGNAL, TRITON_BF16_STORES_JOINED, combine_warps
+from fp8mla.decode import (
+    PDL_SIGNAL,
+    SM90_ROWS_IN_ORDER,
+    TRITON_BF16_STORES_JOINED,
+    combine_warps,
+)
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
 from fp8mla.indexer import NUM_STAGES as INDEXER_STAGES
 from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
@@ -146,7 +151,10 @@ def row(what, cc, kernel):
                        "tma": "cp.async.bulk.tensor" in kernel.asm["ptx"],
                        "pdl": "griddepcontrol" in kernel.asm["ptx"],
                        "trap": "trap;" in kernel.asm["ptx"],
-                       "cta_barriers": kernel.asm["ptx"].count("bar.sync")})
+                       "cta_barriers": kernel.asm["ptx"].count("bar.sync"),
+                       # global stores by width: 16, 8 and 4 bytes a thread
+                       "stores": {w: kernel.asm["ptx"].count(f"st.global.{w}b32")
+                                  for w in ("v4.", "v2.", "")}})
 
 
 # (dims, splits a step) of combine programs (`fp8mla.decode.combine_blocks`): whole and part
@@ -222,17 +230,27 @@ def _dense_sm90_sig(strides):
             "max_len": "i32"}
 
 
-def decode_sm90_compile(direct=False):
+def decode_sm90_compile(direct=False, in_order=None, parts="*fp32"):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
-    takes it for fp8 64-head programs; None where this Triton has no (such) Gluon."""
+    takes it for fp8 64-head programs (``in_order``: its bf16 rows stored in dim order,
+    `fp8mla.decode.SM90_ROWS_IN_ORDER` where None; ``parts``: the partials' type, its pointers
+    and strides then marked 16-byte aligned, as a launch specializes them, where not float32 —
+    the store study); None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
         return None
     sig = _dense_sm90_sig(("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh",
                            "stride_lb", "stride_lh"))
-    return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, sig, {
-        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N})
+    return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, {**sig, "part_out_ptr": parts}, {
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
+        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order},
+        pointers=_aligned(sig) if parts != "*fp32" else ())
+
+
+def _aligned(sig):
+    """The arguments a launch marks 16-byte aligned: pointers and strides (`compile_for`)."""
+    return tuple(k for k, v in sig.items() if v.startswith("*") or k.startswith("stride"))
 
 
 def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
@@ -308,9 +326,10 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
-def sparse_sm90_compile(direct=False):
+def sparse_sm90_compile(direct=False, in_order=None, parts="*fp32"):
     """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
-    sm_90; None where this Triton has no (such) Gluon."""
+    sm_90 (``in_order``, ``parts``: as `decode_sm90_compile`'s); None where this Triton has
+    no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -322,9 +341,11 @@ def sparse_sm90_compile(direct=False):
                                  "stride_oh", "stride_lb", "stride_lh")},
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
-    return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, sig, {
-        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N},
-        pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"))
+    return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, {**sig, "part_out_ptr": parts}, {
+        "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
+        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order},
+        pointers=_aligned(sig) if parts != "*fp32" else ("q_ptr", "u8_ptr", "f32_ptr",
+                                                         "list_ptr"))
 
 
 def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
@@ -415,6 +436,11 @@ def compile_target(cc):
     if cc == SM90_CC:  # the Gluon kernels (where Triton has them): 64-head and ≤ 16-row programs
         gluon = [("decode_sm90/fp8/H128", decode_sm90_compile, {}),
                  ("sparse_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {}),
+                 # bf16 rows in dim order (`SM90_ROWS_IN_ORDER`), over bf16 partials
+                 ("decode_sm90/fp8/H128-in-order", decode_sm90_compile,
+                  {"in_order": True, "parts": "*bf16"}),
+                 ("sparse_sm90/fp8_ds_mla/H128-in-order", sparse_sm90_compile,
+                  {"in_order": True, "parts": "*bf16"}),
                  ("decode_narrow/fp8/H16", decode_narrow_compile, {}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),

@@ -210,3 +210,27 @@ def test_floors_reject_bad_arguments_by_name():
         gather_floor(rows, idx - 1, {}, "cpu")
     with pytest.raises(ValueError, match="evict: expected"):
         gather_floor(rows, idx, {}, "cpu", evict="first")
+
+
+def test_flush_ab_plans_name_real_switches(monkeypatch):
+    """`benchmarks/flush_ab.py`'s plans: arms that differ, each patching attributes their
+    modules have (a misspelt switch would be set beside the real one and the A/B would time
+    one arm twice), and every case a dense (DecodeCase, format) or a sparse (batch, heads,
+    topk, s_q)."""
+    import pathlib
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[1] / "benchmarks"))
+    import decode_variants
+    import flush_ab
+
+    for name, (arms, cases) in flush_ab.PLANS.items():
+        assert len({label for label, _ in arms}) == len(arms) > 1, name
+        assert len({tuple(sorted(patch.items())) for _, patch in arms}) == len(arms), name
+        for label, patch in arms:
+            for key in patch:
+                module, attr = decode_variants._owner(key)
+                assert hasattr(module, attr), f"{name} / {label}: {key}"
+        for case in cases:
+            assert (isinstance(case[0], bench_decode.DecodeCase)
+                    and case[1] in ("bf16", "fp8", "fp8_ds_mla")) or (
+                len(case) == 4 and all(isinstance(x, int) for x in case)), (name, case)

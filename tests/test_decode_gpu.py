@@ -443,6 +443,22 @@ def test_triton_bf16_stores_lane_by_lane_gpu(fmt, heads, splits, monkeypatch):
     assert splits == 1 or plan.part_out.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("heads,splits,bf16_partials", [(128, 1, False), (100, 5, True),
+                                                       (128, 5, True), (128, 5, False)])
+def test_sm90_rows_in_order(heads, splits, bf16_partials, monkeypatch):
+    """`SM90_ROWS_IN_ORDER` (an experiment, prepared in session 34): the 64-row Gluon kernel's
+    bf16 rows stored 8 dims a thread in dim order (`decode_sm90._store_o`) — out (one split)
+    and bf16 partials (forced) — and its float32 partials (stored in place either way) match
+    the reference with NaN page tails; 100 heads: a part-empty second head block."""
+    _sm90_only()
+    monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", True)
+    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", bf16_partials)
+    plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, splits)
+    assert plan.kernel == "sm90"
+    if splits > 1:
+        assert plan.part_out.dtype == (torch.bfloat16 if bf16_partials else torch.float32)
+
+
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8", 4, 2),
                                            ("fp8", 3, 1), ("fp8_ds_mla", 8, 1),
                                            ("fp8_ds_mla", 16, 1), ("fp8_ds_mla", 4, 2),

@@ -62,6 +62,7 @@ def _expected():
             yield "combine/D16-S256-bf16-4warps", cc
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
+                         "decode_sm90/fp8/H128-in-order", "sparse_sm90/fp8_ds_mla/H128-in-order",
                          "decode_narrow/fp8/H16", "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
                          "decode_mma16_qk8/fp8/H16",
                          "decode_mma8/fp8_ds_mla/H8", "decode_mma16/fp8_ds_mla/H16",
@@ -130,3 +131,18 @@ def test_combine_warps_fill_one_row():
     want = {(512, 4): 4, (512, 2): 2, (256, 4): 2, (256, 2): 1, (128, 4): 1, (128, 2): 1,
             (64, 4): 1, (32, 2): 1, (16, 2): 1}
     assert {k: combine_warps(*k) for k in want} == want
+
+
+@pytest.mark.parametrize("kernel", ["decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128"])
+@pytest.mark.parametrize("direct", ["", "-direct"])
+def test_sm90_rows_in_order_store_16_bytes(compiled, kernel, direct):
+    """The 64-row Gluon kernels' bf16 rows in dim order (`fp8mla.decode.SM90_ROWS_IN_ORDER`,
+    `decode_sm90._store_o`): 16 stores of 16 bytes a thread for the [64, 512] rows — the
+    output (one split) or bf16 partials — where the accumulator's layout stores 2 dims (4
+    bytes) at a time: 64 such a thread (offline, pointers aligned; float32 partials keep
+    their 64 8-byte stores: in order they spill). The few 4-byte stores left are lse and
+    max_logits. sm_90 PTX."""
+    if not decode_sm90.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    in_order = compiled[f"{kernel}-in-order{direct}", pc.SM90_CC]["stores"]
+    assert in_order["v4."] == 16 and in_order["v2."] == 0 and in_order[""] <= 4, in_order

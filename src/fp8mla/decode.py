@@ -94,6 +94,17 @@ PARTIALS_BF16_EVERYWHERE = False  # tests: bf16 partials on every kernel (its st
 # float32 partials); lane by lane sm_90 1 / 1, sm_120 17 / 17. `benchmarks/flush_ab.py`'s plan
 # A/Bs it on the H200 with the Gluon kernels off (the kernel sm_100 and sm_120 run).
 TRITON_BF16_STORES_JOINED = True
+# Experiment, at its value before it (prepared in session 34, not yet timed): the 64-row Gluon
+# kernels (`fp8mla.kernels.decode_sm90`, dense and sparse) store bf16 rows — the output, and
+# bf16 partials, which `partials_dtype` does not give them — 8 dims a thread, one 16-byte
+# store, through a relabelling of the accumulator's registers and lanes within each warp
+# (`decode_sm90.O_ROWS`: 16 `STS.128` and 16 `LDSM` a thread) instead of 2 dims, a 4-byte
+# store. Offline, sm_90, triton 3.6 and 3.9: 16 `STG.E.128` a thread instead of 64 `STG.E`, no
+# spills, the same shared memory and barriers (float32 rows stay in place: in order they
+# spill). Session 33 measured bf16 partials slower than float32 on these kernels (+2.4 to
+# +4.1 µs); 16-byte stores are what the ≤ 16-row kernels gained from in session 32.
+# `benchmarks/flush_ab.py`'s second plan A/Bs it.
+SM90_ROWS_IN_ORDER = False
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -892,7 +903,8 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                PDL=self._pdl_signal(direct), num_warps=decode_sm90.NUM_WARPS)
+                PDL=self._pdl_signal(direct), IN_ORDER=SM90_ROWS_IN_ORDER,
+                num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -954,7 +966,8 @@ class DecodePlan:
             self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            PDL=self._pdl_signal(direct), num_warps=decode_sm90.NUM_WARPS)
+            PDL=self._pdl_signal(direct), IN_ORDER=SM90_ROWS_IN_ORDER,
+            num_warps=decode_sm90.NUM_WARPS)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

@@ -100,6 +100,13 @@ if AVAILABLE:
         warp_bases=[[8, 0], [16, 0], [32, 0]], block_bases=[], shape=[64, 128]))
     SHARED16 = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                  rank=2))
+    # O's rows for a bf16 store in dim order, 8 consecutive dims a thread (one 16-byte store;
+    # lanes 4g + t hold rows g and g + 8, dims 8 · (t // 2) … of each 16): the accumulator's
+    # registers and lanes relabelled within each warp (`IN_ORDER`)
+    O_ROWS = gl.constexpr(gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 16], [0, 32], [0, 64], [0, 128]],
+        lane_bases=[[8, 0], [0, 8], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0], [0, 256]], block_bases=[], shape=[64, 512]))
 
     @gluon.jit
     def _tile_row(bt_row, pos, end, page_shift):
@@ -262,25 +269,40 @@ if AVAILABLE:
         return m_new, l_i, warpgroup_mma(p_s, k_lat_s, acc * a[:, None], is_async=True)
 
     @gluon.jit
+    def _store_o(ptr, row_off, ok, o, IN_ORDER: gl.constexpr):
+        """Store O ([HEADS, 512] float32 in O_LAYOUT) as ``ptr``'s dtype at ptr + row_off[r] +
+        dim for the rows where ``ok`` (both in O_LAYOUT's row slice): in the accumulator's own
+        layout (two consecutive dims a thread and store), or, where IN_ORDER and the dtype is
+        16-bit, through O_ROWS (one 16-byte store for 8 dims; float32 stays in place: its
+        in-order compile spills, sm_90, triton 3.6 and 3.9)."""
+        x = o.to(ptr.dtype.element_ty)
+        if IN_ORDER and ptr.dtype.element_ty.primitive_bitwidth == 16:
+            x = gl.convert_layout(x, O_ROWS)
+            row_off = gl.convert_layout(row_off, gl.SliceLayout(1, O_ROWS))
+            ok = gl.convert_layout(ok, gl.SliceLayout(1, O_ROWS))
+            c = gl.arange(0, 512, layout=gl.SliceLayout(0, O_ROWS))
+        else:
+            c = gl.arange(0, 512, layout=gl.SliceLayout(0, O_LAYOUT))
+        gl.store(ptr + row_off[:, None] + c[None, :], x, mask=ok[:, None])
+
+    @gluon.jit
     def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
                     stride_lh, lse_empty, num_heads, num_splits, DIRECT: gl.constexpr,
-                    HEADS: gl.constexpr):
+                    HEADS: gl.constexpr, IN_ORDER: gl.constexpr):
         """Normalize; write the final rows (one split: out, lse — ``lse_empty`` where nothing
         was attended — and max_logits) or this split's partial for the combine (workspace rows
-        [batch, num_splits, 1, num_heads])."""
+        [batch, num_splits, 1, num_heads]); O's rows as `_store_o` (IN_ORDER) stores them."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.convert_layout(gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0),
                                 gl.SliceLayout(1, O_LAYOUT))
         hs = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, S_LAYOUT))
         ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, O_LAYOUT))
-        co = gl.arange(0, 512, layout=gl.SliceLayout(0, O_LAYOUT))
         o = acc * inv[:, None]
         if DIRECT:
-            o_row = out_ptr + b.to(gl.int64) * stride_ob + ho * stride_oh
-            gl.store(o_row[:, None] + co[None, :], o.to(gl.bfloat16),
-                     mask=(ho < num_heads)[:, None])
+            _store_o(out_ptr, b.to(gl.int64) * stride_ob + ho * stride_oh, ho < num_heads, o,
+                     IN_ORDER)
             gl.store(lse_ptr + b.to(gl.int64) * stride_lb + hs * stride_lh,
                      gl.where(has, lse, lse_empty), mask=hs < num_heads)
             gl.store(max_ptr + b.to(gl.int64) * num_heads + hs, m_i / LOG2E, mask=hs < num_heads)
@@ -288,8 +310,7 @@ if AVAILABLE:
             split_row = (b * num_splits + split).to(gl.int64) * num_heads
             gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
             gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
-            gl.store(part_out_ptr + (split_row + ho)[:, None] * 512 + co[None, :], o,
-                     mask=(ho < num_heads)[:, None])
+            _store_o(part_out_ptr, (split_row + ho) * 512, ho < num_heads, o, IN_ORDER)
 
     @gluon.jit
     def _mla_decode_sm90_kernel(
@@ -298,6 +319,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
+        IN_ORDER: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -337,7 +359,7 @@ if AVAILABLE:
 
         _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
-                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS)
+                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, IN_ORDER)
 
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
@@ -386,6 +408,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
+        IN_ORDER: gl.constexpr = False,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -470,4 +493,4 @@ if AVAILABLE:
 
         _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
-                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS)
+                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, IN_ORDER)
