@@ -146,38 +146,27 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # since: `fp8mla.decode.partials_dtype` (bf16 on the ≤ 16-row Gluon kernels and the Triton
 # kernel over bf16 rows of ≤ 32 rows a program; an arm forcing bf16 now needs
 # `PARTIALS_BF16_EVERYWHERE`).
-# The plans (prepared in sessions 33 and 34, not yet run), each (arms, cases) — until session
-# 34 the module held one pair, ARMS and CASES, which the scratch scripts above replaced:
-# - "triton-lanes": the Triton kernel's bf16 stores joined into rows (the default) against lane
-#   by lane (`TRITON_BF16_STORES_JOINED`: the joined compiles spill, BENCHMARKS.md session 33)
-#   — over fp8 rows, and fp8_ds_mla in 64-row programs (≤ 16 fold the scales and store so
-#   already) — each with the partials' default (float32 there: split plans are a noise check
-#   between the first two arms) and with bf16 partials forced; the Gluon ≤ 16-row kernels off
-#   (the kernel sm_100 and sm_120 run): one-split plans (bf16 output), split plans, 16, 32 and
-#   64 rows.
+# Session 35: session 33's and 34's prepared plans (until session 34 the module held one pair,
+# ARMS and CASES, which the scratch scripts above replaced), a499cda:
+# - "triton-lanes": the Triton kernel's bf16 stores joined into rows against lane by lane
+#   (`TRITON_BF16_STORES_JOINED`, since removed: the joined compiles spill), the Gluon ≤ 16-row
+#   kernels off, each with float32 and bf16 partials, h200-20261204-s35-a499cda-triton-lanes-
+#   ab.json: lane by lane slower or level everywhere — one-split fp8 B=256 × 4K × 16 206.2 /
+#   203.5 → 218.0 / 216.6, fp8_ds_mla B=128 × 8K × 64 539.6 / 537.0 → 594.9 / 589.6, bf16
+#   partials fp8_ds_mla B=64 × 8K × 64 280.0 / 278.6 → 328.3 / 325.1; split plans with float32
+#   partials (their output in float32) within 0.3.
 # - "sm90-rows": the 64-row Gluon kernels' bf16 rows in dim order, 16-byte stores
-#   (`SM90_ROWS_IN_ORDER`), against the accumulator's 4-byte stores — with float32 partials
-#   (the default: only one-split plans' output changes, so split plans are a noise check) and
-#   with bf16 partials forced (session 33: slower than float32 with 4-byte stores) — dense fp8
-#   at 4, 32 and 128 splits and one-split 128 heads; sparse 64 heads at 16 and 2 splits, 128
-#   heads.
-_TRITON = {"SM90_MMA8": False, "SM90_MMA16": False, "SM90_MMA8_DS": False,
-           "SM90_MMA16_DS": False, "SPARSE_SM90_MMA8": False}
-_LANES = {**_TRITON, "TRITON_BF16_STORES_JOINED": False}
-_BF16 = {"PARTIALS_BF16_EVERYWHERE": True}
-_IN_ORDER = {"SM90_ROWS_IN_ORDER": True}
+#   (`SM90_ROWS_IN_ORDER`), against the accumulator's 4-byte stores, with float32 and bf16
+#   partials, h200-20261204-s35-a499cda-sm90-rows-ab.json: in order with bf16 partials fastest
+#   in every case — fp8 B=1 × 128K × 64 (128 splits) 70.6 / 69.4 → 66.2 / 65.4, one-split
+#   B=64 × 8K × 128 393.4 / 392.9 → 389.3 / 387.1, sparse B=128 × 128 242.7 / 241.5 → 234.3 /
+#   232.9 (`fp8mla.decode.SM90_ROWS_IN_ORDER` and `partials_dtype` give the pair since).
+# The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
+# against the switch off:
 PLANS = {
-    "triton-lanes": (
-        [("joined", _TRITON), ("lanes", _LANES),
-         ("joined, bf16 partials", {**_TRITON, **_BF16}),
-         ("lanes, bf16 partials", {**_LANES, **_BF16})],
-        [(DecodeCase(256, 4096, 16), "fp8"), (DecodeCase(64, 8192, 16), "fp8"),
-         (DecodeCase(1, 131072, 8), "fp8"), (DecodeCase(128, 8192, 32), "fp8"),
-         (DecodeCase(64, 8192, 32), "fp8"), (DecodeCase(128, 8192, 64), "fp8_ds_mla"),
-         (DecodeCase(64, 8192, 64), "fp8_ds_mla")]),
     "sm90-rows": (
-        [("accumulator's stores", {}), ("in order", _IN_ORDER),
-         ("bf16 partials", _BF16), ("bf16 partials, in order", {**_BF16, **_IN_ORDER})],
+        [("in order, bf16 partials", {}),
+         ("accumulator's stores, float32 partials", {"SM90_ROWS_IN_ORDER": False})],
         [(DecodeCase(32, 8192, 64), "fp8"), (DecodeCase(2, 32768, 128), "fp8"),
          (DecodeCase(1, 131072, 64), "fp8"), (DecodeCase(64, 8192, 128), "fp8"),
          (8, 64, 2048, 1), (64, 64, 2048, 1), (128, 128, 2048, 1)]),

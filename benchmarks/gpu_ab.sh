@@ -2,7 +2,7 @@
 # One device call for prepared A/Bs: the GPU tests a pytest -k expression names (TESTS; none
 # where unset), then `benchmarks/flush_ab.py` for each PLAN given (its `PLANS`' names), each
 # case checked against the reference before it is timed. Usage:
-#   [TESTS="in_order or lane_by_lane"] bash benchmarks/gpu_ab.sh [PLAN ...]
+#   [TESTS="in_order"] bash benchmarks/gpu_ab.sh [PLAN ...]
 # Logs, status and JSON under $OUT/ab.
 set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"

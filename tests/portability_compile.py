@@ -16,7 +16,6 @@ from triton.compiler import ASTSource
 from fp8mla.decode import (
     PDL_SIGNAL,
     SM90_ROWS_IN_ORDER,
-    TRITON_BF16_STORES_JOINED,
     combine_warps,
 )
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
@@ -193,7 +192,7 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
         "SW_SCALE": 1.0 if hw else 256.0, "WORDS_2D": cfg.words_2d, "SPARSE": sparse,
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
-        "LATE_SUM": cfg.late_sum, "PDL": pdl, "BF16_JOIN": TRITON_BF16_STORES_JOINED,
+        "LATE_SUM": cfg.late_sum, "PDL": pdl,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
@@ -230,12 +229,12 @@ def _dense_sm90_sig(strides):
             "max_len": "i32"}
 
 
-def decode_sm90_compile(direct=False, in_order=None, parts="*fp32"):
+def decode_sm90_compile(direct=False, in_order=None, parts="*bf16"):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs (``in_order``: its bf16 rows stored in dim order,
-    `fp8mla.decode.SM90_ROWS_IN_ORDER` where None; ``parts``: the partials' type, its pointers
-    and strides then marked 16-byte aligned, as a launch specializes them, where not float32 —
-    the store study); None where this Triton has no (such) Gluon."""
+    `fp8mla.decode.SM90_ROWS_IN_ORDER` where None; ``parts``: the partials' type — bf16, as
+    `partials_dtype` gives it there, its pointers and strides marked 16-byte aligned as a launch
+    specializes them, or float32); None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -326,7 +325,7 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
-def sparse_sm90_compile(direct=False, in_order=None, parts="*fp32"):
+def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16"):
     """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90 (``in_order``, ``parts``: as `decode_sm90_compile`'s); None where this Triton has
     no (such) Gluon."""
@@ -434,13 +433,13 @@ def compile_target(cc):
             lines.append(row("decode/fp8/H16-sq1-pdl", cc, decode_compile(
                 cc, "fp8", decode_config(cc, "fp8", 16, 1), 1, False, True, pdl=True)))
     if cc == SM90_CC:  # the Gluon kernels (where Triton has them): 64-head and ≤ 16-row programs
+        # the 64-row kernels as plans launch them (bf16 rows in dim order, bf16 partials), and
+        # with `SM90_ROWS_IN_ORDER` off (the accumulator's stores, float32 partials)
+        acc_rows = {"in_order": False, "parts": "*fp32"}
         gluon = [("decode_sm90/fp8/H128", decode_sm90_compile, {}),
                  ("sparse_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {}),
-                 # bf16 rows in dim order (`SM90_ROWS_IN_ORDER`), over bf16 partials
-                 ("decode_sm90/fp8/H128-in-order", decode_sm90_compile,
-                  {"in_order": True, "parts": "*bf16"}),
-                 ("sparse_sm90/fp8_ds_mla/H128-in-order", sparse_sm90_compile,
-                  {"in_order": True, "parts": "*bf16"}),
+                 ("decode_sm90/fp8/H128-acc-rows", decode_sm90_compile, acc_rows),
+                 ("sparse_sm90/fp8_ds_mla/H128-acc-rows", sparse_sm90_compile, acc_rows),
                  ("decode_narrow/fp8/H16", decode_narrow_compile, {}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),

@@ -488,41 +488,27 @@ def test_bf16_partials_match_reference(device, monkeypatch, fmt, heads, s_q):
     assert err[True] <= err[False] + 3 * 2 ** -8 * scale, err  # one bf16 rounding more, at most
 
 
-@pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 5, 1), ("fp8_ds_mla", 9, 2)])
-def test_triton_bf16_stores_lane_by_lane(device, monkeypatch, fmt, heads, s_q):
-    """`TRITON_BF16_STORES_JOINED` False (an experiment, prepared): the Triton kernel's bf16
-    rows stored lane by lane — over fp8 rows, and fp8_ds_mla rows in 32-row programs (≤ 16 fold
-    the scales and store so already) — the output of one-split plans and bf16 partials
-    (forced: `PARTIALS_BF16_EVERYWHERE`) match the reference."""
-    monkeypatch.setattr(decode_mod, "TRITON_BF16_STORES_JOINED", False)
-    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
-    cache, table, seqlens = paged_cache(fmt, [300, 70, 0, 129], 16, device=device, seed=heads)
-    q = _q(4, s_q, heads, device, 7)
-    for splits in (1, 3):
-        plan = DecodePlan(batch=4, num_heads=heads, s_q=s_q, kv_format=cache.fmt,
-                          page_size=16, cache_seqlens=seqlens, device=device,
-                          num_splits=splits)
-        assert splits == 1 or plan.part_out.dtype == torch.bfloat16
-        _check(cache, table, seqlens, q, *plan.run(q, cache.layer(0), table, seqlens,
-                                                   fp8_scale=cache.scale(0)), 576 ** -0.5)
-
-
-def test_partials_dtype_rule():
-    """`partials_dtype`: bfloat16 from `PARTIALS_BF16_MIN_SPLITS` (2) splits on the ≤ 16-row
-    Gluon kernels and on the Triton kernel over bf16 rows at ≤ 32 rows a program, where it
-    measured faster on the H200; float32 on the 64-row Gluon kernels, the Triton kernel over
-    FP8 rows (its compiles spill with bf16 stores) and the narrow experiment."""
+def test_partials_dtype_rule(monkeypatch):
+    """`partials_dtype`: bfloat16 from `PARTIALS_BF16_MIN_SPLITS` (2) splits on the Gluon
+    kernels (the 64-row ones while `SM90_ROWS_IN_ORDER` stores their rows 16 bytes a thread)
+    and on the Triton kernel over bf16 rows at ≤ 32 rows a program, where it measured faster
+    on the H200; float32 on the Triton kernel over FP8 rows (its compiles spill with bf16
+    stores), the narrow experiment, and the 64-row kernels' accumulator stores."""
     assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 2 and not decode_mod.PARTIALS_BF16_EVERYWHERE
+    assert decode_mod.SM90_ROWS_IN_ORDER
     bf16 = {("mma8", "fp8", 8), ("mma8", "fp8_ds_mla", 16), ("mma16", "fp8", 16),
-            ("mma16", "fp8_ds_mla", 16), ("triton", "bf16", 16), ("triton", "bf16", 32)}
-    fp32 = {("sm90", "fp8", 64), ("sm90", "fp8_ds_mla", 64), ("triton", "bf16", 64),
-            ("triton", "fp8", 16), ("triton", "fp8_ds_mla", 16), ("triton", "fp8", 32),
-            ("narrow", "fp8", 16)}
+            ("mma16", "fp8_ds_mla", 16), ("triton", "bf16", 16), ("triton", "bf16", 32),
+            ("sm90", "fp8", 64), ("sm90", "fp8_ds_mla", 64)}
+    fp32 = {("triton", "bf16", 64), ("triton", "fp8", 16), ("triton", "fp8_ds_mla", 16),
+            ("triton", "fp8", 32), ("narrow", "fp8", 16)}
     for splits in (2, 3, 16, 256):
         for key in bf16 | fp32:
             want = torch.bfloat16 if key in bf16 else torch.float32
             assert decode_mod.partials_dtype(splits, *key) == want, (splits, key)
     assert decode_mod.partials_dtype(1, "mma8", "fp8", 8) == torch.float32  # (no partials)
+    monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", False)
+    for fmt in ("fp8", "fp8_ds_mla"):
+        assert decode_mod.partials_dtype(16, "sm90", fmt, 64) == torch.float32
 
 
 def test_partials_bf16_in_split_plans(device):

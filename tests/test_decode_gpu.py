@@ -426,33 +426,19 @@ def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     assert plan.qk8 == (kernel == "mma16")
 
 
-@pytest.mark.parametrize("fmt,heads", [("fp8", 16), ("fp8", 32), ("fp8_ds_mla", 64)])
-@pytest.mark.parametrize("splits", [1, 5])
-def test_triton_bf16_stores_lane_by_lane_gpu(fmt, heads, splits, monkeypatch):
-    """`TRITON_BF16_STORES_JOINED` False (an experiment, prepared in session 33): the Triton
-    kernel (the ≤ 16-row Gluon kernels off, as on GPUs other than SM90) storing its bf16 output
-    and bf16 partials lane by lane matches the reference with NaN page tails — fp8 rows, and
-    fp8_ds_mla in 64-row programs (≤ 16 fold the scales and store so already)."""
-    for switch in ("SM90_MMA8", "SM90_MMA16", "SM90_MMA8_DS", "SM90_MMA16_DS"):
-        monkeypatch.setattr(decode_mod, switch, False)
-    monkeypatch.setattr(decode_mod, "TRITON_BF16_STORES_JOINED", False)
-    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
-    plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, splits, fmt,
-                                 "pow2" if fmt == "fp8_ds_mla" else None)
-    assert plan.kernel == "triton"
-    assert splits == 1 or plan.part_out.dtype == torch.bfloat16
-
-
-@pytest.mark.parametrize("heads,splits,bf16_partials", [(128, 1, False), (100, 5, True),
-                                                       (128, 5, True), (128, 5, False)])
-def test_sm90_rows_in_order(heads, splits, bf16_partials, monkeypatch):
-    """`SM90_ROWS_IN_ORDER` (an experiment, prepared in session 34): the 64-row Gluon kernel's
-    bf16 rows stored 8 dims a thread in dim order (`decode_sm90._store_o`) — out (one split)
-    and bf16 partials (forced) — and its float32 partials (stored in place either way) match
-    the reference with NaN page tails; 100 heads: a part-empty second head block."""
+@pytest.mark.parametrize("heads,splits,in_order,bf16_partials", [
+    (128, 1, True, False), (100, 5, True, True), (128, 5, True, True), (128, 5, True, False),
+    (128, 1, False, False), (128, 5, False, False)])
+def test_sm90_rows_in_order(heads, splits, in_order, bf16_partials, monkeypatch):
+    """The 64-row Gluon kernel's bf16 rows stored 8 dims a thread in dim order
+    (`SM90_ROWS_IN_ORDER`, `decode_sm90._store_o`) — out (one split) and its bf16 partials (the
+    default in split plans) — float32 partials (stored in place either way), and the
+    accumulator's stores (the switch off) match the reference with NaN page tails; 100 heads: a
+    part-empty second head block."""
     _sm90_only()
-    monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", True)
-    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", bf16_partials)
+    monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", in_order)
+    if not bf16_partials:
+        monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1025)
     plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, splits)
     assert plan.kernel == "sm90"
     if splits > 1:

@@ -62,7 +62,7 @@ def _expected():
             yield "combine/D16-S256-bf16-4warps", cc
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
-                         "decode_sm90/fp8/H128-in-order", "sparse_sm90/fp8_ds_mla/H128-in-order",
+                         "decode_sm90/fp8/H128-acc-rows", "sparse_sm90/fp8_ds_mla/H128-acc-rows",
                          "decode_narrow/fp8/H16", "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
                          "decode_mma16_qk8/fp8/H16",
                          "decode_mma8/fp8_ds_mla/H8", "decode_mma16/fp8_ds_mla/H16",
@@ -144,5 +144,5 @@ def test_sm90_rows_in_order_store_16_bytes(compiled, kernel, direct):
     max_logits. sm_90 PTX."""
     if not decode_sm90.AVAILABLE:
         pytest.skip("this Triton has no (such) Gluon")
-    in_order = compiled[f"{kernel}-in-order{direct}", pc.SM90_CC]["stores"]
+    in_order = compiled[f"{kernel}{direct}", pc.SM90_CC]["stores"]
     assert in_order["v4."] == 16 and in_order["v2."] == 0 and in_order[""] <= 4, in_order

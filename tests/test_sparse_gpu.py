@@ -102,17 +102,19 @@ def test_sm90_row_stores_sparse(heads, splits, min_splits, monkeypatch):
     _check(cache, q, idx, lengths, out, lse)
 
 
-@pytest.mark.parametrize("heads,splits,bf16_partials", [(128, 1, False), (100, 3, True),
-                                                       (128, 3, False)])
-def test_sm90_rows_in_order_sparse(heads, splits, bf16_partials, monkeypatch):
-    """`SM90_ROWS_IN_ORDER` (an experiment, prepared in session 34) on the 64-row Gluon sparse
-    kernel (SM90): its bf16 rows stored 8 dims a thread in dim order — out (one split) and
-    bf16 partials (forced) — and float32 partials match the reference; 100 heads: a part-empty
-    second head block."""
+@pytest.mark.parametrize("heads,splits,in_order,bf16_partials", [
+    (128, 1, True, False), (100, 3, True, True), (128, 3, True, False), (128, 1, False, False),
+    (128, 3, False, False)])
+def test_sm90_rows_in_order_sparse(heads, splits, in_order, bf16_partials, monkeypatch):
+    """The 64-row Gluon sparse kernel (SM90)'s bf16 rows stored 8 dims a thread in dim order
+    (`SM90_ROWS_IN_ORDER`) — out (one split) and its bf16 partials (the default in split
+    plans) — float32 partials, and the accumulator's stores (the switch off) match the
+    reference; 100 heads: a part-empty second head block."""
     import fp8mla.decode as decode_mod
 
-    monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", True)
-    monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", bf16_partials)
+    monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", in_order)
+    if not bf16_partials:
+        monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1025)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 2048, seed=heads + 13)
     lengths = torch.tensor([2048, 1, 0, 1500, 2047], dtype=torch.int32, device="cuda")
     plan = SparsePlan(num_queries=5, num_heads=heads, topk=2048, kv_format=cache.fmt,

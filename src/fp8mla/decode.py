@@ -85,26 +85,20 @@ PDL_SIGNAL = True
 # the combine (`combine_warps`) and set 2; session 33 measured the kernels session 32 had not.
 PARTIALS_BF16_MIN_SPLITS = 2
 PARTIALS_BF16_EVERYWHERE = False  # tests: bf16 partials on every kernel (its stores exercised)
-# Experiment, at its value before it (prepared in session 33, not yet timed): the Triton
-# kernel's bf16 stores (out, bf16 partials) over fp8 rows, and fp8_ds_mla rows in programs of
-# > 16 rows, joined into contiguous rows (True) or lane by lane, scattered 2-byte stores (False;
-# fp8_ds_mla's ≤ 16-row programs fold the scales and store so already).
-# Joined, the kernel's compiles spill (local stores, 16 rows over fp8 rows, bf16 partials /
-# bf16 out, triton 3.6: sm_90 54 / 49, sm_100 30 / 21, sm_120 46 / 42, against 0, 10, 26 with
-# float32 partials); lane by lane sm_90 1 / 1, sm_120 17 / 17. `benchmarks/flush_ab.py`'s plan
-# A/Bs it on the H200 with the Gluon kernels off (the kernel sm_100 and sm_120 run).
-TRITON_BF16_STORES_JOINED = True
-# Experiment, at its value before it (prepared in session 34, not yet timed): the 64-row Gluon
-# kernels (`fp8mla.kernels.decode_sm90`, dense and sparse) store bf16 rows — the output, and
-# bf16 partials, which `partials_dtype` does not give them — 8 dims a thread, one 16-byte
-# store, through a relabelling of the accumulator's registers and lanes within each warp
-# (`decode_sm90.O_ROWS`: 16 `STS.128` and 16 `LDSM` a thread) instead of 2 dims, a 4-byte
-# store. Offline, sm_90, triton 3.6 and 3.9: 16 `STG.E.128` a thread instead of 64 `STG.E`, no
-# spills, the same shared memory and barriers (float32 rows stay in place: in order they
-# spill). Session 33 measured bf16 partials slower than float32 on these kernels (+2.4 to
-# +4.1 µs); 16-byte stores are what the ≤ 16-row kernels gained from in session 32.
-# `benchmarks/flush_ab.py`'s second plan A/Bs it.
-SM90_ROWS_IN_ORDER = False
+# The 64-row Gluon kernels (`fp8mla.kernels.decode_sm90`, dense and sparse) store bf16 rows —
+# the output, and their bf16 partials (`partials_dtype`) — 8 dims a thread, one 16-byte store,
+# through a relabelling of the accumulator's registers and lanes within each warp
+# (`decode_sm90.O_ROWS`: 16 `STS.128` and 16 `LDSM` a thread; offline, sm_90, triton 3.6 and
+# 3.9: 16 `STG.E.128` a thread instead of 64 4-byte `STG.E`, no spills, the same shared memory
+# and barriers; float32 rows stay in place: in order they spill). Prepared in session 34,
+# measured in 35 (H200, µs, do_bench's / clean, the accumulator's stores with float32
+# partials → in order with bf16 partials, h200-20261204-s35-a499cda-sm90-rows-ab.json): fp8
+# B=32 × 8K × 64 (4 splits) 113.2 / 112.1 → 110.5 / 109.6, B=2 × 32K × 128 (32) 67.4 / 67.2 →
+# 66.1 / 65.4, B=1 × 128K × 64 (128) 70.6 / 69.4 → 66.2 / 65.4, one-split B=64 × 8K × 128
+# 393.4 / 392.9 → 389.3 / 387.1; sparse B=8 × 64 (16) 28.8 / 27.8 → 28.4 / 27.4, B=64 × 64 (2)
+# 75.4 / 74.3 → 72.5 / 71.1, B=128 × 128 (1) 242.7 / 241.5 → 234.3 / 232.9. False: the
+# accumulator's layout, two dims a thread (benchmarks A/B it).
+SM90_ROWS_IN_ORDER = True
 # SM90, fp8 rows, s_q 1, 64-head programs over pages of ≥ 64 tokens: the Gluon kernel
 # (`fp8mla.kernels.decode_sm90`), whose two warpgroups split q · Kᵀ instead of both computing
 # it (H200, B=64 × 8K × 128 heads: 539 → 393 µs, h200-20261201-s15-bb2dfd3-dense-ab.json).
@@ -298,11 +292,16 @@ def partials_dtype(num_splits: int, kernel: str, kv_format: str, rows: int) -> t
       121.0 / 115.2 → 118.2 / 112.3, sparse B=64 × 8 (4) 46.3 / 39.8 → 45.0 / 38.4;
     - the Triton kernel over bf16 rows at ≤ 32 rows (h200-20261203-s33-40810d1-partials-ab,
       -0d53655-rows-ab.json): B=64 × 8K × 16 heads (2) 154.2 / 145.0 → 152.9 / 143.0, × 32
-      (4) 219.9 / 218.9 → 211.9 / 210.7.
+      (4) 219.9 / 218.9 → 211.9 / 210.7;
+    - the 64-row Gluon kernels ("sm90"), dense and sparse, whose bf16 rows are stored in dim
+      order (`SM90_ROWS_IN_ORDER`; with the accumulator's 4-byte stores bf16 measured slower,
+      h200-20261203-s33-40810d1-partials-ab.json): B=32 × 8K × 64 (4) 113.2 / 112.1 → 110.5 /
+      109.6, B=2 × 32K × 128 (32) 67.4 / 67.2 → 66.1 / 65.4, B=1 × 128K × 64 (128) 70.6 / 69.4
+      → 66.2 / 65.4, sparse B=8 × 64 (16) 28.8 / 27.8 → 28.4 / 27.4, B=64 × 64 (2) 75.4 / 74.3
+      → 72.5 / 71.1 (h200-20261204-s35-a499cda-sm90-rows-ab.json; float32 partials with the
+      output in order measured within 0.3 µs of the old stores in every split plan).
 
-    Slower, so float32: the 64-row Gluon kernels ("sm90"; B=32 × 8K × 64 (4) 113.9 / 112.9 →
-    116.3 / 115.4, B=2 × 32K × 128 (32) 67.2 / 66.9 → 70.8 / 70.1, sparse B=8 × 64 (16) 28.6 /
-    27.7 → 32.7 / 31.7) and the Triton kernel over FP8 rows, whose compiles spill with bf16
+    Slower, so float32: the Triton kernel over FP8 rows, whose compiles spill with bf16
     stores (sm_90, triton 3.6: 54 local stores at 16 rows against none, 37 against 2 at 32):
     fp8 B=1 × 128K × 8 (256) 39.6 / 37.6 → 43.9 / 41.0, fp8_ds_mla B=64 × 8K × 16 (4) 157.5 /
     152.9 → 161.5 / 158.9, × 64 heads (2) 272.7 / 270.1 → 280.8 / 278.2, fp8 × 32 heads (2)
@@ -313,6 +312,7 @@ def partials_dtype(num_splits: int, kernel: str, kv_format: str, rows: int) -> t
     that kernel stores too (slower). `PARTIALS_BF16_EVERYWHERE` (tests) takes bf16 on every
     kernel."""
     bf16 = (PARTIALS_BF16_EVERYWHERE or kernel in ("mma8", "mma16")
+            or (kernel == "sm90" and SM90_ROWS_IN_ORDER)
             or (kernel == "triton" and kv_format == "bf16" and rows <= 32))
     return torch.bfloat16 if bf16 and num_splits >= PARTIALS_BF16_MIN_SPLITS else torch.float32
 
@@ -644,8 +644,7 @@ class DecodePlan:
             WORDS_2D=cfg.words_2d, SPARSE=self.checks_indices, CAUSAL=self.causal,
             FOLD_SCALES=cfg.fold_scales, TMA=tma,
             CARRY=slots_ahead(cfg.num_stages, tma, cfg.lookahead), LAZY=cfg.lazy_rescale,
-            LATE_SUM=cfg.late_sum, PDL=self._pdl_signal(direct),
-            BF16_JOIN=TRITON_BF16_STORES_JOINED, num_warps=cfg.num_warps,
+            LATE_SUM=cfg.late_sum, PDL=self._pdl_signal(direct), num_warps=cfg.num_warps,
             num_stages=cfg.tma_stages if tma else cfg.num_stages,
         )
         if cfg.maxnreg is not None:

@@ -110,13 +110,15 @@ def _load_lanes(row_ptr, row_ok, FP8_LAYOUT: tl.constexpr, WIDTH: tl.constexpr):
 
 @triton.jit
 def _store_lanes(row_ptr, row_ok, l0, l1, l2, l3, scale, FP8_LAYOUT: tl.constexpr,
-                 JOIN: tl.constexpr = True, BF16_JOIN: tl.constexpr = True):
+                 JOIN: tl.constexpr = True):
     """`_load_lanes` reversed: lanes [BLOCK_M, WIDTH] times ``scale`` [BLOCK_M], in row_ptr's
     dtype, stored as 4 · WIDTH values per row (rows where row_ok). Interleaved lanes are joined
     in registers and stored as contiguous rows (JOIN), or stored lane by lane: scattered 2- or
     4-byte stores, but in the scale-folded kernel the join spills 80 B per thread (sm_90,
-    triton 3.6) and costs more than the scatter of 16 rows. BF16_JOIN False: bf16 rows lane by
-    lane too (`fp8mla.decode.TRITON_BF16_STORES_JOINED`)."""
+    triton 3.6) and costs more than the scatter of 16 rows. Where the joined compile spills
+    instead (bf16 rows at ≤ 64 rows over fp8 rows, sm_90 / sm_100 / sm_120), joined still
+    measured faster on the H200 than lane by lane (level to 55 µs:
+    h200-20261204-s35-a499cda-triton-lanes-ab.json)."""
     m = row_ok[:, None]
     WIDTH: tl.constexpr = l0.shape[1]
     out_t = row_ptr.dtype.element_ty
@@ -124,7 +126,7 @@ def _store_lanes(row_ptr, row_ok, l0, l1, l2, l3, scale, FP8_LAYOUT: tl.constexp
     l1 = (l1 * scale[:, None]).to(out_t)
     l2 = (l2 * scale[:, None]).to(out_t)
     l3 = (l3 * scale[:, None]).to(out_t)
-    if FP8_LAYOUT and (JOIN and (BF16_JOIN or out_t != tl.bfloat16)):  # (two-operand ops)
+    if FP8_LAYOUT and JOIN:
         x = tl.join(tl.join(l0, l2), tl.join(l1, l3))  # [.., c, p, r] = lane 2p + r
         tl.store(row_ptr[:, None] + tl.arange(0, 4 * WIDTH)[None, :],
                  tl.reshape(x, (l0.shape[0], 4 * WIDTH)), mask=m)
@@ -549,7 +551,7 @@ def _mla_decode_kernel(
     SW_SCALE: tl.constexpr, WORDS_2D: tl.constexpr,
     SPARSE: tl.constexpr, CAUSAL: tl.constexpr, FOLD_SCALES: tl.constexpr,
     TMA: tl.constexpr = False, CARRY: tl.constexpr = 0, LAZY: tl.constexpr = False,
-    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False, BF16_JOIN: tl.constexpr = True,
+    LATE_SUM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     BLOCK_M: tl.constexpr = S_Q_P2 * HEADS
     FP8_LAYOUT: tl.constexpr = FORMAT != FMT_BF16
@@ -705,7 +707,7 @@ def _mla_decode_kernel(
         _store_lanes(o_row + 256, row_ok, ac0, ac1, ac2, ac3, inv, True, False)
         _store_lanes(o_row + 384, row_ok, ad0, ad1, ad2, ad3, inv, True, False)
     else:
-        _store_lanes(o_row, row_ok, acc0, acc1, acc2, acc3, inv, FP8_LAYOUT, True, BF16_JOIN)
+        _store_lanes(o_row, row_ok, acc0, acc1, acc2, acc3, inv, FP8_LAYOUT)
 
 
 @triton.jit

@@ -319,7 +319,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
-        IN_ORDER: gl.constexpr = False,
+        IN_ORDER: gl.constexpr = True,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
@@ -408,7 +408,7 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
-        IN_ORDER: gl.constexpr = False,
+        IN_ORDER: gl.constexpr = True,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
