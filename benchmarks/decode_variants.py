@@ -48,7 +48,8 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 # Session 16: the Gluon kernel of ≤ 16-row programs (`fp8mla.decode.SM90_NARROW`). Its first
 # form (64-token tiles, 4 or 8 warps, one program per SM) lost to the Triton kernel
 # (s16-542c9c4-narrow-decode-variants.json); the plan times its 128-token form (the default
-# arm) against the Triton kernel, ABAB (s16-1c82df8-narrow-decode-variants.json: slower, off).
+# arm) against the Triton kernel, ABAB (s16-1c82df8-narrow-decode-variants.json: slower, off;
+# removed in session 35).
 # Session 18: the Gluon mma.sync kernel of ≤ 8-row programs (`fp8mla.decode.SM90_MMA8`, q in
 # registers, no padding rows) against the Triton kernel, ABAB: faster in every case (B=64 × 8K
 # 93.8 vs 112.7 µs, B=1 × 128K 39.5 vs 40.8; s18-2bde5d1-mma8-decode-variants.json), now the

@@ -5,7 +5,7 @@
 
 key=value pairs override fields of the launcher's DecodeConfig (block_n, num_warps, swap, ...;
 none: the launcher's own choice, the Gluon kernels included) and, as splits=N, the split count;
-upper-case keys set `fp8mla.decode`'s switches instead (SM90_NARROW=0).
+upper-case keys set `fp8mla.decode`'s switches instead (SM90_MMA8=0).
 """
 
 import sys

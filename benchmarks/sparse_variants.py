@@ -32,8 +32,8 @@ from fp8mla.runtime import decode_config
 # Session 11: converted once (h200-20261201-s11-once-sparse-variants.json: 60.5 → 74–93 µs) and
 # 8 warps (s11-2a8cd0b-w8-sparse-variants.json: 60.9 → 89.0), both dropped; split counts and 3
 # stages: defaults stay (s11-2a8cd0b-splits-sparse-variants.json). Session 16: the Gluon kernel
-# of ≤ 16-head programs (`SPARSE_SM90_NARROW`, the default arm) against the Triton kernel, ABAB,
-# and its split counts
+# of ≤ 16-head programs (`SPARSE_SM90_NARROW`, the default arm; slower, removed in session 35)
+# against the Triton kernel, ABAB, and its split counts
 # Session 19: the ≤ 8-row Gluon kernel over fp8_ds_mla lists (`SPARSE_SM90_MMA8`) against the
 # Triton kernel at both ring depths, ABAB (s19-e32f025-mma8-sparse-variants.json): B=64 × 8
 # heads 48.0 / 48.1 µs at 2 stages, 56.0 / 56.1 at 3, against 60.8 / 61.3; split counts 2 and 8

@@ -252,21 +252,6 @@ def _aligned(sig):
     return tuple(k for k, v in sig.items() if v.startswith("*") or k.startswith("stride"))
 
 
-def decode_narrow_compile(direct=False, s_q=1, heads=16, causal=True):
-    """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_narrow`)
-    for sm_90, as the launcher takes it for fp8 plans of s_q × heads-per-block ≤ 16; None where
-    this Triton has no (such) Gluon."""
-    from fp8mla.kernels import decode_sm90_narrow as kn
-
-    if not kn.AVAILABLE:
-        return None
-    sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
-                           "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
-    return _gluon_sm90_compile(kn._mla_decode_narrow_kernel, sig, {
-        "DIRECT": direct, "S_Q": s_q, "HEADS": heads, "CAUSAL": causal},
-        num_warps=kn.NUM_WARPS)
-
-
 def decode_mma8_compile(direct=False, s_q=1, heads=8, causal=True, rows=None, stages=None,
                         qk8=None):
     """The Gluon SM90 decode kernel of ≤ 16-row programs (`fp8mla.kernels.decode_sm90_mma8`)
@@ -370,27 +355,6 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
 
 
-def sparse_narrow_compile(direct=False, heads=16):
-    """The Gluon SM90 sparse kernel of ≤ 16-head programs over index lists
-    (`fp8mla.kernels.decode_sm90_narrow`) for sm_90; None where this Triton has no (such)
-    Gluon."""
-    from fp8mla.kernels import decode_sm90_narrow as kn
-
-    if not kn.AVAILABLE:
-        return None
-    sig = {"q_ptr": "*bf16", "u8_ptr": "*u8", "bf16_ptr": "*bf16", "f32_ptr": "*fp32",
-           "list_ptr": "*i32", "count_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
-           "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
-           "part_max_ptr": "*fp32",
-           **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
-                                 "stride_oh", "stride_lb", "stride_lh")},
-           "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
-           "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
-    return _gluon_sm90_compile(kn._mla_sparse_narrow_kernel, sig, {
-        "DIRECT": direct, "HEADS": heads}, num_warps=kn.NUM_WARPS,
-        pointers=("q_ptr", "u8_ptr", "bf16_ptr", "f32_ptr", "list_ptr"))
-
-
 def compile_target(cc):
     """All kernels for one target; returns JSON lines."""
     lines = []
@@ -440,7 +404,6 @@ def compile_target(cc):
                  ("sparse_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {}),
                  ("decode_sm90/fp8/H128-acc-rows", decode_sm90_compile, acc_rows),
                  ("sparse_sm90/fp8_ds_mla/H128-acc-rows", sparse_sm90_compile, acc_rows),
-                 ("decode_narrow/fp8/H16", decode_narrow_compile, {}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
                  ("decode_mma16_qk8/fp8/H16", decode_mma8_compile,  # (fp8_scores=True)
@@ -451,8 +414,7 @@ def compile_target(cc):
                   {"heads": 16, "qk8": True}),
                  ("sparse_mma8/fp8_ds_mla/H8", sparse_mma8_compile, {}),
                  ("sparse_mma8_qk8/fp8_ds_mla/H8", sparse_mma8_compile,  # (off by default)
-                  {"qk8": True}),
-                 ("sparse_narrow/fp8_ds_mla/H16", sparse_narrow_compile, {})]
+                  {"qk8": True})]
         for direct in (False, True):
             for name, compile_fn, kw in gluon:
                 k = compile_fn(direct, **kw)

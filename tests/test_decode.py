@@ -165,43 +165,6 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     assert not serves()
 
 
-def test_narrow_sm90_kernels_serve_where_documented(monkeypatch):
-    """The Gluon SM90 kernels of ≤ 16-row programs (off by default: slower than the Triton
-    kernel on the H200) serve, when switched on, fp8 dense plans of s_q × heads per block ≤ 16
-    over pages of ≥ 64 tokens and fp8_ds_mla sparse plans of ≤ 16 heads (no compaction), split
-    in their 128-token tiles, one program per SM."""
-    from fp8mla.kernels import decode_sm90_narrow as kn
-    from fp8mla.runtime import Target
-    from fp8mla.sparse import SparsePlan
-
-    if not kn.AVAILABLE:
-        pytest.skip("this Triton has no (such) Gluon")
-    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
-
-    dense = functools.partial(_dense_plan, heads=16, batch=64, ctx=8192)
-
-    def sparse(heads=8, fmt="fp8_ds_mla"):
-        return SparsePlan(num_queries=64, num_heads=heads, topk=2048, kv_format=fmt,
-                          device="cpu")
-
-    assert not dense().narrow and not sparse().narrow  # the defaults
-    monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", False)  # it would take ≤ 8 heads
-    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)  # it would take 16 rows here
-    plan = dense()
-    assert plan.narrow and plan.sm90 and plan.programs_per_sm == 1
-    assert plan.num_splits == decode_mod.choose_num_splits(64, 1, 8192, 132, kn.BLOCK_N)
-    assert dense(heads=8, s_q=2).narrow and dense(heads=3, s_q=4).narrow
-    assert not dense(heads=16, s_q=2).narrow  # 32 rows
-    assert not dense(page_size=32).narrow  # a 64-token box would span pages
-    assert not dense(fmt="fp8_ds_mla").narrow and not dense(fmt="bf16").narrow
-    plan = sparse()
-    assert plan.narrow and plan.sm90 and not plan.compacts
-    assert sparse(heads=16).narrow and not sparse(heads=32).narrow
-    assert not sparse(fmt="fp8").narrow
-
-
 def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     """The Gluon SM90 kernel of ≤ 8-row programs (`SM90_MMA8`) serves fp8 dense plans of
     s_q × heads ≤ 8 over pages of ≥ 64 tokens, one program for all heads, split in its 64-token
@@ -216,20 +179,19 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
     dense = _dense_plan
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
-    monkeypatch.setattr(decode_mod, "SM90_NARROW", True)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)  # 16 rows: the narrow kernel here
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)  # 16 rows: the Triton kernel here
     plan = dense()
-    assert plan.mma8 and plan.sm90 and not plan.narrow and plan.head_blocks == 1
+    assert plan.mma8 and plan.sm90 and plan.head_blocks == 1
     per_sm = k8.programs_per_sm(k8.ROWS, k8.STAGES)
     assert plan.programs_per_sm == per_sm == 2 and plan.ring_stages == k8.STAGES == 3
     assert plan.num_splits == decode_mod.choose_num_splits(1, 1, 131072, 132 * per_sm,
                                                            k8.BLOCK_N)
     assert dense(heads=4, s_q=2).mma8 and dense(heads=2, s_q=4).mma8 and dense(heads=1).mma8
-    assert not dense(heads=16).mma8 and dense(heads=16).narrow  # 16 rows: the other kernel
+    assert not dense(heads=16).mma8  # 16 rows: the wide form's, off here
     assert not dense(heads=3, s_q=3).mma8  # 9 rows
     assert not dense(page_size=32).mma8  # a 64-token box would span pages
     assert not dense(fmt="bf16").mma8
-    assert plan.kernel == "mma8" and dense(heads=16).kernel == "narrow"
+    assert plan.kernel == "mma8" and dense(heads=16).kernel == "triton"
     monkeypatch.setattr(decode_mod, "SM90_MMA8", False)
     assert not dense().mma8
 
@@ -376,15 +338,14 @@ def test_sparse_mma8_sm90_kernel_serves_where_documented(monkeypatch):
                           device="cpu", **kw)
 
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", True)
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", True)
     plan = sparse()
-    assert plan.mma8 and plan.sm90 and not plan.narrow and not plan.compacts
+    assert plan.mma8 and plan.sm90 and not plan.compacts
     assert plan.head_blocks == 1 and plan.programs_per_sm == 2  # 2 stages: 85 KB
     assert not plan.qk8 and sparse(fp8_scores=True).qk8  # the FP8 first product: per plan
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_STAGES", 3)
     assert sparse().programs_per_sm == 1 == km.programs_per_sm(3)  # 125 KB
     assert sparse(heads=1).mma8 and sparse(heads=5).mma8
-    assert not sparse(heads=9).mma8 and sparse(heads=16).narrow
+    assert not sparse(heads=9).mma8 and not sparse(heads=16).sm90  # the Triton kernel's
     assert not sparse(fmt="fp8").mma8 and not sparse(fmt="bf16").mma8
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", False)
     assert not sparse().mma8
@@ -493,14 +454,14 @@ def test_partials_dtype_rule(monkeypatch):
     kernels (the 64-row ones while `SM90_ROWS_IN_ORDER` stores their rows 16 bytes a thread)
     and on the Triton kernel over bf16 rows at ≤ 32 rows a program, where it measured faster
     on the H200; float32 on the Triton kernel over FP8 rows (its compiles spill with bf16
-    stores), the narrow experiment, and the 64-row kernels' accumulator stores."""
+    stores) and the 64-row kernels' accumulator stores."""
     assert decode_mod.PARTIALS_BF16_MIN_SPLITS == 2 and not decode_mod.PARTIALS_BF16_EVERYWHERE
     assert decode_mod.SM90_ROWS_IN_ORDER
     bf16 = {("mma8", "fp8", 8), ("mma8", "fp8_ds_mla", 16), ("mma16", "fp8", 16),
             ("mma16", "fp8_ds_mla", 16), ("triton", "bf16", 16), ("triton", "bf16", 32),
             ("sm90", "fp8", 64), ("sm90", "fp8_ds_mla", 64)}
     fp32 = {("triton", "bf16", 64), ("triton", "fp8", 16), ("triton", "fp8_ds_mla", 16),
-            ("triton", "fp8", 32), ("narrow", "fp8", 16)}
+            ("triton", "fp8", 32)}
     for splits in (2, 3, 16, 256):
         for key in bf16 | fp32:
             want = torch.bfloat16 if key in bf16 else torch.float32

@@ -533,15 +533,13 @@ def test_cuda_graph_replays_with_new_lengths_and_contents(fmt):
 
 @pytest.mark.parametrize("heads,s_q,lens", [(8, 1, [8192, 1, 4097, 0, 130]), (5, 2, [3000, 63]),
                                            (3, 3, [20000, 64])])
-@pytest.mark.parametrize("narrow", [False, True])
-def test_tma_tiles_match_reference_past_page_tails(heads, s_q, lens, narrow, monkeypatch):
-    """fp8 TMA tiles in the Triton kernel (rope box read before the words are converted) and in
-    the Gluon kernel of ≤ 16-row programs (`SM90_NARROW`, on an SM90 GPU): the scores'
-    positions follow their rows through causal s_q > 1, partial last tiles and split
-    boundaries. Every page tail past a length is e4m3 NaN: a position attached to the wrong row
-    would attend to one."""
-    monkeypatch.setattr(decode_mod, "SM90_NARROW", narrow)
+def test_tma_tiles_match_reference_past_page_tails(heads, s_q, lens, monkeypatch):
+    """fp8 TMA tiles in the Triton kernel (rope box read before the words are converted; the
+    ≤ 16-row Gluon kernels off): the scores' positions follow their rows through causal
+    s_q > 1, partial last tiles and split boundaries. Every page tail past a length is e4m3
+    NaN: a position attached to the wrong row would attend to one."""
     monkeypatch.setattr(decode_mod, "SM90_MMA8", False)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)
     cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=heads)
     rows = cache.layer(0).view(-1, 576)
     for b, n in enumerate(lens):
@@ -550,9 +548,7 @@ def test_tma_tiles_match_reference_past_page_tails(heads, s_q, lens, narrow, mon
     q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format="fp8",
                       page_size=64, cache_seqlens=seqlens, device="cuda")
-    if narrow and not plan.narrow:
-        pytest.skip("the narrow Gluon kernel serves SM90 GPUs with a Triton that has Gluon")
-    assert plan.tma and plan.sm90 == narrow
+    assert plan.tma and plan.kernel == "triton"
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
     assert_close(out, ro, name="out")

@@ -63,12 +63,11 @@ def _expected():
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
                          "decode_sm90/fp8/H128-acc-rows", "sparse_sm90/fp8_ds_mla/H128-acc-rows",
-                         "decode_narrow/fp8/H16", "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
+                         "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
                          "decode_mma16_qk8/fp8/H16",
                          "decode_mma8/fp8_ds_mla/H8", "decode_mma16/fp8_ds_mla/H16",
                          "decode_mma16_qk8/fp8_ds_mla/H16",
-                         "sparse_mma8/fp8_ds_mla/H8", "sparse_mma8_qk8/fp8_ds_mla/H8",
-                         "sparse_narrow/fp8_ds_mla/H16"):
+                         "sparse_mma8/fp8_ds_mla/H8", "sparse_mma8_qk8/fp8_ds_mla/H8"):
                 yield what, cc
                 yield f"{what}-direct", cc
         if cc >= pc.PDL_CC:
@@ -98,8 +97,8 @@ def test_kernel_fits_target(compiled, what, cc):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
     if what.startswith("sparse_sm90/"):
         assert not row["tma"], "sparse rows are gathered one token at a time (cp.async)"
-    # the Gluon SM90 kernels signal the combine wherever one follows (bar the narrow kernels
-    # and the fp8 wide form: `fp8mla.decode.PDL_SIGNAL`)
+    # the Gluon SM90 kernels signal the combine wherever one follows (bar the fp8 wide form:
+    # `fp8mla.decode.PDL_SIGNAL`)
     gluon_pdl = (what.startswith(("decode_sm90/", "sparse_sm90/", "decode_mma", "sparse_mma"))
                  and not what.startswith(("decode_mma16/fp8/", "decode_mma16_qk8/fp8/"))
                  and not what.endswith("-direct") and PDL_SIGNAL)

@@ -164,21 +164,19 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
 def _force(monkeypatch, kernel, stages=None, qk8=None):
     """Serve ≤ 16-head fp8_ds_mla plans by ``kernel``: "mma8" (the ≤ 8-row Gluon kernel,
     `SPARSE_SM90_MMA8`, with ``stages`` ring stages and, where ``qk8`` is given, its first
-    product as FP8 wgmma or not: `SPARSE_SM90_MMA8_QK8`), "narrow" (`SPARSE_SM90_NARROW`) or
-    "triton"."""
+    product as FP8 wgmma or not: `SPARSE_SM90_MMA8_QK8`) or "triton"."""
     import fp8mla.decode as decode_mod
 
     if qk8 is not None:
         monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_QK8", qk8)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", kernel == "mma8")
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_NARROW", kernel == "narrow")
     if stages:
         monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_STAGES", stages)
 
 
 def _served_by(plan, kernel):
     """Skip where the forced Gluon kernel cannot serve (not SM90, no Gluon, too many heads)."""
-    served = {"mma8": plan.mma8, "narrow": plan.narrow, "triton": not plan.sm90}[kernel]
+    served = {"mma8": plan.mma8, "triton": not plan.sm90}[kernel]
     if kernel != "triton" and not served:
         pytest.skip(f"the {kernel} Gluon kernel serves SM90 GPUs with a Triton that has Gluon"
                     f"{' and ≤ 8 heads' * (kernel == 'mma8')}")
@@ -187,13 +185,12 @@ def _served_by(plan, kernel):
 
 @pytest.mark.parametrize("heads", [16, 8, 5, 3])
 @pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("kernel", ["mma8", "narrow", "triton"])
-def test_narrow_sparse_kernels_direct_and_split(kernel, splits, heads, monkeypatch):
-    """≤ 16-head programs over fp8_ds_mla lists: the Gluon SM90 kernels (≤ 8 rows on mma.sync,
-    `SPARSE_SM90_MMA8`; 128-entry tiles, `SPARSE_SM90_NARROW`; on an SM90 GPU) and the Triton
-    kernel, with one split and three, a query with no valid entry (lse +inf), whole tiles of
-    −1, slots past the pool, −1 every 7th entry, topk_length shorter than the list and not a
-    multiple of a tile."""
+@pytest.mark.parametrize("kernel", ["mma8", "triton"])
+def test_few_head_sparse_kernels_direct_and_split(kernel, splits, heads, monkeypatch):
+    """≤ 16-head programs over fp8_ds_mla lists: the Gluon SM90 kernel (≤ 8 rows on mma.sync,
+    `SPARSE_SM90_MMA8`, on an SM90 GPU) and the Triton kernel, with one split and three, a
+    query with no valid entry (lse +inf), whole tiles of −1, slots past the pool, −1 every 7th
+    entry, topk_length shorter than the list and not a multiple of a tile."""
     _force(monkeypatch, kernel)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=37 + heads)
     idx[2] = -1

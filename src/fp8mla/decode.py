@@ -111,21 +111,13 @@ SM90_GLUON = True
 # slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
-# SM90, fp8 rows, programs of ≤ 16 query rows (s_q × heads per block) over pages of ≥ 64
-# tokens: the Gluon kernel with swapped operands (`fp8mla.kernels.decode_sm90_narrow`: tokens
-# as the wgmma M, each value converted once, 128-token tiles over two warpgroups). Off: correct
-# on the H200 but slower than the Triton kernel, ABAB — B=64 × 8K × 16 heads 139.3 / 139.4 µs
-# against 114.6 / 114.4, B=1 × 128K 47.2 / 47.2 against 40.8 / 40.8, s_q 2 × 8 heads 138.7
-# against 115.0 (h200-20261201-s16-1c82df8-narrow-decode-variants.json; its first form, 64-token
-# tiles in 4 or 8 warps: 160.7 / 203.5 µs, -542c9c4-narrow-decode-variants.json). The GPU
-# tests run it forced on
-SM90_NARROW = False
-# the same kernel form for sparse plans of fp8_ds_mla rows over index lists
-# (`decode_sm90_narrow._mla_sparse_narrow_kernel`: 128 gathered entries per tile, checked in
-# the kernel). Off: correct on the H200 but slower than the Triton kernel, ABAB — B=64 × 8
-# heads × topk 2048 67.1 / 67.5 µs against 61.5 / 61.4, 16 heads 68.5 / 68.4 against 67.8
-# (h200-20261201-s16-65e243b-narrow-sparse-variants.json). The GPU tests run it forced on
-SPARSE_SM90_NARROW = False
+# (Session 16's Gluon kernels of ≤ 16-row programs with swapped operands — tokens as the
+# wgmma M, 128-token tiles over two warpgroups, dense fp8 and sparse fp8_ds_mla — measured
+# slower than the Triton kernel they were to replace (B=64 × 8K × 16 heads 139.3 against
+# 114.6 µs, sparse B=64 × 8 67.1 against 61.5: h200-20261201-s16-1c82df8-narrow-decode-
+# variants.json, -65e243b-narrow-sparse-variants.json), stayed off behind `SM90_NARROW` /
+# `SPARSE_SM90_NARROW` once the mma.sync kernels below served those plans, and were removed in
+# session 35.)
 # SM90, fp8 rows, programs of ≤ 8 query rows (s_q × heads: GLM-5 at TP8) over pages of ≥ 64
 # tokens: the Gluon kernel on mma.sync with swapped operands and q in registers
 # (`fp8mla.kernels.decode_sm90_mma8`: no padding rows, no q reloads). H200, ABAB against the
@@ -307,10 +299,9 @@ def partials_dtype(num_splits: int, kernel: str, kv_format: str, rows: int) -> t
     152.9 → 161.5 / 158.9, × 64 heads (2) 272.7 / 270.1 → 280.8 / 278.2, fp8 × 32 heads (2)
     169.1 / 167.5 → 174.2 / 172.5 (its exceptions: fp8 B=64 × 8K × 16 (4) 113.8 / 111.2 →
     112.8 / 110.4, s_q 2 × 16 (2) 169.7 / 168.1 → 166.9 / 165.1; -f08c00a-triton-partials-ab).
-    The narrow kernel (an experiment, off): float32, unmeasured. A plan whose Gluon kernel
-    falls back to the Triton kernel (a pool not 16-byte aligned) keeps its bf16 partials, which
-    that kernel stores too (slower). `PARTIALS_BF16_EVERYWHERE` (tests) takes bf16 on every
-    kernel."""
+    A plan whose Gluon kernel falls back to the Triton kernel (a pool not 16-byte aligned)
+    keeps its bf16 partials, which that kernel stores too (slower). `PARTIALS_BF16_EVERYWHERE`
+    (tests) takes bf16 on every kernel."""
     bf16 = (PARTIALS_BF16_EVERYWHERE or kernel in ("mma8", "mma16")
             or (kernel == "sm90" and SM90_ROWS_IN_ORDER)
             or (kernel == "triton" and kv_format == "bf16" and rows <= 32))
@@ -476,8 +467,7 @@ class DecodePlan:
         if self._block_heads:
             self.config = decode_config(self.target.cc, self.fmt.name, self._block_heads,
                                         self.s_q, self.sparse)
-        self.narrow = not self.mma8 and config is None and self._narrow_serves()
-        self.sm90 = self.mma8 or self.narrow or (config is None and self._sm90_serves())
+        self.sm90 = self.mma8 or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
@@ -519,12 +509,9 @@ class DecodePlan:
     def kernel(self) -> str:
         """The kernel serving this plan (on a pool whose rows are 16-byte aligned): "mma8"
         (`decode_sm90_mma8`, its fp8_ds_mla and sparse forms), "mma16" (the wide forms, fp8
-        and fp8_ds_mla), "narrow" (`decode_sm90_narrow`), "sm90" (`decode_sm90`) or "triton"
-        (`_mla_decode_kernel`)."""
+        and fp8_ds_mla), "sm90" (`decode_sm90`) or "triton" (`_mla_decode_kernel`)."""
         if self.mma8:
             return "mma8" if self.mma_rows == 8 else "mma16"
-        if self.narrow:
-            return "narrow"
         return "sm90" if self.sm90 else "triton"
 
     @property
@@ -738,10 +725,6 @@ class DecodePlan:
 
     def _tile_tokens(self) -> int:
         """Tokens per tile of the kernel that serves this plan (whole tiles per split)."""
-        if self.narrow:
-            from fp8mla.kernels import decode_sm90_narrow as kn
-
-            return kn.BLOCK_N
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
@@ -846,23 +829,6 @@ class DecodePlan:
         tiles = self._program_tiles(max_seqlen, self.num_splits, self.programs_per_sm)
         return wanted(SM90_MMA16_QK8) and tiles >= SM90_MMA16_QK8_MIN_TILES
 
-    def _narrow_serves(self) -> bool:
-        """Whether the narrow Gluon SM90 kernel (`decode_sm90_narrow`, 128-token wgmma tiles of
-        ≤ 16 rows) serves this plan: dense fp8 rows in pages of ≥ 64 tokens (`SM90_NARROW`) or
-        sparse fp8_ds_mla rows over index lists (`SPARSE_SM90_NARROW`); s_q × heads per block
-        ≤ 16, a GPU of compute capability 9.0 and a Triton with Gluon."""
-        if self.target.interpreted or self.target.cc != 90:
-            return False
-        if self.sparse:
-            if not (SPARSE_SM90_NARROW and self.fmt.name == "fp8_ds_mla"):
-                return False
-        elif not (SM90_NARROW and self.fmt.name == "fp8"):
-            return False
-        from fp8mla.kernels import decode_sm90_narrow as kn  # imports Gluon
-
-        return (kn.AVAILABLE and self.s_q * self.config.heads_per_block <= kn.ROWS
-                and (self.sparse or self.page_size >= kn.HALF))
-
     def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,
                      direct):
         """`fp8mla.kernels.decode_sm90` over the plan's grid; descriptors built once per pool."""
@@ -881,18 +847,6 @@ class DecodePlan:
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
                 QK8=self.qk8, PDL=self._pdl_signal(direct), num_warps=km.NUM_WARPS)
-            return
-        if self.sparse and self.narrow:  # block_table: the index lists; cache_seqlens: their
-            from fp8mla.kernels import decode_sm90_narrow as kn  # lengths
-
-            kn._mla_sparse_narrow_kernel[grid](
-                q, flat, flat.view(torch.bfloat16), flat.view(torch.float32), block_table,
-                cache_seqlens, out, lse, self.max_logits, self.part_out, self.part_lse,
-                self.part_max, q.stride(0), q.stride(2), block_table.stride(0), out.stride(0),
-                out.stride(2), lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse,
-                self.num_heads, self.num_splits, min(block_table.shape[1], 2**31 - 1),
-                flat.shape[0], DIRECT=direct, HEADS=self.config.heads_per_block,
-                num_warps=kn.NUM_WARPS)
             return
         if self.sparse:
             decode_sm90._mla_sparse_sm90_kernel[grid](
@@ -933,29 +887,21 @@ class DecodePlan:
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
                 PDL=self._pdl_signal(direct), num_warps=kd.NUM_WARPS)
             return
-        if self.mma8 or self.narrow:  # the dense fp8 ≤ 16-row kernels: the same arguments
-            dense = (q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse,
-                     self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
-                     q.stride(1), q.stride(2), block_table.stride(0), out.stride(0),
-                     out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
-                     self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
-                     self.page_size.bit_length() - 1,
-                     min(block_table.shape[1] * self.page_size, 2**31 - 1))
-            if self.mma8:
-                from fp8mla.kernels import decode_sm90_mma8 as k8
+        if self.mma8:  # the dense fp8 ≤ 16-row kernels
+            from fp8mla.kernels import decode_sm90_mma8 as k8
 
-                k8._mla_decode_mma8_kernel[grid](
-                    *dense, self._len_hint, DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads,
-                    CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
-                    stamp_ptr=self.timeline, TIMELINE=self.timeline is not None, QK8=self.qk8,
-                    PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
-                    num_warps=k8.NUM_WARPS)
-            else:
-                from fp8mla.kernels import decode_sm90_narrow as kn
-
-                kn._mla_decode_narrow_kernel[grid](
-                    *dense, DIRECT=direct, S_Q=self.s_q, HEADS=self.config.heads_per_block,
-                    CAUSAL=self.causal, num_warps=kn.NUM_WARPS)
+            k8._mla_decode_mma8_kernel[grid](
+                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
+                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
+                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1), out.stride(2),
+                lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale, empty_lse,
+                self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1), self._len_hint,
+                DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
+                R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
+                TIMELINE=self.timeline is not None, QK8=self.qk8,
+                PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
+                num_warps=k8.NUM_WARPS)
             return
         decode_sm90._mla_decode_sm90_kernel[grid](
             q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,

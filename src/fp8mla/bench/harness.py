@@ -173,8 +173,8 @@ def keep_row(path: str, rows: list[dict], row: dict, **header) -> None:
 def kernel_note(plan) -> str:
     """What serves ``plan`` (a `DecodePlan` or `SparsePlan`), for a record's note: the Gluon
     ≤ 16-row kernels' rows, ring and first product (qk8: FP8 wgmma), else the plan's
-    `DecodeConfig` (the Triton kernel's; the 64-head and narrow Gluon kernels take only their
-    tile sizes from it)."""
+    `DecodeConfig` (the Triton kernel's; the 64-head Gluon kernels take only their tile sizes
+    from it)."""
     head = f"kernel={plan.kernel} splits={plan.num_splits}"
     tail = f" pdl={plan._pdl and plan.num_splits > 1} programs/SM={plan.programs_per_sm}"
     if plan.num_splits > 1:  # the split partials' dtype (`fp8mla.decode.partials_dtype`)
