@@ -214,9 +214,9 @@ def test_floors_reject_bad_arguments_by_name():
 
 def test_flush_ab_plans_name_real_switches(monkeypatch):
     """`benchmarks/flush_ab.py`'s plans: arms that differ, each patching attributes their
-    modules have (a misspelt switch would be set beside the real one and the A/B would time
-    one arm twice), and every case a dense (DecodeCase, format) or a sparse (batch, heads,
-    topk, s_q)."""
+    modules have (a misspelt or removed switch would stop the device run at its first arm,
+    after the minutes spent reaching it), and every case a dense (DecodeCase, format) or a
+    sparse (batch, heads, topk, s_q)."""
     import pathlib
 
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[1] / "benchmarks"))

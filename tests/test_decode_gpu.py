@@ -413,10 +413,10 @@ def test_narrow_combine_programs(lens, splits):
                                               ("fp8_ds_mla", 32, "mma16")])  # head blocks
 def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_EVERYWHERE`:
-    the kernels that default to float32 too) through the dense Gluon kernels' and the Triton
-    kernel's partial stores (over bf16 and FP8 rows) and the combine: forced splits, NaN page
-    tails (the sparse kernels': tests/test_sparse_gpu.py); the wide forms with their FP8 first
-    product."""
+    on the Triton kernel over FP8 rows too, whose default is float32) through the dense Gluon
+    kernels' and the Triton kernel's partial stores (over bf16 and FP8 rows) and the combine:
+    forced splits, NaN page tails (the sparse kernels': tests/test_sparse_gpu.py); the wide
+    forms with their FP8 first product."""
     _mma16_only(monkeypatch, qk8=True)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
@@ -602,12 +602,14 @@ def _graph_replays(fmt, heads=16):
 
 
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8_ds_mla", 8, 1),
-                                           ("fp8_ds_mla", 16, 2), ("fp8_ds_mla", 32, 1)])
+                                           ("fp8_ds_mla", 16, 2), ("fp8_ds_mla", 32, 1),
+                                           ("fp8", 128, 1)])
 def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     """A pool whose first row is not 16-byte aligned cannot be described for TMA: a plan of
-    the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla head blocks) hands that call to
-    the Triton kernel with its own config, and the result matches the reference; the same plan
-    then serves the aligned pool on its own kernel."""
+    the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla head blocks) or of the 64-row
+    kernel (4 splits: its bf16 partials then stored by the Triton kernel, which would have
+    taken float32) hands that call to the Triton kernel with its own config, and the result
+    matches the reference; the same plan then serves the aligned pool on its own kernel."""
     _mma16_only(monkeypatch, qk8=True)
     lens = [3000, 65, 0]
     cache, table, seqlens = paged_cache(fmt, lens, 64,
@@ -620,9 +622,13 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     assert shifted.data_ptr() % 16 == 8 and pool.data_ptr() % 16 == 0
     q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
-                      page_size=64, cache_seqlens=seqlens, device="cuda")
-    assert plan.mma8 and plan.head_blocks == (2 if heads * s_q > 16 else 1)
-    assert plan.qk8 == (heads * s_q > 8)  # the wide forms' FP8 product, switched on
+                      page_size=64, cache_seqlens=seqlens, device="cuda",
+                      num_splits=4 if heads > 32 else None)
+    if heads > 32:
+        assert plan.kernel == "sm90" and plan.part_out.dtype == torch.bfloat16
+    else:
+        assert plan.mma8 and plan.head_blocks == (2 if heads * s_q > 16 else 1)
+        assert plan.qk8 == (heads * s_q > 8)  # the wide forms' FP8 product, switched on
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
     for rows in (shifted, pool):
         out, lse = plan.run(q, rows, table, seqlens, fp8_scale=cache.scale(0))

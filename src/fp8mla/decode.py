@@ -291,7 +291,7 @@ def partials_dtype(num_splits: int, kernel: str, kv_format: str, rows: int) -> t
       109.6, B=2 × 32K × 128 (32) 67.4 / 67.2 → 66.1 / 65.4, B=1 × 128K × 64 (128) 70.6 / 69.4
       → 66.2 / 65.4, sparse B=8 × 64 (16) 28.8 / 27.8 → 28.4 / 27.4, B=64 × 64 (2) 75.4 / 74.3
       → 72.5 / 71.1 (h200-20261204-s35-a499cda-sm90-rows-ab.json; float32 partials with the
-      output in order measured within 0.3 µs of the old stores in every split plan).
+      output in order measured within 0.25 µs of the old stores in every split plan).
 
     Slower, so float32: the Triton kernel over FP8 rows, whose compiles spill with bf16
     stores (sm_90, triton 3.6: 54 local stores at 16 rows against none, 37 against 2 at 32):
@@ -410,9 +410,10 @@ class DecodePlan:
 
     A plan of several splits keeps each split's normalized partial output in a workspace
     sized once (`workspace_bytes`): in bfloat16 on the kernels where halving its traffic
-    against float32 measured faster on the H200 (`partials_dtype`: the ≤ 16-row Gluon kernels,
-    the Triton kernel over bf16 rows at ≤ 32 rows a program) — one more bf16 rounding of each partial before the
-    LSE-weighted merge (the output is bf16 too) — else float32; the LSE float32.
+    against float32 measured faster on the H200 (`partials_dtype`: the Gluon kernels — the
+    64-row ones while `SM90_ROWS_IN_ORDER` — and the Triton kernel over bf16 rows at ≤ 32 rows
+    a program) — one more bf16 rounding of each partial before the LSE-weighted merge (the
+    output is bf16 too) — else float32; the LSE float32.
     """
 
     sparse = False  # fp8mla.sparse.SparsePlan reuses this plan with index lists

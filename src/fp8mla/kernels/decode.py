@@ -117,8 +117,9 @@ def _store_lanes(row_ptr, row_ok, l0, l1, l2, l3, scale, FP8_LAYOUT: tl.constexp
     4-byte stores, but in the scale-folded kernel the join spills 80 B per thread (sm_90,
     triton 3.6) and costs more than the scatter of 16 rows. Where the joined compile spills
     instead (bf16 rows at ≤ 64 rows over fp8 rows, sm_90 / sm_100 / sm_120), joined still
-    measured faster on the H200 than lane by lane (level to 55 µs:
-    h200-20261204-s35-a499cda-triton-lanes-ab.json)."""
+    measured level with or faster than lane by lane on the H200 (up to 55 µs) wherever it
+    serves by default; lane by lane won only with bf16 partials at 256 splits, where the
+    default is float32 (h200-20261204-s35-a499cda-triton-lanes-ab.json)."""
     m = row_ok[:, None]
     WIDTH: tl.constexpr = l0.shape[1]
     out_t = row_ptr.dtype.element_ty
