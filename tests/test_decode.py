@@ -142,6 +142,12 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8", page_size=64, max_seqlen=4096,
                       device="cpu")
     assert plan.programs_per_sm == 1  # 225 KB of shared memory: one program per SM
+    from fp8mla.bench.harness import kernel_note  # what the benchmarks' records say
+
+    assert kernel_note(plan).startswith("kernel=sm90 splits=")
+    assert kernel_note(plan).endswith(" rows_in_order=True")
+    monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", False)
+    assert kernel_note(plan).endswith(" rows_in_order=False")
     assert not serves(heads=32)  # 32-row programs
     assert not serves(s_q=2)
     assert not serves(page_size=32)  # tiles would span pages

@@ -174,11 +174,15 @@ def kernel_note(plan) -> str:
     """What serves ``plan`` (a `DecodePlan` or `SparsePlan`), for a record's note: the Gluon
     ≤ 16-row kernels' rows, ring and first product (qk8: FP8 wgmma), else the plan's
     `DecodeConfig` (the Triton kernel's; the 64-head Gluon kernels take only their tile sizes
-    from it)."""
+    from it, and store bf16 rows in dim order or not: `fp8mla.decode.SM90_ROWS_IN_ORDER`)."""
+    from fp8mla import decode
+
     head = f"kernel={plan.kernel} splits={plan.num_splits}"
     tail = f" pdl={plan._pdl and plan.num_splits > 1} programs/SM={plan.programs_per_sm}"
     if plan.num_splits > 1:  # the split partials' dtype (`fp8mla.decode.partials_dtype`)
         tail += f" partials={str(plan.part_out.dtype).removeprefix('torch.')}"
+    if plan.kernel == "sm90":
+        tail += f" rows_in_order={decode.SM90_ROWS_IN_ORDER}"
     if plan.mma8:  # ("mma8", "mma16")
         return f"{head} rows={plan.mma_rows} ring={plan.ring_stages} qk8={plan.qk8}{tail}"
     c = plan.config
