@@ -1,5 +1,6 @@
 """Builders shared by the kernel tests: random paged caches with poisoned free pages; the
-portability compile started in the background."""
+portability compile started in the background; the skip where the SM90 Gluon kernels cannot
+run."""
 
 from __future__ import annotations
 
@@ -8,11 +9,21 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
 import torch
 
 from fp8mla.cache import PagedKVCache, build_block_table
 
 POISON_PAD = 1 << 30  # block-table padding: a page id far past any pool
+
+
+def sm90_gluon_only(what: str) -> None:
+    """Skip unless this GPU is SM90 (compute capability 9.0) and this Triton has the Gluon the
+    64-row kernels (`fp8mla.kernels.decode_sm90`) need; ``what``: "decode" or "sparse"."""
+    from fp8mla.kernels import decode_sm90
+
+    if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
+        pytest.skip(f"the Gluon {what} kernel serves SM90 (compute capability 9.0) only")
 
 
 def poison(cache: PagedKVCache) -> None:

@@ -9,7 +9,14 @@ import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan
 from fp8mla.testing import assert_close
-from helpers import assert_blind_rows, assert_close_qk8, extreme_q, paged_cache, request_rows
+from helpers import (
+    assert_blind_rows,
+    assert_close_qk8,
+    extreme_q,
+    paged_cache,
+    request_rows,
+    sm90_gluon_only,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -59,13 +66,6 @@ def test_register_cap_matches_reference_and_schedules_more_programs(fmt):
         assert plan.programs_per_sm == 3
 
 
-def _sm90_only():
-    from fp8mla.kernels import decode_sm90
-
-    if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
-        pytest.skip("the Gluon decode kernel serves SM90 (compute capability 9.0) only")
-
-
 @pytest.mark.parametrize("heads,lens,page_size,splits", [
     (128, [8192, 1, 4097, 0], 64, None),
     (65, [1000, 63, 64, 65], 128, None),
@@ -80,7 +80,7 @@ def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
     split counts; every row a page holds past its request's end is e4m3 NaN (0x7F), so a
     partial tile that read them would poison the output. out / lse written into NaN-filled
     strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request."""
-    _sm90_only()
+    sm90_gluon_only("decode")
     plan = _check_poisoned_tails(heads, 1, lens, page_size, splits)
     assert plan.sm90 and not plan.mma8
 
@@ -150,7 +150,7 @@ def _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt="fp8", policy
 def _mma8_only(monkeypatch, stages=None):
     """Switch the ≤ 8-row Gluon kernels on (`SM90_MMA8`, `SM90_MMA8_DS` with ``stages`` ring
     stages or its default); skip where they cannot serve."""
-    _sm90_only()
+    sm90_gluon_only("decode")
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS", True)
     if stages:
@@ -435,7 +435,7 @@ def test_sm90_rows_in_order(heads, splits, in_order, bf16_partials, monkeypatch)
     default in split plans) — float32 partials (stored in place either way), and the
     accumulator's stores (the switch off) match the reference with NaN page tails; 100 heads: a
     part-empty second head block."""
-    _sm90_only()
+    sm90_gluon_only("decode")
     monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", in_order)
     if not bf16_partials:
         monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1025)
@@ -499,7 +499,7 @@ def test_sm90_mma16_kernel_in_a_graph_and_second_pool(fmt, qk8, monkeypatch):
 
 def test_sm90_gluon_kernel_in_a_graph():
     """The Gluon kernel (fp8, 128 heads) captured once, replayed with new lengths and contents."""
-    _sm90_only()
+    sm90_gluon_only("decode")
     plan = _graph_replays("fp8", heads=128)
     assert plan.sm90
 
@@ -507,7 +507,7 @@ def test_sm90_gluon_kernel_in_a_graph():
 def test_sm90_gluon_kernel_second_pool():
     """One plan run over two pools in turn (the Gluon kernel's TMA descriptors are built per
     pool): each result matches its own pool's reference, also on returning to the first."""
-    _sm90_only()
+    sm90_gluon_only("decode")
     assert _second_pool(heads=128).sm90
 
 
@@ -538,8 +538,7 @@ def test_tma_tiles_match_reference_past_page_tails(heads, s_q, lens, monkeypatch
     ≤ 16-row Gluon kernels off): the scores' positions follow their rows through causal
     s_q > 1, partial last tiles and split boundaries. Every page tail past a length is e4m3
     NaN: a position attached to the wrong row would attend to one."""
-    monkeypatch.setattr(decode_mod, "SM90_MMA8", False)
-    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)
+    monkeypatch.setattr(decode_mod, "SM90_MMA8", False)  # (the fp8 wide form with it)
     cache, table, seqlens = paged_cache("fp8", lens, 64, device="cuda", seed=heads)
     rows = cache.layer(0).view(-1, 576)
     for b, n in enumerate(lens):

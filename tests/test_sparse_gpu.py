@@ -9,7 +9,7 @@ import torch
 from fp8mla import reference
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
-from helpers import assert_close_qk8, extreme_q, sparse_lists, sparse_pool
+from helpers import assert_close_qk8, extreme_q, sm90_gluon_only, sparse_lists, sparse_pool
 
 pytestmark = pytest.mark.gpu
 
@@ -111,10 +111,8 @@ def test_sm90_rows_in_order_sparse(heads, splits, in_order, bf16_partials, monke
     plans) — float32 partials, and the accumulator's stores (the switch off) match the
     reference; 100 heads: a part-empty second head block."""
     import fp8mla.decode as decode_mod
-    from fp8mla.kernels import decode_sm90
 
-    if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
-        pytest.skip("the Gluon sparse kernel serves SM90 (compute capability 9.0) only")
+    sm90_gluon_only("sparse")
     monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", in_order)
     if not bf16_partials:
         monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1025)
@@ -138,10 +136,8 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
     −1 and slots past the pool scattered through the lists (whole tiles of them too),
     topk_length shorter than the list; the kernel checks each entry itself (no compaction)."""
     import fp8mla.decode as decode_mod
-    from fp8mla.kernels import decode_sm90
 
-    if torch.cuda.get_device_capability() != (9, 0) or not decode_sm90.AVAILABLE:
-        pytest.skip("the Gluon sparse kernel serves SM90 (compute capability 9.0) only")
+    sm90_gluon_only("sparse")
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=31)
     idx[2] = -1  # nothing to attend
