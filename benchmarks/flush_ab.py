@@ -163,6 +163,9 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   in every case — fp8 B=1 × 128K × 64 (128 splits) 70.6 / 69.4 → 66.2 / 65.4, one-split
 #   B=64 × 8K × 128 393.4 / 392.9 → 389.3 / 387.1, sparse B=128 × 128 242.7 / 241.5 → 234.3 /
 #   232.9 (`fp8mla.decode.SM90_ROWS_IN_ORDER` and `partials_dtype` give the pair since).
+# Session 36:
+# - "ds-paged": dense fp8_ds_mla plans of 64-head programs on the sparse 64-row Gluon kernel
+#   reading pool rows through the block table (`SM90_DS_PAGED`) against the Triton kernel.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -172,6 +175,13 @@ PLANS = {
         [(DecodeCase(32, 8192, 64), "fp8"), (DecodeCase(2, 32768, 128), "fp8"),
          (DecodeCase(1, 131072, 64), "fp8"), (DecodeCase(64, 8192, 128), "fp8"),
          (8, 64, 2048, 1), (64, 64, 2048, 1), (128, 128, 2048, 1)]),
+    "ds-paged": (
+        [("Gluon, paged gather", {}), ("Triton kernel", {"SM90_DS_PAGED": False})],
+        [(DecodeCase(64, 8192, 128), "fp8_ds_mla"), (DecodeCase(64, 8192, 64), "fp8_ds_mla"),
+         (DecodeCase(2, 32768, 128), "fp8_ds_mla"), (DecodeCase(1, 131072, 64), "fp8_ds_mla"),
+         (DecodeCase(128, 4096, 48), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 128, page_size=1), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 128, page_size=16), "fp8_ds_mla")]),
 }
 
 

@@ -310,10 +310,10 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
-def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16"):
+def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False):
     """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
-    sm_90 (``in_order``, ``parts``: as `decode_sm90_compile`'s); None where this Triton has
-    no (such) Gluon."""
+    sm_90 (``in_order``, ``parts``: as `decode_sm90_compile`'s), or, ``paged``, its form over
+    block tables (dense fp8_ds_mla); None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -324,10 +324,10 @@ def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16"):
            **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
                                  "stride_oh", "stride_lb", "stride_lh")},
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
-           "num_splits": "i32", "max_len": "i32", "num_slots": "i32"}
+           "num_splits": "i32", "max_len": "i32", "num_slots": "i32", "page_shift": "i32"}
     return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, {**sig, "part_out_ptr": parts}, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
-        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order},
+        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "PAGED": paged},
         pointers=_aligned(sig) if parts != "*fp32" else ("q_ptr", "u8_ptr", "f32_ptr",
                                                          "list_ptr"))
 
@@ -404,6 +404,7 @@ def compile_target(cc):
                  ("sparse_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {}),
                  ("decode_sm90/fp8/H128-acc-rows", decode_sm90_compile, acc_rows),
                  ("sparse_sm90/fp8_ds_mla/H128-acc-rows", sparse_sm90_compile, acc_rows),
+                 ("paged_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {"paged": True}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
                  ("decode_mma16_qk8/fp8/H16", decode_mma8_compile,  # (fp8_scores=True)

@@ -122,9 +122,10 @@ def test_combine_in_narrow_dim_blocks(device, monkeypatch):
 def test_sm90_gluon_kernel_rule(monkeypatch):
     """Which plans the Gluon SM90 kernels serve: dense fp8 rows, s_q 1, 64-head programs
     (more than 32 heads), pages of ≥ 64 tokens, compute capability 9.0, the launcher's own
-    configuration — and `SM90_GLUON` on; sparse fp8_ds_mla over compacted lists from 64
-    heads on (`SPARSE_SM90_GLUON`). (The kernel itself runs on the GPU only:
-    tests/test_decode_gpu.py; its sm_90 compile: tests/test_portability.py.)"""
+    configuration — and `SM90_GLUON` on; dense fp8_ds_mla rows the same in pages of any size
+    (the sparse kernel's PAGED form, `SM90_DS_PAGED`); sparse fp8_ds_mla over index lists
+    from 64 heads on (`SPARSE_SM90_GLUON`). (The kernels themselves run on the GPU only:
+    tests/test_decode_gpu.py; their sm_90 compiles: tests/test_portability.py.)"""
     from fp8mla.kernels import decode_sm90
     from fp8mla.runtime import DecodeConfig, Target
     from fp8mla.sparse import SparsePlan
@@ -134,9 +135,12 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     cc = {"value": 90}
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(cc["value"], 132))
 
-    def serves(fmt="fp8", heads=128, s_q=1, page_size=64, **kw):
+    def kernel(fmt="fp8", heads=128, s_q=1, page_size=64, **kw):
         return DecodePlan(batch=2, num_heads=heads, s_q=s_q, kv_format=fmt, page_size=page_size,
-                          max_seqlen=4096, device="cpu", **kw).sm90
+                          max_seqlen=4096, device="cpu", **kw).kernel
+
+    def serves(**kw):
+        return kernel(**kw) == "sm90"
 
     assert serves() and serves(heads=33) and serves(page_size=256)
     plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8", page_size=64, max_seqlen=4096,
@@ -151,12 +155,24 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     assert not serves(heads=32)  # 32-row programs
     assert not serves(s_q=2)
     assert not serves(page_size=32)  # tiles would span pages
-    assert not serves(fmt="fp8_ds_mla") and not serves(fmt="bf16")
+    assert not serves(fmt="bf16")
     cfg = DecodeConfig(block_n=64, heads_per_block=64, num_warps=8, num_stages=3, tma=True)
     assert not serves(config=cfg)  # an explicit configuration: the Triton kernel
     monkeypatch.setattr(decode_mod, "SM90_GLUON", False)
-    assert not serves()
+    assert not serves() and serves(fmt="fp8_ds_mla")  # (each format its own switch)
     monkeypatch.setattr(decode_mod, "SM90_GLUON", True)
+    # dense fp8_ds_mla: gathered rows, so pages of any size
+    ds = dict(fmt="fp8_ds_mla")
+    assert serves(**ds) and serves(heads=33, **ds) and serves(page_size=1, **ds)
+    assert serves(page_size=16, **ds) and serves(page_size=256, **ds)
+    # 32 heads: the ≤ 16-row kernel in head blocks ("mma16"); s_q 2: the Triton kernel
+    assert kernel(heads=32, **ds) == "mma16" and kernel(s_q=2, **ds) == "triton"
+    plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8_ds_mla", page_size=1,
+                      max_seqlen=4096, device="cpu")
+    assert plan.kernel == "sm90" and plan.programs_per_sm == 1
+    monkeypatch.setattr(decode_mod, "SM90_DS_PAGED", False)
+    assert not serves(**ds) and serves()
+    monkeypatch.setattr(decode_mod, "SM90_DS_PAGED", True)
 
     def sparse_serves(fmt="fp8_ds_mla", heads=128):
         return SparsePlan(num_queries=2, num_heads=heads, topk=256, kv_format=fmt,
@@ -397,7 +413,8 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
                                                  ("fp8", 16, 64, 8192, "mma16", False),
                                                  ("fp8_ds_mla", 8, 64, 8192, "mma8", True),
                                                  ("fp8_ds_mla", 16, 64, 8192, "mma16", True),
-                                                 ("fp8", 128, 1, 131072, "sm90", True)):
+                                                 ("fp8", 128, 1, 131072, "sm90", True),
+                                                 ("fp8_ds_mla", 128, 1, 131072, "sm90", True)):
         kw = dict(heads=heads, fmt=fmt, batch=batch, ctx=ctx)
         plan = _dense_plan(**kw)
         assert plan.kernel == kernel and plan.num_splits > 1, (fmt, heads)

@@ -497,18 +497,39 @@ def test_sm90_mma16_kernel_in_a_graph_and_second_pool(fmt, qk8, monkeypatch):
     assert _second_pool(heads=16, fmt=fmt).kernel == "mma16"
 
 
-def test_sm90_gluon_kernel_in_a_graph():
-    """The Gluon kernel (fp8, 128 heads) captured once, replayed with new lengths and contents."""
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_sm90_gluon_kernel_in_a_graph(fmt):
+    """The 64-row Gluon kernels (fp8 by TMA, fp8_ds_mla gathered through the block table; 128
+    heads) captured once, replayed with new lengths and contents."""
     sm90_gluon_only("decode")
-    plan = _graph_replays("fp8", heads=128)
-    assert plan.sm90
+    assert _graph_replays(fmt, heads=128).kernel == "sm90"
 
 
-def test_sm90_gluon_kernel_second_pool():
-    """One plan run over two pools in turn (the Gluon kernel's TMA descriptors are built per
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_sm90_gluon_kernel_second_pool(fmt):
+    """One plan run over two pools in turn (the fp8 kernel's TMA descriptors are built per
     pool): each result matches its own pool's reference, also on returning to the first."""
     sm90_gluon_only("decode")
-    assert _second_pool(heads=128).sm90
+    assert _second_pool(heads=128, fmt=fmt).kernel == "sm90"
+
+
+@pytest.mark.parametrize("heads,lens,page_size,splits,policy", [
+    (128, [8192, 1, 4097, 0], 64, None, "pow2"),
+    (65, [1000, 63, 64, 65], 1, None, "fp32"),  # one-token pages: every row its own page
+    (100, [300, 5000, 129], 16, 3, "pow2"),
+    (64, [130, 2], 256, 1, "fp32"),
+    (128, [0, 70, 64], 64, 1, "pow2"),  # one split: the kernel writes lse_empty itself
+    (33, [65, 1, 200], 32, None, "fp32"),  # the fewest heads that take it
+])
+def test_sm90_ds_paged_kernel_matches_reference(heads, lens, page_size, splits, policy):
+    """Dense fp8_ds_mla plans of 64-head programs take the sparse Gluon kernel's PAGED form
+    on SM90 (`SM90_DS_PAGED`): pages of 1–256 tokens, odd head counts, lengths around a tile,
+    empty requests, forced split counts; every row a page holds past its request's end is NaN
+    (latent, scales and rope), out / lse written into NaN-filled strided views."""
+    sm90_gluon_only("decode")
+    plan = _check_poisoned_tails(heads, 1, lens, page_size, splits, fmt="fp8_ds_mla",
+                                 policy=policy)
+    assert plan.kernel == "sm90"
 
 
 def _second_pool(heads, fmt="fp8"):
@@ -602,12 +623,13 @@ def _graph_replays(fmt, heads=16):
 
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8_ds_mla", 8, 1),
                                            ("fp8_ds_mla", 16, 2), ("fp8_ds_mla", 32, 1),
-                                           ("fp8", 128, 1)])
+                                           ("fp8", 128, 1), ("fp8_ds_mla", 128, 1)])
 def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
-    """A pool whose first row is not 16-byte aligned cannot be described for TMA: a plan of
-    the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla head blocks) or of the 64-row
-    kernel (4 splits: its bf16 partials then stored by the Triton kernel, which would have
-    taken float32) hands that call to the Triton kernel with its own config, and the result
+    """A pool whose first row is not 16-byte aligned cannot be described for TMA nor copied
+    16 bytes at a time: a plan of the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla
+    head blocks) or of the 64-row kernels (4 splits: their bf16 partials then stored by the
+    Triton kernel, which would have taken float32) hands that call to the Triton kernel with
+    its own config, and the result
     matches the reference; the same plan then serves the aligned pool on its own kernel."""
     _mma16_only(monkeypatch, qk8=True)
     lens = [3000, 65, 0]

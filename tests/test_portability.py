@@ -63,6 +63,7 @@ def _expected():
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
                          "decode_sm90/fp8/H128-acc-rows", "sparse_sm90/fp8_ds_mla/H128-acc-rows",
+                         "paged_sm90/fp8_ds_mla/H128",
                          "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
                          "decode_mma16_qk8/fp8/H16",
                          "decode_mma8/fp8_ds_mla/H8", "decode_mma16/fp8_ds_mla/H16",
@@ -95,11 +96,12 @@ def test_kernel_fits_target(compiled, what, cc):
         assert not row["tma"] or cc >= 90, "TMA only on SM90+"
     if what.startswith(("indexer/", "decode_sm90/")):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
-    if what.startswith("sparse_sm90/"):
-        assert not row["tma"], "sparse rows are gathered one token at a time (cp.async)"
+    if what.startswith(("sparse_sm90/", "paged_sm90/")):
+        assert not row["tma"], "rows are gathered one token at a time (cp.async)"
     # the Gluon SM90 kernels signal the combine wherever one follows (bar the fp8 wide form:
     # `fp8mla.decode.PDL_SIGNAL`)
-    gluon_pdl = (what.startswith(("decode_sm90/", "sparse_sm90/", "decode_mma", "sparse_mma"))
+    gluon_pdl = (what.startswith(("decode_sm90/", "sparse_sm90/", "paged_sm90/", "decode_mma",
+                                  "sparse_mma"))
                  and not what.startswith(("decode_mma16/fp8/", "decode_mma16_qk8/fp8/"))
                  and not what.endswith("-direct") and PDL_SIGNAL)
     assert row["pdl"] == (what.endswith("-pdl") or gluon_pdl), (
@@ -132,7 +134,8 @@ def test_combine_warps_fill_one_row():
     assert {k: combine_warps(*k) for k in want} == want
 
 
-@pytest.mark.parametrize("kernel", ["decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128"])
+@pytest.mark.parametrize("kernel", ["decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
+                                    "paged_sm90/fp8_ds_mla/H128"])
 @pytest.mark.parametrize("direct", ["", "-direct"])
 def test_sm90_rows_in_order_store_16_bytes(compiled, kernel, direct):
     """The 64-row Gluon kernels' bf16 rows in dim order (`fp8mla.decode.SM90_ROWS_IN_ORDER`,

@@ -111,6 +111,12 @@ SM90_GLUON = True
 # slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
+# SM90, dense fp8_ds_mla rows, s_q 1, 64-head programs, any page size: the sparse Gluon kernel
+# above reading each tile's pool rows through the block table (its PAGED form) instead of an
+# index list — the Triton kernel served these (H200, B=64 × 8K × 128 heads: 539 µs, 271
+# TFLOPS, where the same kernel over index lists runs 313 TFLOPS at B=128 × 128). False: the
+# Triton kernel (benchmarks A/B it)
+SM90_DS_PAGED = True
 # (Session 16's Gluon kernels of ≤ 16-row programs with swapped operands — tokens as the
 # wgmma M, 128-token tiles over two warpgroups, dense fp8 and sparse fp8_ds_mla — measured
 # slower than the Triton kernel they were to replace (B=64 × 8K × 16 heads 139.3 against
@@ -708,7 +714,8 @@ class DecodePlan:
 
     def _sm90_serves(self) -> bool:
         """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
-        inside pages (`SM90_GLUON`), or sparse fp8_ds_mla rows over index lists with
+        inside pages (`SM90_GLUON`), dense fp8_ds_mla rows in pages of any size (the sparse
+        kernel's PAGED form, `SM90_DS_PAGED`), or sparse fp8_ds_mla rows over index lists with
         `SPARSE_SM90_MIN_HEADS` heads or more (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs,
         a GPU of compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
@@ -717,12 +724,18 @@ class DecodePlan:
             if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
                     and self.num_heads >= SPARSE_SM90_MIN_HEADS):
                 return False
-        elif not (SM90_GLUON and self.fmt.name == "fp8"):
+        elif not ((SM90_GLUON and self.fmt.name == "fp8") or self._ds_paged):
             return False
         from fp8mla.kernels import decode_sm90  # imports Gluon: only where it may serve
 
         return (decode_sm90.AVAILABLE and self.config.heads_per_block == decode_sm90.HEADS
-                and (self.sparse or self.page_size >= decode_sm90.BLOCK_N))
+                and (self.sparse or self._ds_paged or self.page_size >= decode_sm90.BLOCK_N))
+
+    @property
+    def _ds_paged(self) -> bool:
+        """Whether a dense fp8_ds_mla plan may take the sparse 64-row Gluon kernel's PAGED
+        form (`SM90_DS_PAGED`; `_sm90_serves` says whether it does)."""
+        return SM90_DS_PAGED and not self.sparse and self.fmt.name == "fp8_ds_mla"
 
     def _tile_tokens(self) -> int:
         """Tokens per tile of the kernel that serves this plan (whole tiles per split)."""
@@ -849,16 +862,18 @@ class DecodePlan:
                 self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
                 QK8=self.qk8, PDL=self._pdl_signal(direct), num_warps=km.NUM_WARPS)
             return
-        if self.sparse:
+        if self.sparse or self.fmt.name == "fp8_ds_mla":  # index lists, or (PAGED) pages
+            paged = not self.sparse
             decode_sm90._mla_sparse_sm90_kernel[grid](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
                 self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
                 q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
-                self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
-                DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                PDL=self._pdl_signal(direct), IN_ORDER=SM90_ROWS_IN_ORDER,
-                num_warps=decode_sm90.NUM_WARPS)
+                self.num_splits,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
+                self.page_size.bit_length() - 1, DIRECT=direct, HEADS=decode_sm90.HEADS,
+                BN=decode_sm90.BLOCK_N, PDL=self._pdl_signal(direct),
+                IN_ORDER=SM90_ROWS_IN_ORDER, PAGED=paged, num_warps=decode_sm90.NUM_WARPS)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's

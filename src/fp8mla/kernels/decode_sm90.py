@@ -1,6 +1,7 @@
 """SM90 decode for 64-row programs, written in Gluon (explicit layouts): dense over fp8 rows
 (`_mla_decode_sm90_kernel`), sparse over index lists of fp8_ds_mla rows
-(`_mla_sparse_sm90_kernel`).
+(`_mla_sparse_sm90_kernel`), which also serves dense fp8_ds_mla rows through the block table
+(its ``PAGED`` form).
 
 Why a second kernel: Triton places the warps of a dot whose result feeds another dot all along
 M, so `_mla_decode_kernel`'s 64-row program (8 warps, two warpgroups) computes the 64 × 64
@@ -402,13 +403,24 @@ if AVAILABLE:
         return slot, (slot >= 0) & (slot < num_slots)
 
     @gluon.jit
+    def _list_entries(list_row, pos, end, num_slots, page_shift, PAGED: gl.constexpr):
+        """`_entries` of an index list, or, ``PAGED``, of a block-table row: the pool rows of
+        token positions ``pos`` (`_tile_row`), attended before ``end`` where inside the pool."""
+        if PAGED:
+            slot = _tile_row(list_row, pos, end, page_shift)
+            ok = (pos < end) & (slot >= 0) & (slot < num_slots)
+        else:
+            slot, ok = _entries(list_row, pos, end, num_slots)
+        return slot, ok
+
+    @gluon.jit
     def _mla_sparse_sm90_kernel(
         q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
-        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots,
+        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots, page_shift,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
-        IN_ORDER: gl.constexpr = True,
+        IN_ORDER: gl.constexpr = True, PAGED: gl.constexpr = False,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -427,7 +439,12 @@ if AVAILABLE:
         there: 297 → 271 µs, h200-20261201-s14-e9623e2-sparse-sm90-variants.json; starting
         q · Kᵀ's first half before the second half's conversion measured 1% slower; issuing
         the first gather before loading q, the same: B=64 × 64 heads 82.0 / 81.9 vs 81.7 /
-        81.5 µs, h200-20261201-s15-067970b-sparse-sm90-ab.json)."""
+        81.5 µs, h200-20261201-s15-067970b-sparse-sm90-ab.json).
+
+        ``PAGED``: dense decode of fp8_ds_mla rows (`fp8mla.decode.SM90_DS_PAGED`) — list_ptr
+        and stride_list are the block table, count_ptr the lengths, max_len the tokens the
+        table's row covers, and each position's pool row is looked up through its page
+        (``page_shift``: log2 of the page size; any size, one row a gather either way)."""
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb = gl.program_id(2)
@@ -447,11 +464,12 @@ if AVAILABLE:
         list_row = list_ptr + b.to(gl.int64) * stride_list
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER_LAYOUT))  # the gather's rows
         cg = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER_LAYOUT))
-        slot, ok = _entries(list_row, start + t, end, num_slots)
+        slot, ok = _list_entries(list_row, start + t, end, num_slots, page_shift, PAGED)
         _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, cg, 656)
-        slot_next, ok_next = _entries(list_row, start + BN + t, end, num_slots)
+        slot_next, ok_next = _list_entries(list_row, start + BN + t, end, num_slots, page_shift,
+                                           PAGED)
         tr = gl.arange(0, BN, layout=gl.SliceLayout(1, RING_LAYOUT))  # the conversion's rows
-        slot_r, keep_r = _entries(list_row, start + tr, end, num_slots)
+        slot_r, keep_r = _list_entries(list_row, start + tr, end, num_slots, page_shift, PAGED)
         sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         qk_scale = softmax_scale * LOG2E
@@ -461,8 +479,10 @@ if AVAILABLE:
             n0 = start + i * BN
             stage = i % 2
             _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, cg, 656)
-            slot_far, ok_far = _entries(list_row, n0 + 2 * BN + t, end, num_slots)
-            slot_r, keep_next = _entries(list_row, n0 + BN + tr, end, num_slots)
+            slot_far, ok_far = _list_entries(list_row, n0 + 2 * BN + t, end, num_slots,
+                                             page_shift, PAGED)
+            slot_r, keep_next = _list_entries(list_row, n0 + BN + tr, end, num_slots,
+                                              page_shift, PAGED)
             na, nb, nc, nd = _row_scales(f32_ptr, slot_r, keep_next)
             # the last tile's P · V ran during the issues above
             acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
