@@ -391,22 +391,37 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
     calls = []
 
     class Recorder:
+        def __init__(self, name):
+            self.name = name
+
         def __getitem__(self, grid):
-            return lambda *args, **meta: calls.append(meta)
+            return lambda *args, **meta: calls.append((self.name, meta))
 
     for module, name in ((k8, "_mla_decode_mma8_kernel"), (kd, "_mla_decode_mma8_ds_kernel"),
                          (km, "_mla_sparse_mma8_kernel"), (k90, "_mla_decode_sm90_kernel"),
                          (k90, "_mla_sparse_sm90_kernel")):
-        monkeypatch.setattr(module, name, Recorder())
+        monkeypatch.setattr(module, name, Recorder(name))
+    launched = {  # (kernel, format, sparse) → the kernel launched, and its PAGED flag
+        ("mma8", "fp8", False): ("_mla_decode_mma8_kernel", None),
+        ("mma16", "fp8", False): ("_mla_decode_mma8_kernel", None),
+        ("mma8", "fp8_ds_mla", False): ("_mla_decode_mma8_ds_kernel", None),
+        ("mma16", "fp8_ds_mla", False): ("_mla_decode_mma8_ds_kernel", None),
+        ("sm90", "fp8", False): ("_mla_decode_sm90_kernel", None),
+        ("sm90", "fp8_ds_mla", False): ("_mla_sparse_sm90_kernel", True),
+        ("mma8", "fp8_ds_mla", True): ("_mla_sparse_mma8_kernel", None),
+        ("sm90", "fp8_ds_mla", True): ("_mla_sparse_sm90_kernel", False)}
 
     def signals(plan):
-        """The PDL flag the launcher passes (a CPU tensor stands for each GPU one)."""
+        """The PDL flag the launcher passes (a CPU tensor stands for each GPU one), after
+        checking which kernel it launched."""
         q, lse = torch.zeros(1, 1, 1, 576), torch.zeros(1, 1, 1)
         rows = torch.zeros(128, plan.fmt.row_bytes, dtype=torch.uint8)
         table, lens = torch.zeros(1, 64, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
         plan._launch_sm90(q, rows, table, lens, lse[0, 0], q[..., :512], lse, float("-inf"),
                           plan.num_splits == 1)
-        return calls.pop()["PDL"]
+        name, meta = calls.pop()
+        assert (name, meta.get("PAGED")) == launched[plan.kernel, plan.fmt.name, plan.sparse]
+        return meta["PDL"]
 
     assert decode_mod.PDL_SIGNAL
     for fmt, heads, batch, ctx, kernel, want in (("fp8", 8, 64, 8192, "mma8", True),

@@ -862,8 +862,8 @@ class DecodePlan:
                 self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
                 QK8=self.qk8, PDL=self._pdl_signal(direct), num_warps=km.NUM_WARPS)
             return
-        if self.sparse or self.fmt.name == "fp8_ds_mla":  # index lists, or (PAGED) pages
-            paged = not self.sparse
+        paged = not self.sparse and not self.mma8 and self.fmt.name == "fp8_ds_mla"
+        if self.sparse or paged:  # index lists, or (PAGED) the block table's pages
             decode_sm90._mla_sparse_sm90_kernel[grid](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
                 self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
