@@ -165,7 +165,14 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   232.9 (`fp8mla.decode.SM90_ROWS_IN_ORDER` and `partials_dtype` give the pair since).
 # Session 36:
 # - "ds-paged": dense fp8_ds_mla plans of 64-head programs on the sparse 64-row Gluon kernel
-#   reading pool rows through the block table (`SM90_DS_PAGED`) against the Triton kernel.
+#   reading pool rows through the block table (`SM90_DS_PAGED`) against the Triton kernel,
+#   h200-20261204-s36-a0ebd3d-ds-paged-flush-ab.json: faster in every case — B=64 × 8K × 128
+#   541.6 / 539.1 → 441.3 / 438.1, pages of 16 614.8 / 613.5 → 438.9 / 436.3, pages of 1
+#   644.0 / 641.2 → 447.3 / 444.3, B=64 × 8K × 64 272.8 / 270.7 → 231.6 / 229.9, B=1 × 128K ×
+#   64 85.4 / 84.5 → 73.2 / 72.4, B=2 × 32K × 128 82.4 / 82.3 → 72.4 / 72.5, B=128 × 4K × 48
+#   276.8 / 274.8 → 230.6 / 228.5.
+# - "mtp": dense plans of s_q 2–4 on the 64-row Gluon kernels, one query's 64 heads a program
+#   (`SM90_MTP`), against the Triton kernel (all of a head block's query rows a program).
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -182,6 +189,12 @@ PLANS = {
          (DecodeCase(128, 4096, 48), "fp8_ds_mla"),
          (DecodeCase(64, 8192, 128, page_size=1), "fp8_ds_mla"),
          (DecodeCase(64, 8192, 128, page_size=16), "fp8_ds_mla")]),
+    "mtp": (
+        [("Gluon, a program a query", {}), ("Triton kernel", {"SM90_MTP": False})],
+        [(DecodeCase(64, 8192, 128, s_q=2), "fp8"), (DecodeCase(64, 8192, 64, s_q=2), "fp8"),
+         (DecodeCase(2, 32768, 128, s_q=2), "fp8"), (DecodeCase(32, 4096, 128, s_q=4), "fp8"),
+         (DecodeCase(64, 8192, 128, s_q=2), "fp8_ds_mla"),
+         (DecodeCase(64, 8192, 64, s_q=2), "fp8_ds_mla")]),
 }
 
 

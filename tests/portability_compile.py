@@ -229,21 +229,22 @@ def _dense_sm90_sig(strides):
             "max_len": "i32"}
 
 
-def decode_sm90_compile(direct=False, in_order=None, parts="*bf16"):
+def decode_sm90_compile(direct=False, in_order=None, parts="*bf16", s_q=1):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs (``in_order``: its bf16 rows stored in dim order,
     `fp8mla.decode.SM90_ROWS_IN_ORDER` where None; ``parts``: the partials' type — bf16, as
     `partials_dtype` gives it there, its pointers and strides marked 16-byte aligned as a launch
-    specializes them, or float32); None where this Triton has no (such) Gluon."""
+    specializes them, or float32; ``s_q``: queries a request, causal); None where this Triton
+    has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
         return None
-    sig = _dense_sm90_sig(("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh",
-                           "stride_lb", "stride_lh"))
+    sig = _dense_sm90_sig(("stride_qb", "stride_qs", "stride_qh", "stride_bt", "stride_ob",
+                           "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, {**sig, "part_out_ptr": parts}, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
-        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order},
+        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "S_Q": s_q, "CAUSAL": True},
         pointers=_aligned(sig) if parts != "*fp32" else ())
 
 
@@ -310,10 +311,11 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
-def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False):
+def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False, s_q=1):
     """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90 (``in_order``, ``parts``: as `decode_sm90_compile`'s), or, ``paged``, its form over
-    block tables (dense fp8_ds_mla); None where this Triton has no (such) Gluon."""
+    block tables (dense fp8_ds_mla, ``s_q`` queries a request); None where this Triton has no
+    (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -321,13 +323,15 @@ def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False)
     sig = {"q_ptr": "*bf16", "u8_ptr": "*u8", "f32_ptr": "*fp32", "list_ptr": "*i32",
            "count_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32",
            "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
-           **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
-                                 "stride_oh", "stride_lb", "stride_lh")},
+           **{k: "i32" for k in ("stride_qb", "stride_qs", "stride_qh", "stride_list",
+                                 "stride_ob", "stride_os", "stride_oh", "stride_lb",
+                                 "stride_ls", "stride_lh")},
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
            "num_splits": "i32", "max_len": "i32", "num_slots": "i32", "page_shift": "i32"}
     return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, {**sig, "part_out_ptr": parts}, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
-        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "PAGED": paged},
+        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "PAGED": paged,
+        "S_Q": s_q, "CAUSAL": True},
         pointers=_aligned(sig) if parts != "*fp32" else ("q_ptr", "u8_ptr", "f32_ptr",
                                                          "list_ptr"))
 
@@ -405,6 +409,9 @@ def compile_target(cc):
                  ("decode_sm90/fp8/H128-acc-rows", decode_sm90_compile, acc_rows),
                  ("sparse_sm90/fp8_ds_mla/H128-acc-rows", sparse_sm90_compile, acc_rows),
                  ("paged_sm90/fp8_ds_mla/H128", sparse_sm90_compile, {"paged": True}),
+                 ("decode_sm90/fp8/H128-sq2", decode_sm90_compile, {"s_q": 2}),
+                 ("paged_sm90/fp8_ds_mla/H128-sq2", sparse_sm90_compile,
+                  {"paged": True, "s_q": 2}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
                  ("decode_mma16_qk8/fp8/H16", decode_mma8_compile,  # (fp8_scores=True)

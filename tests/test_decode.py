@@ -153,7 +153,14 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", False)
     assert kernel_note(plan).endswith(" rows_in_order=False")
     assert not serves(heads=32)  # 32-row programs
-    assert not serves(s_q=2)
+    assert serves(s_q=2) and serves(s_q=4, heads=33)  # MTP: one query's heads a program
+    mtp = DecodePlan(batch=2, num_heads=100, s_q=3, kv_format="fp8", page_size=64,
+                     max_seqlen=4096, device="cpu")
+    assert mtp.kernel == "sm90" and mtp._query_blocks == 2 * 3
+    assert mtp.head_blocks == 7 and mtp.config.heads_per_block == 16  # (the Triton fallback's)
+    monkeypatch.setattr(decode_mod, "SM90_MTP", False)
+    assert not serves(s_q=2) and serves()
+    monkeypatch.setattr(decode_mod, "SM90_MTP", True)
     assert not serves(page_size=32)  # tiles would span pages
     assert not serves(fmt="bf16")
     cfg = DecodeConfig(block_n=64, heads_per_block=64, num_warps=8, num_stages=3, tma=True)
@@ -165,8 +172,8 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     ds = dict(fmt="fp8_ds_mla")
     assert serves(**ds) and serves(heads=33, **ds) and serves(page_size=1, **ds)
     assert serves(page_size=16, **ds) and serves(page_size=256, **ds)
-    # 32 heads: the ≤ 16-row kernel in head blocks ("mma16"); s_q 2: the Triton kernel
-    assert kernel(heads=32, **ds) == "mma16" and kernel(s_q=2, **ds) == "triton"
+    # 32 heads: the ≤ 16-row kernel in head blocks ("mma16")
+    assert kernel(heads=32, **ds) == "mma16" and serves(s_q=2, page_size=1, **ds)
     plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8_ds_mla", page_size=1,
                       max_seqlen=4096, device="cpu")
     assert plan.kernel == "sm90" and plan.programs_per_sm == 1

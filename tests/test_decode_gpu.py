@@ -487,6 +487,43 @@ def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, qk8, monkeypatch):
         assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
 
 
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
+    (128, 2, [8192, 1, 4097, 0], 64, None),  # a request shorter than s_q: query 0 sees none
+    (65, 3, [1000, 2, 64, 66], 64, None),
+    (100, 4, [300, 5000, 129], 256, 3),
+    (64, 2, [130, 3], 64, 1),  # one split: the kernel writes lse_empty itself
+])
+@pytest.mark.parametrize("fmt,policy", [("fp8", None), ("fp8_ds_mla", "pow2"),
+                                        ("fp8_ds_mla", "fp32")])
+def test_sm90_gluon_kernels_mtp_match_reference(heads, s_q, lens, page_size, splits, fmt,
+                                                policy):
+    """s_q 2–4 (causal) on the 64-row Gluon kernels (`SM90_MTP`), one query's heads a program:
+    each query row sees its own prefix (query i of s_q the first len − s_q + 1 + i tokens;
+    none where that is ≤ 0), poisoned page tails, odd heads, forced splits; max_logits per
+    query row."""
+    sm90_gluon_only("decode")
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt=fmt, policy=policy)
+    assert plan.kernel == "sm90"
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_sm90_gluon_kernels_non_causal_mtp(fmt):
+    """s_q 2, not causal, on the 64-row Gluon kernels: each query sees the whole context."""
+    sm90_gluon_only("decode")
+    lens = [3000, 65, 64, 1]
+    cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=7)
+    q = torch.randn(len(lens), 2, 128, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=len(lens), num_heads=128, s_q=2, kv_format=cache.fmt,
+                      page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
+    assert plan.kernel == "sm90"
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    for i in range(2):
+        ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,
+                                            576 ** -0.5)
+        assert_close(out[:, i:i + 1], ro, name=f"query {i}")
+        assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
+
+
 @pytest.mark.parametrize("qk8", [False, True])
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
 def test_sm90_mma16_kernel_in_a_graph_and_second_pool(fmt, qk8, monkeypatch):

@@ -63,7 +63,8 @@ def _expected():
         if cc == pc.SM90_CC and decode_sm90.AVAILABLE:
             for what in ("decode_sm90/fp8/H128", "sparse_sm90/fp8_ds_mla/H128",
                          "decode_sm90/fp8/H128-acc-rows", "sparse_sm90/fp8_ds_mla/H128-acc-rows",
-                         "paged_sm90/fp8_ds_mla/H128",
+                         "paged_sm90/fp8_ds_mla/H128", "decode_sm90/fp8/H128-sq2",
+                         "paged_sm90/fp8_ds_mla/H128-sq2",
                          "decode_mma8/fp8/H8", "decode_mma16/fp8/H16",
                          "decode_mma16_qk8/fp8/H16",
                          "decode_mma8/fp8_ds_mla/H8", "decode_mma16/fp8_ds_mla/H16",

@@ -117,6 +117,10 @@ SPARSE_SM90_MIN_HEADS = 64
 # TFLOPS, where the same kernel over index lists runs 313 TFLOPS at B=128 × 128). False: the
 # Triton kernel (benchmarks A/B it)
 SM90_DS_PAGED = True
+# Dense plans of s_q 2–4 (MTP) on the 64-row Gluon kernels above, one query's 64 heads a
+# program (causal among the queries, as the Triton kernel, which holds all of a head block's
+# query rows in one program, serves them otherwise). False: s_q 1 only (benchmarks A/B it)
+SM90_MTP = True
 # (Session 16's Gluon kernels of ≤ 16-row programs with swapped operands — tokens as the
 # wgmma M, 128-token tiles over two warpgroups, dense fp8 and sparse fp8_ds_mla — measured
 # slower than the Triton kernel they were to replace (B=64 × 8K × 16 heads 139.3 against
@@ -476,6 +480,11 @@ class DecodePlan:
                                         self.s_q, self.sparse)
         self.sm90 = self.mma8 or (config is None and self._sm90_serves())
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
+        # programs of one request's split: its head blocks (the Triton and ≤ 16-row kernels
+        # hold every query row of their heads), but one query's 64 heads a program on the
+        # 64-row Gluon kernels (the Triton config's blocks still serve a misaligned pool)
+        self._query_blocks = (triton.cdiv(num_heads, 64) * s_q if self.sm90 and not self.mma8
+                              else self.head_blocks)
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
         self._descs = (None, None)  # (pool key, TMA descriptors) of the last pool run on
@@ -489,7 +498,7 @@ class DecodePlan:
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
         self.num_splits = (num_splits if num_splits is not None  # checked above
-                           else choose_num_splits(batch, self.head_blocks, max_seqlen,
+                           else choose_num_splits(batch, self._query_blocks, max_seqlen,
                                                   self.target.num_sms * self.programs_per_sm,
                                                   self._tile_tokens()))
         # the ≤ 16-row kernel's first product as FP8 wgmma (`_qk8`)
@@ -718,7 +727,9 @@ class DecodePlan:
         kernel's PAGED form, `SM90_DS_PAGED`), or sparse fp8_ds_mla rows over index lists with
         `SPARSE_SM90_MIN_HEADS` heads or more (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs,
         a GPU of compute capability 9.0 and a Triton with Gluon."""
-        if self.target.interpreted or self.target.cc != 90 or self.s_q != 1:
+        if self.target.interpreted or self.target.cc != 90:
+            return False
+        if self.s_q > 1 and not SM90_MTP:
             return False
         if self.sparse:
             if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
@@ -728,7 +739,10 @@ class DecodePlan:
             return False
         from fp8mla.kernels import decode_sm90  # imports Gluon: only where it may serve
 
-        return (decode_sm90.AVAILABLE and self.config.heads_per_block == decode_sm90.HEADS
+        # 64-head programs: the heads a program of s_q 1 takes (queries are programs here)
+        heads = decode_config(self.target.cc, self.fmt.name, self.num_heads, 1,
+                              self.sparse).heads_per_block
+        return (decode_sm90.AVAILABLE and heads == decode_sm90.HEADS
                 and (self.sparse or self._ds_paged or self.page_size >= decode_sm90.BLOCK_N))
 
     @property
@@ -862,18 +876,21 @@ class DecodePlan:
                 self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
                 QK8=self.qk8, PDL=self._pdl_signal(direct), num_warps=km.NUM_WARPS)
             return
+        # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q)
+        grid64 = (self.batch, self.num_splits, self._query_blocks)
+        queries = dict(S_Q=self.s_q, CAUSAL=self.causal)
         paged = not self.sparse and not self.mma8 and self.fmt.name == "fp8_ds_mla"
         if self.sparse or paged:  # index lists, or (PAGED) the block table's pages
-            decode_sm90._mla_sparse_sm90_kernel[grid](
+            decode_sm90._mla_sparse_sm90_kernel[grid64](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
-                self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
-                q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
-                lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
-                self.num_splits,
+                self.max_logits, self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
+                block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 self.page_size.bit_length() - 1, DIRECT=direct, HEADS=decode_sm90.HEADS,
                 BN=decode_sm90.BLOCK_N, PDL=self._pdl_signal(direct),
-                IN_ORDER=SM90_ROWS_IN_ORDER, PAGED=paged, num_warps=decode_sm90.NUM_WARPS)
+                IN_ORDER=SM90_ROWS_IN_ORDER, PAGED=paged, num_warps=decode_sm90.NUM_WARPS,
+                **queries)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -919,16 +936,15 @@ class DecodePlan:
                 PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
                 num_warps=k8.NUM_WARPS)
             return
-        decode_sm90._mla_decode_sm90_kernel[grid](
+        decode_sm90._mla_decode_sm90_kernel[grid64](
             q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
-            self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(2),
-            block_table.stride(0), out.stride(0), out.stride(2), lse.stride(0), lse.stride(2),
-            self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
-            self.page_size.bit_length() - 1,
+            self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
+            block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
+            empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
             PDL=self._pdl_signal(direct), IN_ORDER=SM90_ROWS_IN_ORDER,
-            num_warps=decode_sm90.NUM_WARPS)
+            num_warps=decode_sm90.NUM_WARPS, **queries)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):

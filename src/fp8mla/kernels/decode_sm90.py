@@ -146,19 +146,20 @@ if AVAILABLE:
         k_rope_s.store(x)
 
     @gluon.jit
-    def _dense_ring(lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, split, num_splits,
-                    stride_bt, page_shift, max_len, BN: gl.constexpr):
+    def _dense_ring(lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, lag, split,
+                    num_splits, stride_bt, page_shift, max_len, BN: gl.constexpr):
         """A dense TMA loop's two-stage ring (latent and rope buffers, initialised mbarriers),
-        this program's token chunk from the device-side length (bounded by the table's row),
-        and its first tile's copy issued: (lat_buf, rope_buf, bars, seqlen, start, end,
-        n_tiles, the request's block-table row, the pool's scale from ``scale_ptr``)."""
+        this program's token chunk from the device-side length (bounded by the table's row,
+        less ``lag``: `_query_length`), and its first tile's copy issued: (lat_buf, rope_buf,
+        bars, seqlen, start, end, n_tiles, the request's block-table row, the pool's scale
+        from ``scale_ptr``)."""
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], rope_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for j in gl.static_range(2):
             mbarrier.init(bars.index(j), count=1)
         fence_async_shared()  # the initialised barriers (and q), before the async proxy
-        seqlen = gl.minimum(gl.load(seqlens_ptr + b), max_len)
+        seqlen = gl.maximum(gl.minimum(gl.load(seqlens_ptr + b), max_len) - lag, 0)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         kv_mult = gl.load(scale_ptr)
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
@@ -229,13 +230,28 @@ if AVAILABLE:
         return start, end, gl.cdiv(gl.maximum(end - start, 0), BN)
 
     @gluon.jit
-    def _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS: gl.constexpr):
-        """This program's q rows (heads hb · HEADS …), whether each head exists, and the column
-        offsets of a 128- and a 64-wide block, all in ROWS_LAYOUT."""
+    def _q_rows(q_ptr, b, qi, hb, stride_qb, stride_qs, stride_qh, num_heads,
+                HEADS: gl.constexpr):
+        """This program's q rows (query qi of request b, heads hb · HEADS …), whether each head
+        exists, and the column offsets of a 128- and a 64-wide block, all in ROWS_LAYOUT."""
         h = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, ROWS_LAYOUT))
         c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ROWS_LAYOUT))
         c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, ROWS_LAYOUT))
-        return q_ptr + b.to(gl.int64) * stride_qb + h * stride_qh, h < num_heads, c128, c64
+        row = b.to(gl.int64) * stride_qb + qi * stride_qs
+        return q_ptr + row + h * stride_qh, h < num_heads, c128, c64
+
+    @gluon.jit
+    def _query_program(S_Q: gl.constexpr, CAUSAL: gl.constexpr):
+        """(head block, query, lag) of this program from grid axis 2 (head blocks × S_Q,
+        the query fastest): query s of S_Q sees its request's first length − lag tokens (lag
+        S_Q − 1 − s when CAUSAL, as MTP's drafts do; 0 otherwise)."""
+        pid = gl.program_id(2)
+        s = pid % S_Q
+        if CAUSAL:
+            lag = S_Q - 1 - s
+        else:
+            lag = s * 0
+        return pid // S_Q, s, lag
 
     @gluon.jit
     def _q_latent(q_row, h_ok, c128, HEADS: gl.constexpr):
@@ -287,13 +303,15 @@ if AVAILABLE:
         gl.store(ptr + row_off[:, None] + c[None, :], x, mask=ok[:, None])
 
     @gluon.jit
-    def _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
-                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
-                    stride_lh, lse_empty, num_heads, num_splits, DIRECT: gl.constexpr,
-                    HEADS: gl.constexpr, IN_ORDER: gl.constexpr):
-        """Normalize; write the final rows (one split: out, lse — ``lse_empty`` where nothing
-        was attended — and max_logits) or this split's partial for the combine (workspace rows
-        [batch, num_splits, 1, num_heads]); O's rows as `_store_o` (IN_ORDER) stores them."""
+    def _write_rows(acc, m_i, l_i, kv_mult, b, qi, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
+                    stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits,
+                    DIRECT: gl.constexpr, HEADS: gl.constexpr, IN_ORDER: gl.constexpr,
+                    S_Q: gl.constexpr):
+        """Normalize; write query qi's final rows (one split: out, lse — ``lse_empty`` where
+        nothing was attended — and max_logits [batch, S_Q, num_heads]) or this split's partial
+        for the combine (workspace rows [batch, num_splits, S_Q, num_heads]); O's rows as
+        `_store_o` (IN_ORDER) stores them."""
         has = l_i > 0.0
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.convert_layout(gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0),
@@ -302,13 +320,14 @@ if AVAILABLE:
         ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, O_LAYOUT))
         o = acc * inv[:, None]
         if DIRECT:
-            _store_o(out_ptr, b.to(gl.int64) * stride_ob + ho * stride_oh, ho < num_heads, o,
-                     IN_ORDER)
-            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + hs * stride_lh,
+            _store_o(out_ptr, b.to(gl.int64) * stride_ob + qi * stride_os + ho * stride_oh,
+                     ho < num_heads, o, IN_ORDER)
+            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qi * stride_ls + hs * stride_lh,
                      gl.where(has, lse, lse_empty), mask=hs < num_heads)
-            gl.store(max_ptr + b.to(gl.int64) * num_heads + hs, m_i / LOG2E, mask=hs < num_heads)
+            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + hs, m_i / LOG2E,
+                     mask=hs < num_heads)
         else:
-            split_row = (b * num_splits + split).to(gl.int64) * num_heads
+            split_row = ((b * num_splits + split) * S_Q + qi).to(gl.int64) * num_heads
             gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
             gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
             _store_o(part_out_ptr, (split_row + ho) * 512, ho < num_heads, o, IN_ORDER)
@@ -317,24 +336,26 @@ if AVAILABLE:
     def _mla_decode_sm90_kernel(
         q_ptr, lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
-        stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_lh,
-        softmax_scale, lse_empty, num_heads, num_splits, page_shift, max_len,
-        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
-        IN_ORDER: gl.constexpr = True,
+        stride_qb, stride_qs, stride_qh, stride_bt, stride_ob, stride_os, stride_oh, stride_lb,
+        stride_ls, stride_lh, softmax_scale, lse_empty, num_heads, num_splits, page_shift,
+        max_len, DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
+        PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = True, S_Q: gl.constexpr = 1,
+        CAUSAL: gl.constexpr = True,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
-        hb = gl.program_id(2)
+        hb, qi, lag = _query_program(S_Q, CAUSAL)
 
         # q: latent and rope as fp16 shared-memory operands
-        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
+        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, qi, hb, stride_qb, stride_qs, stride_qh,
+                                         num_heads, HEADS)
         q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         x = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], SHARED16, x.to(gl.float16))
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], SHARED16)
         lat_buf, rope_buf, bars, seqlen, start, end, n_tiles, bt_row, kv_mult = _dense_ring(
-            lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, split, num_splits,
+            lat_desc, rope_desc, bt_ptr, seqlens_ptr, scale_ptr, b, lag, split, num_splits,
             stride_bt, page_shift, max_len, BN)
         qk_scale = softmax_scale * kv_mult * LOG2E
 
@@ -358,9 +379,10 @@ if AVAILABLE:
         if PDL:
             _launch_dependents()
 
-        _write_rows(acc, m_i, l_i, kv_mult, b, split, hb, out_ptr, lse_ptr, max_ptr,
-                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
-                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, IN_ORDER)
+        _write_rows(acc, m_i, l_i, kv_mult, b, qi, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
+                    stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
+                    HEADS, IN_ORDER, S_Q)
 
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
@@ -417,10 +439,11 @@ if AVAILABLE:
     def _mla_sparse_sm90_kernel(
         q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
-        stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
-        softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots, page_shift,
-        DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr, PDL: gl.constexpr = False,
-        IN_ORDER: gl.constexpr = True, PAGED: gl.constexpr = False,
+        stride_qb, stride_qs, stride_qh, stride_list, stride_ob, stride_os, stride_oh,
+        stride_lb, stride_ls, stride_lh, softmax_scale, lse_empty, num_heads, num_splits,
+        max_len, num_slots, page_shift, DIRECT: gl.constexpr, HEADS: gl.constexpr,
+        BN: gl.constexpr, PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = True,
+        PAGED: gl.constexpr = False, S_Q: gl.constexpr = 1, CAUSAL: gl.constexpr = True,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -444,22 +467,25 @@ if AVAILABLE:
         ``PAGED``: dense decode of fp8_ds_mla rows (`fp8mla.decode.SM90_DS_PAGED`) — list_ptr
         and stride_list are the block table, count_ptr the lengths, max_len the tokens the
         table's row covers, and each position's pool row is looked up through its page
-        (``page_shift``: log2 of the page size; any size, one row a gather either way)."""
+        (``page_shift``: log2 of the page size; any size, one row a gather either way), and
+        S_Q queries a request as the dense kernel takes them (`_query_program`; index lists:
+        one)."""
         b = gl.program_id(0)
         split = gl.program_id(1)
-        hb = gl.program_id(2)
+        hb, qi, lag = _query_program(S_Q, CAUSAL)
         sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
         flags = gl.allocate_shared_memory(gl.int8, [BN], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
-        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, hb, stride_qb, stride_qh, num_heads, HEADS)
+        q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, qi, hb, stride_qb, stride_qs, stride_qh,
+                                         num_heads, HEADS)
         q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
 
-        seqlen = gl.minimum(gl.load(count_ptr + b), max_len)
+        seqlen = gl.maximum(gl.minimum(gl.load(count_ptr + b), max_len) - lag, 0)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
         list_row = list_ptr + b.to(gl.int64) * stride_list
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER_LAYOUT))  # the gather's rows
@@ -511,6 +537,7 @@ if AVAILABLE:
         if PDL:
             _launch_dependents()
 
-        _write_rows(acc, m_i, l_i, 1.0, b, split, hb, out_ptr, lse_ptr, max_ptr,
-                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_oh, stride_lb,
-                    stride_lh, lse_empty, num_heads, num_splits, DIRECT, HEADS, IN_ORDER)
+        _write_rows(acc, m_i, l_i, 1.0, b, qi, split, hb, out_ptr, lse_ptr, max_ptr,
+                    part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
+                    stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
+                    HEADS, IN_ORDER, S_Q)
