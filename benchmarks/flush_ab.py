@@ -172,7 +172,10 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   64 85.4 / 84.5 → 73.2 / 72.4, B=2 × 32K × 128 82.4 / 82.3 → 72.4 / 72.5, B=128 × 4K × 48
 #   276.8 / 274.8 → 230.6 / 228.5.
 # - "mtp": dense plans of s_q 2–4 on the 64-row Gluon kernels, one query's 64 heads a program
-#   (`SM90_MTP`), against the Triton kernel (all of a head block's query rows a program).
+#   (`SM90_MTP`), against the Triton kernel (all of a head block's query rows a program),
+#   h200-20261204-s36-d0c2cb9-mtp-flush-ab.json: faster in every case — fp8 B=64 × 8K × 128 ×
+#   s_q 2 1057.2 / 1056.0 → 772.7 / 770.7, B=32 × 4K × 128 × s_q 4 546.9 / 541.4 → 400.5 /
+#   396.6, fp8_ds_mla B=64 × 8K × 128 × 2 999.4 / 1004.9 → 876.8 / 872.9.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {

@@ -111,15 +111,23 @@ SM90_GLUON = True
 # slower at 64 heads)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 64
-# SM90, dense fp8_ds_mla rows, s_q 1, 64-head programs, any page size: the sparse Gluon kernel
-# above reading each tile's pool rows through the block table (its PAGED form) instead of an
-# index list — the Triton kernel served these (H200, B=64 × 8K × 128 heads: 539 µs, 271
-# TFLOPS, where the same kernel over index lists runs 313 TFLOPS at B=128 × 128). False: the
-# Triton kernel (benchmarks A/B it)
+# SM90, dense fp8_ds_mla rows, 64-head programs, any page size: the sparse Gluon kernel above
+# reading each tile's pool rows through the block table (its PAGED form: one cp.async gather
+# a row, as over index lists) instead of the Triton kernel. H200, flush A/B, µs, do_bench's /
+# clean (h200-20261204-s36-a0ebd3d-ds-paged-flush-ab.json), Triton → Gluon: B=64 × 8K × 128
+# 541.6 / 539.1 → 441.3 / 438.1 (331 TFLOPS), pages of 16 614.8 / 613.5 → 438.9 / 436.3,
+# pages of 1 644.0 / 641.2 → 447.3 / 444.3, × 64 heads 272.8 / 270.7 → 231.6 / 229.9, B=1 ×
+# 128K × 64 85.4 / 84.5 → 73.2 / 72.4, B=128 × 4K × 48 276.8 / 274.8 → 230.6 / 228.5.
+# False: the Triton kernel (benchmarks A/B it)
 SM90_DS_PAGED = True
-# Dense plans of s_q 2–4 (MTP) on the 64-row Gluon kernels above, one query's 64 heads a
-# program (causal among the queries, as the Triton kernel, which holds all of a head block's
-# query rows in one program, serves them otherwise). False: s_q 1 only (benchmarks A/B it)
+# Dense plans of s_q 2–4 (MTP, causal or not) on the 64-row Gluon kernels above, one query's
+# 64 heads a program (grid axis 2: head blocks × s_q), where the Triton kernel holds all of a
+# head block's query rows in one program. H200, flush A/B, µs, do_bench's / clean
+# (h200-20261204-s36-d0c2cb9-mtp-flush-ab.json), Triton → Gluon: fp8 B=64 × 8K × 128 × s_q 2
+# 1057.2 / 1056.0 → 772.7 / 770.7 (378 TFLOPS), × 64 heads 535.2 / 533.6 → 391.3 / 388.2,
+# B=2 × 32K × 128 × 2 151.2 / 150.3 → 112.0 / 111.5, B=32 × 4K × 128 × s_q 4 546.9 / 541.4 →
+# 400.5 / 396.6; fp8_ds_mla B=64 × 8K × 128 × 2 999.4 / 1004.9 → 876.8 / 872.9, × 64 heads
+# 504.4 / 503.5 → 442.7 / 438.8. False: s_q 1 only (benchmarks A/B it)
 SM90_MTP = True
 # (Session 16's Gluon kernels of ≤ 16-row programs with swapped operands — tokens as the
 # wgmma M, 128-token tiles over two warpgroups, dense fp8 and sparse fp8_ds_mla — measured
