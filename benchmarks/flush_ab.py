@@ -176,6 +176,8 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   h200-20261204-s36-d0c2cb9-mtp-flush-ab.json: faster in every case — fp8 B=64 × 8K × 128 ×
 #   s_q 2 1057.2 / 1056.0 → 772.7 / 770.7, B=32 × 4K × 128 × s_q 4 546.9 / 541.4 → 400.5 /
 #   396.6, fp8_ds_mla B=64 × 8K × 128 × 2 999.4 / 1004.9 → 876.8 / 872.9.
+# - "fp8-gather": fp8 rows (per-tensor scale) on the same gather kernel (`SM90_GATHER_FP8`) —
+#   dense plans over pages shorter than a tile, sparse lists — against the Triton kernel.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -198,6 +200,14 @@ PLANS = {
          (DecodeCase(2, 32768, 128, s_q=2), "fp8"), (DecodeCase(32, 4096, 128, s_q=4), "fp8"),
          (DecodeCase(64, 8192, 128, s_q=2), "fp8_ds_mla"),
          (DecodeCase(64, 8192, 64, s_q=2), "fp8_ds_mla")]),
+    "fp8-gather": (
+        [("Gluon, gathered", {}), ("Triton kernel", {"SM90_GATHER_FP8": False})],
+        [(DecodeCase(64, 8192, 128, page_size=1), "fp8"),
+         (DecodeCase(64, 8192, 128, page_size=16), "fp8"),
+         (DecodeCase(64, 8192, 64, page_size=1), "fp8"),
+         (DecodeCase(2, 32768, 128, page_size=1), "fp8"),
+         (DecodeCase(64, 8192, 128, s_q=2, page_size=1), "fp8"),
+         (128, 128, 2048, 1, "fp8"), (64, 64, 2048, 1, "fp8")]),
 }
 
 

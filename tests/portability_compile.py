@@ -311,18 +311,20 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
         pointers=("q_ptr", "f32_ptr", "bt_ptr"), num_warps=kd.NUM_WARPS)
 
 
-def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False, s_q=1):
-    """The Gluon SM90 sparse kernel over index lists (`fp8mla.kernels.decode_sm90`) for
+def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False, s_q=1,
+                        ds=True):
+    """The Gluon SM90 gather kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90 (``in_order``, ``parts``: as `decode_sm90_compile`'s), or, ``paged``, its form over
-    block tables (dense fp8_ds_mla, ``s_q`` queries a request); None where this Triton has no
-    (such) Gluon."""
+    block tables (dense, ``s_q`` queries a request), over fp8_ds_mla rows or (not ``ds``) the
+    fp8 format's; None where this Triton has no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
         return None
     sig = {"q_ptr": "*bf16", "u8_ptr": "*u8", "f32_ptr": "*fp32", "list_ptr": "*i32",
-           "count_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32",
-           "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "part_max_ptr": "*fp32",
+           "count_ptr": "*i32", "scale_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+           "max_ptr": "*fp32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
+           "part_max_ptr": "*fp32",
            **{k: "i32" for k in ("stride_qb", "stride_qs", "stride_qh", "stride_list",
                                  "stride_ob", "stride_os", "stride_oh", "stride_lb",
                                  "stride_ls", "stride_lh")},
@@ -331,7 +333,7 @@ def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False,
     return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, {**sig, "part_out_ptr": parts}, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
         "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "PAGED": paged,
-        "S_Q": s_q, "CAUSAL": True},
+        "S_Q": s_q, "CAUSAL": True, "DS": ds},
         pointers=_aligned(sig) if parts != "*fp32" else ("q_ptr", "u8_ptr", "f32_ptr",
                                                          "list_ptr"))
 
@@ -412,6 +414,8 @@ def compile_target(cc):
                  ("decode_sm90/fp8/H128-sq2", decode_sm90_compile, {"s_q": 2}),
                  ("paged_sm90/fp8_ds_mla/H128-sq2", sparse_sm90_compile,
                   {"paged": True, "s_q": 2}),
+                 ("paged_sm90/fp8/H128", sparse_sm90_compile, {"paged": True, "ds": False}),
+                 ("sparse_sm90/fp8/H128", sparse_sm90_compile, {"ds": False}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
                  ("decode_mma16_qk8/fp8/H16", decode_mma8_compile,  # (fp8_scores=True)

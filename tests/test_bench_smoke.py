@@ -216,7 +216,7 @@ def test_flush_ab_plans_name_real_switches(monkeypatch):
     """`benchmarks/flush_ab.py`'s plans: arms that differ, each patching attributes their
     modules have (a misspelt or removed switch would stop the device run at its first arm,
     after the minutes spent reaching it), and every case a dense (DecodeCase, format) or a
-    sparse (batch, heads, topk, s_q)."""
+    sparse (batch, heads, topk, s_q[, format])."""
     import pathlib
 
     monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[1] / "benchmarks"))
@@ -233,4 +233,5 @@ def test_flush_ab_plans_name_real_switches(monkeypatch):
         for case in cases:
             assert (isinstance(case[0], bench_decode.DecodeCase)
                     and case[1] in ("bf16", "fp8", "fp8_ds_mla")) or (
-                len(case) == 4 and all(isinstance(x, int) for x in case)), (name, case)
+                len(case) in (4, 5) and all(isinstance(x, int) for x in case[:4])
+                and case[4:] in ((), ("fp8",), ("fp8_ds_mla",), ("bf16",))), (name, case)

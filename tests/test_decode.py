@@ -120,12 +120,14 @@ def test_combine_in_narrow_dim_blocks(device, monkeypatch):
 
 
 def test_sm90_gluon_kernel_rule(monkeypatch):
-    """Which plans the Gluon SM90 kernels serve: dense fp8 rows, s_q 1, 64-head programs
-    (more than 32 heads), pages of ≥ 64 tokens, compute capability 9.0, the launcher's own
-    configuration — and `SM90_GLUON` on; dense fp8_ds_mla rows the same in pages of any size
-    (the sparse kernel's PAGED form, `SM90_DS_PAGED`); sparse fp8_ds_mla over index lists
-    from 64 heads on (`SPARSE_SM90_GLUON`). (The kernels themselves run on the GPU only:
-    tests/test_decode_gpu.py; their sm_90 compiles: tests/test_portability.py.)"""
+    """Which plans the 64-row Gluon SM90 kernels serve (`DecodePlan._sm90_form`): 64-head
+    programs (more than 32 heads), compute capability 9.0, the launcher's own configuration;
+    the TMA kernel dense fp8 rows in pages of ≥ 64 tokens (`SM90_GLUON`); the gather kernel
+    dense fp8_ds_mla rows in pages of any size (`SM90_DS_PAGED`), dense fp8 rows in shorter
+    pages and sparse fp8 lists (`SM90_GATHER_FP8`), sparse fp8_ds_mla lists
+    (`SPARSE_SM90_GLUON`); dense s_q 2–4 a program a query (`SM90_MTP`). (The kernels run on
+    the GPU only: tests/test_decode_gpu.py, test_sparse_gpu.py; their sm_90 compiles:
+    tests/test_portability.py.)"""
     from fp8mla.kernels import decode_sm90
     from fp8mla.runtime import DecodeConfig, Target
     from fp8mla.sparse import SparsePlan
@@ -135,14 +137,35 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     cc = {"value": 90}
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(cc["value"], 132))
 
-    def kernel(fmt="fp8", heads=128, s_q=1, page_size=64, **kw):
-        return DecodePlan(batch=2, num_heads=heads, s_q=s_q, kv_format=fmt, page_size=page_size,
-                          max_seqlen=4096, device="cpu", **kw).kernel
+    def form(fmt="fp8", heads=128, s_q=1, page_size=64, sparse=False, **kw):
+        """The plan's kernel, and the 64-row form where that is "sm90"."""
+        if sparse:
+            plan = SparsePlan(num_queries=2, num_heads=heads, topk=256, kv_format=fmt,
+                              device="cpu")
+        else:
+            plan = DecodePlan(batch=2, num_heads=heads, s_q=s_q, kv_format=fmt,
+                              page_size=page_size, max_seqlen=4096, device="cpu", **kw)
+        return (plan.kernel, plan._sm90_form()) if plan.kernel == "sm90" else (plan.kernel,)
 
-    def serves(**kw):
-        return kernel(**kw) == "sm90"
-
-    assert serves() and serves(heads=33) and serves(page_size=256)
+    tma, gather = ("sm90", "tma"), ("sm90", "gather")
+    sds = dict(sparse=True, fmt="fp8_ds_mla")
+    want = [
+        (dict(), tma), (dict(heads=33), tma), (dict(page_size=256), tma),
+        (dict(page_size=32), gather), (dict(page_size=1, heads=65), gather),  # short pages
+        (dict(s_q=2), tma), (dict(s_q=4, heads=33), tma), (dict(s_q=3, page_size=16), gather),
+        (dict(heads=32), ("triton",)),  # 32-row programs
+        (dict(fmt="bf16"), ("triton",)),
+        (dict(fmt="fp8_ds_mla"), gather), (dict(fmt="fp8_ds_mla", page_size=1), gather),
+        (dict(fmt="fp8_ds_mla", heads=33, page_size=256, s_q=2), gather),
+        (dict(fmt="fp8_ds_mla", heads=32), ("mma16",)),  # head blocks of the ≤ 16-row kernel
+        (sds, gather), (dict(sds, heads=64), gather),
+        (dict(sparse=True), gather),  # fp8 lists
+        (dict(sds, heads=32), ("triton",)), (dict(sparse=True, fmt="bf16"), ("triton",)),
+        (dict(config=DecodeConfig(block_n=64, heads_per_block=64, num_warps=8, num_stages=3,
+                                  tma=True)), ("triton",)),  # an explicit configuration
+    ]
+    for kw, kernel in want:
+        assert form(**kw) == kernel, kw
     plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8", page_size=64, max_seqlen=4096,
                       device="cpu")
     assert plan.programs_per_sm == 1  # 225 KB of shared memory: one program per SM
@@ -152,46 +175,23 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     assert kernel_note(plan).endswith(" rows_in_order=True")
     monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", False)
     assert kernel_note(plan).endswith(" rows_in_order=False")
-    assert not serves(heads=32)  # 32-row programs
-    assert serves(s_q=2) and serves(s_q=4, heads=33)  # MTP: one query's heads a program
     mtp = DecodePlan(batch=2, num_heads=100, s_q=3, kv_format="fp8", page_size=64,
-                     max_seqlen=4096, device="cpu")
+                     max_seqlen=4096, device="cpu")  # one query's 64 heads a program
     assert mtp.kernel == "sm90" and mtp._query_blocks == 2 * 3
     assert mtp.head_blocks == 7 and mtp.config.heads_per_block == 16  # (the Triton fallback's)
-    monkeypatch.setattr(decode_mod, "SM90_MTP", False)
-    assert not serves(s_q=2) and serves()
-    monkeypatch.setattr(decode_mod, "SM90_MTP", True)
-    assert not serves(page_size=32)  # tiles would span pages
-    assert not serves(fmt="bf16")
-    cfg = DecodeConfig(block_n=64, heads_per_block=64, num_warps=8, num_stages=3, tma=True)
-    assert not serves(config=cfg)  # an explicit configuration: the Triton kernel
-    monkeypatch.setattr(decode_mod, "SM90_GLUON", False)
-    assert not serves() and serves(fmt="fp8_ds_mla")  # (each format its own switch)
-    monkeypatch.setattr(decode_mod, "SM90_GLUON", True)
-    # dense fp8_ds_mla: gathered rows, so pages of any size
-    ds = dict(fmt="fp8_ds_mla")
-    assert serves(**ds) and serves(heads=33, **ds) and serves(page_size=1, **ds)
-    assert serves(page_size=16, **ds) and serves(page_size=256, **ds)
-    # 32 heads: the ≤ 16-row kernel in head blocks ("mma16")
-    assert kernel(heads=32, **ds) == "mma16" and serves(s_q=2, page_size=1, **ds)
-    plan = DecodePlan(batch=2, num_heads=128, kv_format="fp8_ds_mla", page_size=1,
-                      max_seqlen=4096, device="cpu")
-    assert plan.kernel == "sm90" and plan.programs_per_sm == 1
-    monkeypatch.setattr(decode_mod, "SM90_DS_PAGED", False)
-    assert not serves(**ds) and serves()
-    monkeypatch.setattr(decode_mod, "SM90_DS_PAGED", True)
-
-    def sparse_serves(fmt="fp8_ds_mla", heads=128):
-        return SparsePlan(num_queries=2, num_heads=heads, topk=256, kv_format=fmt,
-                          device="cpu").sm90
-
-    assert sparse_serves() and sparse_serves(heads=64)  # compacted fp8_ds_mla lists
-    assert not sparse_serves(heads=32)  # 32-row programs
-    assert not sparse_serves(fmt="fp8") and not sparse_serves(fmt="bf16")
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_GLUON", False)
-    assert not sparse_serves()
+    # each switch off: its plans go back to the Triton kernel, the others stay
+    for switch, off, kept in (
+            ("SM90_MTP", dict(s_q=2), dict()),
+            ("SM90_GLUON", dict(), dict(page_size=32)),
+            ("SM90_DS_PAGED", dict(fmt="fp8_ds_mla"), dict()),
+            ("SM90_GATHER_FP8", dict(page_size=32), dict(fmt="fp8_ds_mla")),
+            ("SM90_GATHER_FP8", dict(sparse=True), sds),
+            ("SPARSE_SM90_GLUON", sds, dict(fmt="fp8_ds_mla"))):
+        monkeypatch.setattr(decode_mod, switch, False)
+        assert form(**off) == ("triton",) and form(**kept)[0] == "sm90", (switch, off, kept)
+        monkeypatch.setattr(decode_mod, switch, True)
     cc["value"] = 100
-    assert not serves()
+    assert form() == ("triton",)
 
 
 def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
@@ -408,15 +408,18 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
                          (km, "_mla_sparse_mma8_kernel"), (k90, "_mla_decode_sm90_kernel"),
                          (k90, "_mla_sparse_sm90_kernel")):
         monkeypatch.setattr(module, name, Recorder(name))
-    launched = {  # (kernel, format, sparse) → the kernel launched, and its PAGED flag
-        ("mma8", "fp8", False): ("_mla_decode_mma8_kernel", None),
-        ("mma16", "fp8", False): ("_mla_decode_mma8_kernel", None),
-        ("mma8", "fp8_ds_mla", False): ("_mla_decode_mma8_ds_kernel", None),
-        ("mma16", "fp8_ds_mla", False): ("_mla_decode_mma8_ds_kernel", None),
-        ("sm90", "fp8", False): ("_mla_decode_sm90_kernel", None),
-        ("sm90", "fp8_ds_mla", False): ("_mla_sparse_sm90_kernel", True),
-        ("mma8", "fp8_ds_mla", True): ("_mla_sparse_mma8_kernel", None),
-        ("sm90", "fp8_ds_mla", True): ("_mla_sparse_sm90_kernel", False)}
+    gather = "_mla_sparse_sm90_kernel"  # (its PAGED and DS flags)
+    launched = {  # (kernel, 64-row form, format, sparse) → the kernel launched, PAGED, DS
+        ("mma8", None, "fp8", False): ("_mla_decode_mma8_kernel", None, None),
+        ("mma16", None, "fp8", False): ("_mla_decode_mma8_kernel", None, None),
+        ("mma8", None, "fp8_ds_mla", False): ("_mla_decode_mma8_ds_kernel", None, None),
+        ("mma16", None, "fp8_ds_mla", False): ("_mla_decode_mma8_ds_kernel", None, None),
+        ("sm90", "tma", "fp8", False): ("_mla_decode_sm90_kernel", None, None),
+        ("sm90", "gather", "fp8", False): (gather, True, False),
+        ("sm90", "gather", "fp8_ds_mla", False): (gather, True, True),
+        ("mma8", None, "fp8_ds_mla", True): ("_mla_sparse_mma8_kernel", None, None),
+        ("sm90", "gather", "fp8_ds_mla", True): (gather, False, True),
+        ("sm90", "gather", "fp8", True): (gather, False, False)}
 
     def signals(plan):
         """The PDL flag the launcher passes (a CPU tensor stands for each GPU one), after
@@ -427,24 +430,27 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
         plan._launch_sm90(q, rows, table, lens, lse[0, 0], q[..., :512], lse, float("-inf"),
                           plan.num_splits == 1)
         name, meta = calls.pop()
-        assert (name, meta.get("PAGED")) == launched[plan.kernel, plan.fmt.name, plan.sparse]
+        form = plan._sm90_form() if plan.kernel == "sm90" else None
+        assert (name, meta.get("PAGED"), meta.get("DS")) == launched[
+            plan.kernel, form, plan.fmt.name, plan.sparse]
         return meta["PDL"]
 
     assert decode_mod.PDL_SIGNAL
-    for fmt, heads, batch, ctx, kernel, want in (("fp8", 8, 64, 8192, "mma8", True),
-                                                 ("fp8", 16, 64, 8192, "mma16", False),
-                                                 ("fp8_ds_mla", 8, 64, 8192, "mma8", True),
-                                                 ("fp8_ds_mla", 16, 64, 8192, "mma16", True),
-                                                 ("fp8", 128, 1, 131072, "sm90", True),
-                                                 ("fp8_ds_mla", 128, 1, 131072, "sm90", True)):
-        kw = dict(heads=heads, fmt=fmt, batch=batch, ctx=ctx)
+    for fmt, heads, batch, ctx, kernel, want, page in (
+            ("fp8", 8, 64, 8192, "mma8", True, 64), ("fp8", 16, 64, 8192, "mma16", False, 64),
+            ("fp8_ds_mla", 8, 64, 8192, "mma8", True, 64),
+            ("fp8_ds_mla", 16, 64, 8192, "mma16", True, 64),
+            ("fp8", 128, 1, 131072, "sm90", True, 64), ("fp8", 128, 1, 131072, "sm90", True, 16),
+            ("fp8_ds_mla", 128, 1, 131072, "sm90", True, 1)):
+        kw = dict(heads=heads, fmt=fmt, batch=batch, ctx=ctx, page_size=page)
         plan = _dense_plan(**kw)
         assert plan.kernel == kernel and plan.num_splits > 1, (fmt, heads)
         assert signals(plan) is want, (fmt, heads)
         assert signals(_dense_plan(splits=1, **kw)) is False
-    for heads, queries, kernel in ((8, 64, "mma8"), (128, 4, "sm90")):
-        plan = SparsePlan(num_queries=queries, num_heads=heads, topk=2048,
-                          kv_format="fp8_ds_mla", device="cpu")
+    for heads, queries, kernel, fmt in ((8, 64, "mma8", "fp8_ds_mla"),
+                                        (128, 4, "sm90", "fp8_ds_mla"), (64, 4, "sm90", "fp8")):
+        plan = SparsePlan(num_queries=queries, num_heads=heads, topk=2048, kv_format=fmt,
+                          device="cpu")
         assert plan.kernel == kernel and plan.num_splits > 1, heads
         assert signals(plan) is True, heads
     monkeypatch.setattr(decode_mod, "PDL_SIGNAL", False)

@@ -73,16 +73,22 @@ def test_register_cap_matches_reference_and_schedules_more_programs(fmt):
     (64, [130, 2], 64, 1),
     (128, [0, 70, 64], 64, 1),  # one split: the kernel writes lse_empty itself
     (33, [65, 1, 200], 64, None),  # the fewest heads that take it: 31 empty rows per program
+    (128, [8192, 1, 4097, 0], 16, None),  # pages shorter than a tile: the gather kernel
+    (65, [1000, 63, 64, 65], 1, None),
+    (100, [300, 5000, 129], 32, 3),
+    (128, [0, 70, 64], 16, 1),
 ])
 def test_sm90_gluon_kernel_matches_reference(heads, lens, page_size, splits):
-    """fp8 plans of 64-head programs take the Gluon kernel on SM90: odd head counts (a
-    part-empty second block), lengths around a tile, an empty request, pages of 64–256, forced
+    """fp8 plans of 64-head programs take a Gluon kernel on SM90 — pages of ≥ 64 tokens the
+    TMA kernel, shorter ones the gather kernel (`SM90_GATHER_FP8`): odd head counts (a
+    part-empty second block), lengths around a tile, an empty request, pages of 1–256, forced
     split counts; every row a page holds past its request's end is e4m3 NaN (0x7F), so a
     partial tile that read them would poison the output. out / lse written into NaN-filled
     strided views (FlashMLA's [b, h, s_q] lse) with +inf for the empty request."""
     sm90_gluon_only("decode")
     plan = _check_poisoned_tails(heads, 1, lens, page_size, splits)
-    assert plan.sm90 and not plan.mma8
+    assert plan.kernel == "sm90"
+    assert plan._sm90_form() == ("tma" if page_size >= 64 else "gather")
 
 
 def _check_max_logits(plan, q, kv, table, lens, page_size):
@@ -492,6 +498,7 @@ def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, qk8, monkeypatch):
     (65, 3, [1000, 2, 64, 66], 64, None),
     (100, 4, [300, 5000, 129], 256, 3),
     (64, 2, [130, 3], 64, 1),  # one split: the kernel writes lse_empty itself
+    (128, 2, [3000, 2, 65], 16, None),  # fp8: the gather kernel
 ])
 @pytest.mark.parametrize("fmt,policy", [("fp8", None), ("fp8_ds_mla", "pow2"),
                                         ("fp8_ds_mla", "fp32")])

@@ -127,31 +127,33 @@ def test_sm90_rows_in_order_sparse(heads, splits, in_order, bf16_partials, monke
     _check(cache, q, idx, lengths, out, lse)
 
 
+@pytest.mark.parametrize("fmt", ["fp8_ds_mla", "fp8"])
 @pytest.mark.parametrize("heads", [100, 64])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, monkeypatch):
-    """The Gluon sparse kernel (SM90, fp8_ds_mla, 64-head programs) with one split — it writes
-    out / lse / max_logits itself — and with three: 100 heads (a half-empty second block) or
-    64 (taken whatever `SPARSE_SM90_MIN_HEADS` says), a query with no valid entry (lse +inf),
-    −1 and slots past the pool scattered through the lists (whole tiles of them too),
-    topk_length shorter than the list; the kernel checks each entry itself (no compaction)."""
+def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, fmt, monkeypatch):
+    """The Gluon sparse kernel (SM90, fp8_ds_mla or fp8 rows — `SM90_GATHER_FP8` —, 64-head
+    programs) with one split — it writes out / lse / max_logits itself — and with three: 100
+    heads (a half-empty second block) or 64 (taken whatever `SPARSE_SM90_MIN_HEADS` says), a
+    query with no valid entry (lse +inf), −1 and slots past the pool scattered through the
+    lists (whole tiles of them too), topk_length shorter than the list; the kernel checks each
+    entry itself (no compaction)."""
     import fp8mla.decode as decode_mod
 
     sm90_gluon_only("sparse")
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
-    cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, heads, 700, seed=31)
+    cache, _, q, idx = sparse_problem(fmt, 4, heads, 700, seed=31)
     idx[2] = -1  # nothing to attend
     idx[0, 64:200] = -1  # whole tiles of skipped entries, then a valid one
     idx[0, 200:260:3] = cache.num_slots + 5  # past the pool: skipped, never read
     idx[3, ::7] = -1
     lengths = torch.tensor([700, 300, 700, 65], dtype=torch.int32, device="cuda")
-    plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format="fp8_ds_mla",
+    plan = SparsePlan(num_queries=4, num_heads=heads, topk=700, kv_format=fmt,
                       device="cuda", num_splits=splits)
-    assert plan.sm90 and not plan.compacts and plan.num_splits == splits
+    assert plan.kernel == "sm90" and not plan.compacts and plan.num_splits == splits
     out = torch.full((4, heads, 512), float("nan"), device="cuda").bfloat16()
     lse = torch.full((4, heads), float("nan"), device="cuda")
     plan.run(q, cache.layer(0), idx, lengths, check=False, out=out, lse=lse,
-             empty_lse=float("inf"))
+             empty_lse=float("inf"), fp8_scale=cache.scale(0))
     ro, rl, _, _ = _reference(cache, q, idx, lengths)
     assert_close(out, ro, name="out")
     live = [0, 1, 3]

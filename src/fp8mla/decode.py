@@ -120,6 +120,11 @@ SPARSE_SM90_MIN_HEADS = 64
 # 128K × 64 85.4 / 84.5 → 73.2 / 72.4, B=128 × 4K × 48 276.8 / 274.8 → 230.6 / 228.5.
 # False: the Triton kernel (benchmarks A/B it)
 SM90_DS_PAGED = True
+# SM90, fp8 rows (per-tensor scale), 64-head programs, on the same gather kernel: sparse plans
+# (index lists, as fp8_ds_mla's from `SPARSE_SM90_MIN_HEADS` heads) and dense plans over pages
+# shorter than a tile (the TMA kernel takes pages of ≥ 64 tokens); the e4m3 rope gathered and
+# converted beside the latent. False: the Triton kernel there (benchmarks A/B it)
+SM90_GATHER_FP8 = True
 # Dense plans of s_q 2–4 (MTP, causal or not) on the 64-row Gluon kernels above, one query's
 # 64 heads a program (grid axis 2: head blocks × s_q), where the Triton kernel holds all of a
 # head block's query rows in one program. H200, flush A/B, µs, do_bench's / clean
@@ -730,34 +735,41 @@ class DecodePlan:
         return PDL_SIGNAL and self._pdl and not direct
 
     def _sm90_serves(self) -> bool:
-        """Whether a Gluon SM90 kernel serves this plan: dense fp8 rows in whole 64-token tiles
-        inside pages (`SM90_GLUON`), dense fp8_ds_mla rows in pages of any size (the sparse
-        kernel's PAGED form, `SM90_DS_PAGED`), or sparse fp8_ds_mla rows over index lists with
-        `SPARSE_SM90_MIN_HEADS` heads or more (`SPARSE_SM90_GLUON`); s_q 1, 64-head programs,
-        a GPU of compute capability 9.0 and a Triton with Gluon."""
+        """Whether a 64-row Gluon SM90 kernel serves this plan (`_sm90_form`): 64-head
+        programs (more than 32 heads; dense s_q 2–4 a program a query, `SM90_MTP`), a GPU of
+        compute capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.s_q > 1 and not SM90_MTP:
             return False
-        if self.sparse:
-            if not (SPARSE_SM90_GLUON and self.fmt.name == "fp8_ds_mla"
-                    and self.num_heads >= SPARSE_SM90_MIN_HEADS):
-                return False
-        elif not ((SM90_GLUON and self.fmt.name == "fp8") or self._ds_paged):
+        if self._sm90_form() is None:
             return False
         from fp8mla.kernels import decode_sm90  # imports Gluon: only where it may serve
 
         # 64-head programs: the heads a program of s_q 1 takes (queries are programs here)
         heads = decode_config(self.target.cc, self.fmt.name, self.num_heads, 1,
                               self.sparse).heads_per_block
-        return (decode_sm90.AVAILABLE and heads == decode_sm90.HEADS
-                and (self.sparse or self._ds_paged or self.page_size >= decode_sm90.BLOCK_N))
+        return decode_sm90.AVAILABLE and heads == decode_sm90.HEADS
 
-    @property
-    def _ds_paged(self) -> bool:
-        """Whether a dense fp8_ds_mla plan may take the sparse 64-row Gluon kernel's PAGED
-        form (`SM90_DS_PAGED`; `_sm90_serves` says whether it does)."""
-        return SM90_DS_PAGED and not self.sparse and self.fmt.name == "fp8_ds_mla"
+    def _sm90_form(self) -> str | None:
+        """Which 64-row Gluon kernel may serve this plan (`_sm90_serves` says whether one
+        does): "tma" — `decode_sm90._mla_decode_sm90_kernel`, dense fp8 rows in pages of ≥ 64
+        tokens (`SM90_GLUON`); "gather" — `decode_sm90._mla_sparse_sm90_kernel`, index lists
+        of fp8_ds_mla rows from `SPARSE_SM90_MIN_HEADS` heads (`SPARSE_SM90_GLUON`) or of fp8
+        rows (`SM90_GATHER_FP8` too), dense fp8_ds_mla rows through the block table
+        (`SM90_DS_PAGED`), dense fp8 rows in pages shorter than a tile (`SM90_GATHER_FP8`);
+        None: neither."""
+        fmt = self.fmt.name
+        if self.sparse:
+            lists = fmt == "fp8_ds_mla" or (fmt == "fp8" and SM90_GATHER_FP8)
+            return ("gather" if SPARSE_SM90_GLUON and lists
+                    and self.num_heads >= SPARSE_SM90_MIN_HEADS else None)
+        whole_tiles = self.page_size >= 64  # decode_sm90.BLOCK_N: tiles inside pages
+        if fmt == "fp8" and whole_tiles:
+            return "tma" if SM90_GLUON else None
+        if (fmt == "fp8_ds_mla" and SM90_DS_PAGED) or (fmt == "fp8" and SM90_GATHER_FP8):
+            return "gather"
+        return None
 
     def _tile_tokens(self) -> int:
         """Tokens per tile of the kernel that serves this plan (whole tiles per split)."""
@@ -887,18 +899,18 @@ class DecodePlan:
         # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q)
         grid64 = (self.batch, self.num_splits, self._query_blocks)
         queries = dict(S_Q=self.s_q, CAUSAL=self.causal)
-        paged = not self.sparse and not self.mma8 and self.fmt.name == "fp8_ds_mla"
-        if self.sparse or paged:  # index lists, or (PAGED) the block table's pages
-            decode_sm90._mla_sparse_sm90_kernel[grid64](
-                q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
+        if not self.mma8 and self._sm90_form() == "gather":  # index lists, or (PAGED) the
+            decode_sm90._mla_sparse_sm90_kernel[grid64](  # block table's pages
+                q, flat, flat.view(torch.float32), block_table, cache_seqlens, kv_scale,
+                out, lse,
                 self.max_logits, self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
                 block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
                 empty_lse, self.num_heads, self.num_splits,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 self.page_size.bit_length() - 1, DIRECT=direct, HEADS=decode_sm90.HEADS,
                 BN=decode_sm90.BLOCK_N, PDL=self._pdl_signal(direct),
-                IN_ORDER=SM90_ROWS_IN_ORDER, PAGED=paged, num_warps=decode_sm90.NUM_WARPS,
-                **queries)
+                IN_ORDER=SM90_ROWS_IN_ORDER, PAGED=not self.sparse,
+                DS=self.fmt.name == "fp8_ds_mla", num_warps=decode_sm90.NUM_WARPS, **queries)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's

@@ -86,6 +86,8 @@ if AVAILABLE:
     # heads 257.9 vs 242.1 µs, B=64 × 64 heads 80.4 vs 76.0 (h200-20261201-s15-a6cb0db-sparse-
     # sm90-ab.json)
     GATHER_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
+    # the fp8 format's 64-byte rope rows, gathered the same way: 4 lanes a row
+    GATHER64 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [8, 1], [1, 0]))
     # [BN, 128]-byte chunks of the fp8 ring as the conversion reads them (and the fp16 it
     # stores): 8 contiguous bytes per thread; a warp's lanes cover 64 bytes of rows r, r ^ 4,
     # r ^ 1, r ^ 5, its registers the other 64 bytes and row r ^ 2. Under the 128-byte swizzle
@@ -387,16 +389,25 @@ if AVAILABLE:
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
     @gluon.jit
-    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, c128, ROW_BYTES: gl.constexpr):
-        """cp.async of one tile's fp8_ds_mla rows (slots ``slot`` where ``ok``, zeros
-        elsewhere) into ring stage ``stage``: four 128-byte latent chunks and the 128-byte
-        bf16 rope; one commit group. (One 512-byte copy per row into a [BN, 512] stage
+    def _gather(u8_ptr, lat_buf, rope_buf, stage, slot, ok, c128, DS: gl.constexpr):
+        """cp.async of one tile's rows (slots ``slot`` where ``ok``, zeros elsewhere) into ring
+        stage ``stage``: four 128-byte latent chunks and the rope — fp8_ds_mla's (``DS``)
+        128-byte bf16 rope after the scales, or the fp8 format's 64 e4m3 bytes (copied in
+        GATHER64's rows); one commit group. (One 512-byte copy per row into a [BN, 512] stage
         removed three CTA barriers per tile and measured the same: 270.5 vs 269.9 µs,
         h200-20261201-s15-e4d92ad-sparse-sm90-ab.json.)"""
-        row = u8_ptr + slot.to(gl.int64)[:, None] * ROW_BYTES + c128[None, :]
+        row_bytes: gl.constexpr = 656 if DS else 576
+        row = u8_ptr + slot.to(gl.int64)[:, None] * row_bytes + c128[None, :]
         for c in gl.static_range(4):
             _cp_async(lat_buf.index(stage * 4 + c), row + c * 128, mask=ok[:, None])
-        _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
+        if DS:
+            _cp_async(rope_buf.index(stage), row + 528, mask=ok[:, None])
+        else:
+            slot64 = gl.convert_layout(slot, gl.SliceLayout(1, GATHER64))
+            ok64 = gl.convert_layout(ok, gl.SliceLayout(1, GATHER64))
+            c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, GATHER64))
+            rope = u8_ptr + slot64.to(gl.int64)[:, None] * row_bytes + 512 + c64[None, :]
+            _cp_async(rope_buf.index(stage), rope, mask=ok64[:, None])
         async_copy.commit_group()
 
     @gluon.jit
@@ -437,13 +448,14 @@ if AVAILABLE:
 
     @gluon.jit
     def _mla_sparse_sm90_kernel(
-        q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr,
+        q_ptr, u8_ptr, f32_ptr, list_ptr, count_ptr, scale_ptr,
         out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr,
         stride_qb, stride_qs, stride_qh, stride_list, stride_ob, stride_os, stride_oh,
         stride_lb, stride_ls, stride_lh, softmax_scale, lse_empty, num_heads, num_splits,
         max_len, num_slots, page_shift, DIRECT: gl.constexpr, HEADS: gl.constexpr,
         BN: gl.constexpr, PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = True,
         PAGED: gl.constexpr = False, S_Q: gl.constexpr = 1, CAUSAL: gl.constexpr = True,
+        DS: gl.constexpr = True,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -469,21 +481,35 @@ if AVAILABLE:
         table's row covers, and each position's pool row is looked up through its page
         (``page_shift``: log2 of the page size; any size, one row a gather either way), and
         S_Q queries a request as the dense kernel takes them (`_query_program`; index lists:
-        one)."""
+        one). Not ``DS``: rows of the fp8 format (576 bytes, e4m3 latent and rope, the pool's
+        scale at ``scale_ptr`` folded into the scores and the output, as the dense kernel
+        does), the rope gathered and converted beside the latent. (fp8_ds_mla plans pass a
+        scale of 1.)"""
         b = gl.program_id(0)
         split = gl.program_id(1)
         hb, qi, lag = _query_program(S_Q, CAUSAL)
         sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
-        rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
+        if DS:  # the bf16 rope, multiplied straight from the ring
+            rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 128], sh8)
+        else:  # the e4m3 rope, converted to fp16 in k_rope_s
+            sh8r: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64,
+                                                      element_bitwidth=8, rank=2)
+            rope_buf = gl.allocate_shared_memory(gl.uint8, [2, BN, 64], sh8r)
+            k_rope_s = gl.allocate_shared_memory(gl.float16, [BN, 64], SHARED16)
         flags = gl.allocate_shared_memory(gl.int8, [BN], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
         q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, qi, hb, stride_qb, stride_qs, stride_qh,
                                          num_heads, HEADS)
         q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
-        q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
+        if DS:
+            q_rope_s = gl.allocate_shared_memory(gl.bfloat16, [HEADS, 64], SHARED16, qr)
+        else:
+            q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], SHARED16,
+                                                 qr.to(gl.float16))
+        kv_mult = gl.load(scale_ptr)
 
         seqlen = gl.maximum(gl.minimum(gl.load(count_ptr + b), max_len) - lag, 0)
         start, end, n_tiles = _split_range(seqlen, split, num_splits, BN)
@@ -491,42 +517,50 @@ if AVAILABLE:
         t = gl.arange(0, BN, layout=gl.SliceLayout(1, GATHER_LAYOUT))  # the gather's rows
         cg = gl.arange(0, 128, layout=gl.SliceLayout(0, GATHER_LAYOUT))
         slot, ok = _list_entries(list_row, start + t, end, num_slots, page_shift, PAGED)
-        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, cg, 656)
+        _gather(u8_ptr, lat_buf, rope_buf, 0, slot, ok, cg, DS)
         slot_next, ok_next = _list_entries(list_row, start + BN + t, end, num_slots, page_shift,
                                            PAGED)
         tr = gl.arange(0, BN, layout=gl.SliceLayout(1, RING_LAYOUT))  # the conversion's rows
         slot_r, keep_r = _list_entries(list_row, start + tr, end, num_slots, page_shift, PAGED)
-        sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
+        if DS:
+            sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
-        qk_scale = softmax_scale * LOG2E
+        qk_scale = softmax_scale * kv_mult * LOG2E
 
         m_i, l_i, acc, p_s = _softmax_state(HEADS, BN)
         for i in range(n_tiles):
             n0 = start + i * BN
             stage = i % 2
-            _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, cg, 656)
+            _gather(u8_ptr, lat_buf, rope_buf, 1 - stage, slot_next, ok_next, cg, DS)
             slot_far, ok_far = _list_entries(list_row, n0 + 2 * BN + t, end, num_slots,
                                              page_shift, PAGED)
             slot_r, keep_next = _list_entries(list_row, n0 + BN + tr, end, num_slots,
                                               page_shift, PAGED)
-            na, nb, nc, nd = _row_scales(f32_ptr, slot_r, keep_next)
+            if DS:
+                na, nb, nc, nd = _row_scales(f32_ptr, slot_r, keep_next)
             # the last tile's P · V ran during the issues above
             acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
             async_copy.wait_group(1)  # this tile's group (the next one may be in flight)
             _cta_barrier()
-            _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
-            _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
-            _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
-            _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
-            sa, sb, sc, sd = na, nb, nc, nd
+            if DS:
+                _store_scaled(lat_buf, k_lat_s, stage, 0, sa)
+                _store_scaled(lat_buf, k_lat_s, stage, 1, sb)
+                _store_scaled(lat_buf, k_lat_s, stage, 2, sc)
+                _store_scaled(lat_buf, k_lat_s, stage, 3, sd)
+                sa, sb, sc, sd = na, nb, nc, nd
+            else:  # (rows not copied are zeros: nothing to mask)
+                _convert(lat_buf, rope_buf, stage, k_lat_s, k_rope_s, BN, False)
             flags.store(keep_r.to(gl.int8))  # this tile's entries: attended or not
             fence_async_shared()
             _cta_barrier()
             keep = flags.load(gl.SliceLayout(0, S_LAYOUT)) != 0
-            if REINTERPRET_NEW:
-                k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64], SHARED16)
-            else:
-                k_rope_s = rope_buf.index(stage)._reinterpret(gl.bfloat16, [BN, 64], SHARED16)
+            if DS:
+                if REINTERPRET_NEW:
+                    k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64],
+                                                                 SHARED16)
+                else:
+                    k_rope_s = rope_buf.index(stage)._reinterpret(gl.bfloat16, [BN, 64],
+                                                                  SHARED16)
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
@@ -537,7 +571,7 @@ if AVAILABLE:
         if PDL:
             _launch_dependents()
 
-        _write_rows(acc, m_i, l_i, 1.0, b, qi, split, hb, out_ptr, lse_ptr, max_ptr,
+        _write_rows(acc, m_i, l_i, kv_mult, b, qi, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                     stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
                     HEADS, IN_ORDER, S_Q)
