@@ -59,6 +59,10 @@ def test_sparse_case_smoke(device):
     rec = bench_sparse.run_sparse(2, 8, 64, 1, ENV, 1.0, device=device, pool_tokens=4096,
                                   config=cfg, num_splits=2)[0]
     assert rec.note.startswith("kernel=triton splits=2 block_n=32 ")
+    # a prefill case: the same kernels, named per token
+    rec = bench_sparse.run_sparse(5, 8, 32, 1, ENV, 1.0, device=device, pool_tokens=4096,
+                                  prefill=True)[0]
+    assert rec.case == "sparse_prefill/fp8_ds_mla/T5-H8-topk32" and rec.TFLOPS > 0
 
 
 def test_indexer_topk_cases_smoke(device, monkeypatch):

@@ -127,7 +127,7 @@ def run(args) -> int:
 
 def _run_sparse(args, env, ceiling, path) -> int:
     from fp8mla.bench.harness import write_records
-    from fp8mla.bench.sparse import SPARSE_CASES, run_indexer_topk, run_sparse
+    from fp8mla.bench.sparse import PREFILL_CASES, SPARSE_CASES, run_indexer_topk, run_sparse
 
     records = []
     for batch, heads, topk, s_q in _progress(SPARSE_CASES, "sparse"):
@@ -136,6 +136,10 @@ def _run_sparse(args, env, ceiling, path) -> int:
             records.append(rec)
             _print(rec)
         _print_floor_ratio(recs)
+    for tokens, heads, topk in _progress(PREFILL_CASES, "prefill"):
+        for rec in run_sparse(tokens, heads, topk, 1, env, ceiling, prefill=True):
+            records.append(rec)
+            _print(rec)
     for rec in run_indexer_topk(env, ceiling):
         records.append(rec)
         _print(rec)

@@ -27,10 +27,15 @@ from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
 from fp8mla.topk import default_chunk, topk_indices
 
-__all__ = ["SPARSE_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse", "run_indexer_topk",
+__all__ = ["SPARSE_CASES", "PREFILL_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse",
+           "run_indexer_topk",
            "sparse_problem", "check_sparse", "checked_sparse_plan"]
 
 SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64, 8, 2048, 1)]
+# sparse prefill (no target in the issue; what a prompt's attention costs): (tokens, heads,
+# topk) — DeepSeek-V3.2's 128 heads on one GPU, GLM-5's 8 at TP8 — over the same pool, each
+# token its own list
+PREFILL_CASES = [(4096, 128, 2048), (4096, 8, 2048)]
 INDEXER_CASES = [(64, 32768, 32), (64, 32768, 64)]
 # B=1 × 4160: the demo's row (a 65-page table at ctx 4096), timed from a graph like the others
 TOPK_CASES = [(1, 4160, 2048), (64, 32768, 2048), (64, 131072, 2048)]
@@ -89,15 +94,18 @@ def checked_sparse_plan(batch, heads, topk, s_q=1, fmt_name="fp8_ds_mla", *, dev
 
 
 def _checked_problem(batch, heads, topk, s_q, fmt_name, device, pool_tokens, config,
-                     num_splits):
-    """`checked_sparse_plan`'s (case name, plan, call), then the problem's rows and lists."""
+                     num_splits, prefill=False):
+    """`checked_sparse_plan`'s (case name, plan, call), then the problem's rows and lists;
+    ``prefill``: named as a prefill of ``batch`` tokens (s_q 1)."""
     fmt = kv_format(fmt_name)
     rows, idx, q = sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens)
     plan = SparsePlan(num_queries=batch * s_q, num_heads=heads, topk=topk, kv_format=fmt,
                       device=device, config=config, num_splits=num_splits)
     fn = functools.partial(plan.run, q, rows, idx, check=False)
     check_sparse(fn()[0], q, rows, idx, fmt)
-    return f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}", plan, fn, rows, idx
+    name = (f"sparse_prefill/{fmt_name}/T{batch}-H{heads}-topk{topk}" if prefill
+            else f"sparse_decode/{fmt_name}/B{batch}-H{heads}-topk{topk}-sq{s_q}")
+    return name, plan, fn, rows, idx
 
 
 def sparse_bytes(batch, heads, topk, s_q, row_bytes) -> int:
@@ -108,13 +116,15 @@ def sparse_bytes(batch, heads, topk, s_q, row_bytes) -> int:
 
 def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
                device="cuda", pool_tokens=POOL_TOKENS, config=None,
-               num_splits=None, floor=False) -> list[Record]:
+               num_splits=None, floor=False, prefill=False) -> list[Record]:
     """Sparse decode over a 1M-slot pool with random indices; checked, then timed from a CUDA
     graph. config / num_splits: override the launcher's (benchmarks/sparse_variants.py).
+    prefill: the case is ``batch`` prompt tokens (s_q 1; named `sparse_prefill/...`), the
+    same kernels and formulas.
     floor: also the gather floor of the same rows and lists (`floors.gather_floor`; backends
     ``gather_floor``, ``gather_floor_cleanL2``; TB/s on the rows it reads, q and out not)."""
     case, plan, fn, rows, idx = _checked_problem(batch, heads, topk, s_q, fmt_name, device,
-                                                 pool_tokens, config, num_splits)
+                                                 pool_tokens, config, num_splits, prefill)
     replay = _timed(fn, device)
     moved = sparse_bytes(batch, heads, topk, s_q, plan.fmt.row_bytes)
     flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * batch * s_q
