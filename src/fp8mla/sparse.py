@@ -8,9 +8,9 @@ as it is — no padding of 8 heads to 64. Programs of fewer than `COMPACT_MIN_RO
 each entry in the attention loop (SPARSE=True); larger ones first compact the lists
 (`fp8mla.kernels.compact`: valid entries in order at the front, and their count — a plan-owned
 int32 [queries, topk] buffer) and read them as a block table of one-token pages — except on
-SM90, where fp8_ds_mla plans of ≥ 64 heads take a Gluon kernel (`fp8mla.kernels.decode_sm90`)
-and those of ≤ 8 heads another (`fp8mla.kernels.decode_sm90_mma8_sparse`), each checking the
-entries itself.
+SM90, where fp8 and fp8_ds_mla plans of ≥ 64 heads take a Gluon kernel
+(`fp8mla.kernels.decode_sm90`) and fp8_ds_mla plans of ≤ 8 heads another
+(`fp8mla.kernels.decode_sm90_mma8_sparse`), each checking the entries itself.
 
 Out-of-range indices: the validating path (``check=True``, default) raises; the fast path
 (``check=False``) treats them as −1 and never reads outside the pool.
