@@ -479,18 +479,24 @@ def test_sm90_mma_kernels_non_causal_mtp(fmt, heads, qk8, monkeypatch):
     both first products): each query sees the whole context, as s_q = 1 — for fp8, the path
     where the kernel skips the mask on every tile but a request's last."""
     _mma16_only(monkeypatch, qk8=qk8)
+    assert _non_causal_mtp(fmt, heads).kernel == ("mma8" if heads == 4 else "mma16")
+
+
+def _non_causal_mtp(fmt, heads):
+    """A non-causal s_q 2 plan's run against the reference, query by query (each sees the
+    whole context); the plan."""
     lens = [3000, 65, 64, 1]
     cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=heads)
     q = torch.randn(len(lens), 2, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=2, kv_format=cache.fmt,
                       page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
-    assert plan.kernel == ("mma8" if heads == 4 else "mma16")
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     for i in range(2):
         ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,
                                             576 ** -0.5)
         assert_close(out[:, i:i + 1], ro, name=f"query {i}")
         assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
+    return plan
 
 
 @pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
@@ -517,18 +523,7 @@ def test_sm90_gluon_kernels_mtp_match_reference(heads, s_q, lens, page_size, spl
 def test_sm90_gluon_kernels_non_causal_mtp(fmt):
     """s_q 2, not causal, on the 64-row Gluon kernels: each query sees the whole context."""
     sm90_gluon_only("decode")
-    lens = [3000, 65, 64, 1]
-    cache, table, seqlens = paged_cache(fmt, lens, 64, device="cuda", seed=7)
-    q = torch.randn(len(lens), 2, 128, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=len(lens), num_heads=128, s_q=2, kv_format=cache.fmt,
-                      page_size=64, cache_seqlens=seqlens, device="cuda", causal=False)
-    assert plan.kernel == "sm90"
-    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
-    for i in range(2):
-        ro, rl = reference.dense_mla_decode(q[:, i:i + 1], cache.dequantize(0), table, seqlens,
-                                            576 ** -0.5)
-        assert_close(out[:, i:i + 1], ro, name=f"query {i}")
-        assert_close(lse[:, i:i + 1], rl, atol=1e-3, rtol=1e-3, name=f"lse {i}")
+    assert _non_causal_mtp(fmt, 128).kernel == "sm90"
 
 
 @pytest.mark.parametrize("qk8", [False, True])
