@@ -178,6 +178,8 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   396.6, fp8_ds_mla B=64 × 8K × 128 × 2 999.4 / 1004.9 → 876.8 / 872.9.
 # - "fp8-gather": fp8 rows (per-tensor scale) on the same gather kernel (`SM90_GATHER_FP8`) —
 #   dense plans over pages shorter than a tile, sparse lists — against the Triton kernel.
+# - "sparse-min-heads": sparse plans of 17–63 heads on the 64-row gather kernel (part-empty
+#   programs; `SPARSE_SM90_MIN_HEADS` lowered) against the Triton kernel they take by default.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -208,6 +210,11 @@ PLANS = {
          (DecodeCase(2, 32768, 128, page_size=1), "fp8"),
          (DecodeCase(64, 8192, 128, s_q=2, page_size=1), "fp8"),
          (128, 128, 2048, 1, "fp8"), (64, 64, 2048, 1, "fp8")]),
+    "sparse-min-heads": (
+        [("Triton kernel (64 heads on)", {}),
+         ("64-row gather kernel from 17 heads", {"SPARSE_SM90_MIN_HEADS": 17})],
+        [(64, 32, 2048, 1), (128, 32, 2048, 1), (64, 48, 2048, 1), (64, 24, 2048, 1),
+         (16, 32, 2048, 1), (64, 32, 2048, 1, "fp8")]),
 }
 
 

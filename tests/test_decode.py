@@ -190,6 +190,10 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
         monkeypatch.setattr(decode_mod, switch, False)
         assert form(**off) == ("triton",) and form(**kept)[0] == "sm90", (switch, off, kept)
         monkeypatch.setattr(decode_mod, switch, True)
+    # sparse plans from SPARSE_SM90_MIN_HEADS on: part-empty 64-head programs below 64
+    assert form(**dict(sds, heads=48)) == ("triton",)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 17)
+    assert form(**dict(sds, heads=24)) == gather and form(**dict(sds, heads=16)) == ("triton",)
     cc["value"] = 100
     assert form() == ("triton",)
 

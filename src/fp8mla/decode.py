@@ -736,8 +736,9 @@ class DecodePlan:
 
     def _sm90_serves(self) -> bool:
         """Whether a 64-row Gluon SM90 kernel serves this plan (`_sm90_form`): 64-head
-        programs (more than 32 heads; dense s_q 2–4 a program a query, `SM90_MTP`), a GPU of
-        compute capability 9.0 and a Triton with Gluon."""
+        programs (dense: more than 32 heads, s_q 2–4 a program a query, `SM90_MTP`; sparse:
+        from `SPARSE_SM90_MIN_HEADS` heads), a GPU of compute capability 9.0 and a Triton with
+        Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.s_q > 1 and not SM90_MTP:
@@ -746,6 +747,8 @@ class DecodePlan:
             return False
         from fp8mla.kernels import decode_sm90  # imports Gluon: only where it may serve
 
+        if self.sparse:  # from `SPARSE_SM90_MIN_HEADS` on (`_sm90_form`): part-empty
+            return decode_sm90.AVAILABLE  # 64-head programs below 64
         # 64-head programs: the heads a program of s_q 1 takes (queries are programs here)
         heads = decode_config(self.target.cc, self.fmt.name, self.num_heads, 1,
                               self.sparse).heads_per_block
