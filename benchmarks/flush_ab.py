@@ -179,7 +179,11 @@ from fp8mla.bench.sparse import checked_sparse_plan
 # - "fp8-gather": fp8 rows (per-tensor scale) on the same gather kernel (`SM90_GATHER_FP8`) —
 #   dense plans over pages shorter than a tile, sparse lists — against the Triton kernel.
 # - "sparse-min-heads": sparse plans of 17–63 heads on the 64-row gather kernel (part-empty
-#   programs; `SPARSE_SM90_MIN_HEADS` lowered) against the Triton kernel they take by default.
+#   programs; `SPARSE_SM90_MIN_HEADS` lowered) against the Triton kernel they took then,
+#   h200-20261204-s36-7dc3c2b-sparse-min-heads-flush-ab.json: faster in every case — B=64 × 32
+#   100.4 / 96.7 → 69.2 / 68.1, B=128 × 32 181.0 / 177.7 → 119.4 / 117.5, × 24 97.8 / 94.8 →
+#   68.8 / 67.9 (`SPARSE_SM90_MIN_HEADS` 17 since; the plan's arms now both take it at 17+).
+# - "sparse-16-heads": the same at 9–16 heads (the Triton kernel's 16-row programs).
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -211,10 +215,14 @@ PLANS = {
          (DecodeCase(64, 8192, 128, s_q=2, page_size=1), "fp8"),
          (128, 128, 2048, 1, "fp8"), (64, 64, 2048, 1, "fp8")]),
     "sparse-min-heads": (
-        [("Triton kernel (64 heads on)", {}),
-         ("64-row gather kernel from 17 heads", {"SPARSE_SM90_MIN_HEADS": 17})],
+        [("64-row gather kernel from 17 heads", {}),
+         ("Triton kernel (64 heads on)", {"SPARSE_SM90_MIN_HEADS": 64})],
         [(64, 32, 2048, 1), (128, 32, 2048, 1), (64, 48, 2048, 1), (64, 24, 2048, 1),
          (16, 32, 2048, 1), (64, 32, 2048, 1, "fp8")]),
+    "sparse-16-heads": (
+        [("Triton kernel (17 heads on)", {}),
+         ("64-row gather kernel from 9 heads", {"SPARSE_SM90_MIN_HEADS": 9})],
+        [(64, 16, 2048, 1), (128, 16, 2048, 1), (64, 12, 2048, 1), (16, 16, 2048, 1)]),
 }
 
 

@@ -160,7 +160,8 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
         (dict(fmt="fp8_ds_mla", heads=32), ("mma16",)),  # head blocks of the ≤ 16-row kernel
         (sds, gather), (dict(sds, heads=64), gather),
         (dict(sparse=True), gather),  # fp8 lists
-        (dict(sds, heads=32), ("triton",)), (dict(sparse=True, fmt="bf16"), ("triton",)),
+        (dict(sds, heads=32), gather), (dict(sds, heads=16), ("triton",)),
+        (dict(sparse=True, fmt="bf16"), ("triton",)),
         (dict(config=DecodeConfig(block_n=64, heads_per_block=64, num_warps=8, num_stages=3,
                                   tma=True)), ("triton",)),  # an explicit configuration
     ]
@@ -190,10 +191,11 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
         monkeypatch.setattr(decode_mod, switch, False)
         assert form(**off) == ("triton",) and form(**kept)[0] == "sm90", (switch, off, kept)
         monkeypatch.setattr(decode_mod, switch, True)
-    # sparse plans from SPARSE_SM90_MIN_HEADS on: part-empty 64-head programs below 64
-    assert form(**dict(sds, heads=48)) == ("triton",)
-    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 17)
-    assert form(**dict(sds, heads=24)) == gather and form(**dict(sds, heads=16)) == ("triton",)
+    # sparse plans from SPARSE_SM90_MIN_HEADS (17) on: part-empty 64-head programs below 64
+    assert form(**dict(sds, heads=17)) == gather and form(**dict(sds, heads=48)) == gather
+    assert form(**dict(sds, heads=16)) == ("triton",) == form(heads=16, sparse=True)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
+    assert form(**dict(sds, heads=48)) == ("triton",) and form(**sds) == gather
     cc["value"] = 100
     assert form() == ("triton",)
 

@@ -108,9 +108,15 @@ SM90_GLUON = True
 # `decode_sm90._mla_sparse_sm90_kernel`, which checks each index-list entry itself), taken from
 # `SPARSE_SM90_MIN_HEADS` heads on (H200, topk 2048, h200-20261201-s15-a6cb0db-sparse-sm90-ab:
 # B=128 × 128 heads 340 → 242 µs, B=64 × 64 heads 102 → 76.0; session 13's first version was
-# slower at 64 heads)
+# slower at 64 heads). Below 64 heads in part-empty programs: the Triton kernel's 32- and
+# 64-row programs there cost more than a 64-row Gluon program (H200, flush A/B, µs, do_bench's
+# / clean, h200-20261204-s36-7dc3c2b-sparse-min-heads-flush-ab.json, Triton → Gluon: fp8_ds_mla
+# B=64 × 32 heads 100.4 / 96.7 → 69.2 / 68.1, B=128 × 32 181.0 / 177.7 → 119.4 / 117.5, B=16 ×
+# 32 40.1 / 39.0 → 28.6 / 28.3, B=64 × 24 97.8 / 94.8 → 68.8 / 67.9, × 48 99.9 / 98.4 → 71.0 /
+# 69.7; fp8 B=64 × 32 81.7 / 77.6 → 64.8 / 63.8); 17: every plan of the Triton kernel's 32-row
+# programs (17–32 heads) and up, the 16-row ones (9–16) not measured against it
 SPARSE_SM90_GLUON = True
-SPARSE_SM90_MIN_HEADS = 64
+SPARSE_SM90_MIN_HEADS = 17
 # SM90, dense fp8_ds_mla rows, 64-head programs, any page size: the sparse Gluon kernel above
 # reading each tile's pool rows through the block table (its PAGED form: one cp.async gather
 # a row, as over index lists) instead of the Triton kernel. H200, flush A/B, µs, do_bench's /
