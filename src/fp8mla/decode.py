@@ -114,7 +114,10 @@ SM90_GLUON = True
 # B=64 × 32 heads 100.4 / 96.7 → 69.2 / 68.1, B=128 × 32 181.0 / 177.7 → 119.4 / 117.5, B=16 ×
 # 32 40.1 / 39.0 → 28.6 / 28.3, B=64 × 24 97.8 / 94.8 → 68.8 / 67.9, × 48 99.9 / 98.4 → 71.0 /
 # 69.7; fp8 B=64 × 32 81.7 / 77.6 → 64.8 / 63.8); 17: every plan of the Triton kernel's 32-row
-# programs (17–32 heads) and up, the 16-row ones (9–16) not measured against it
+# programs (17–32 heads) and up. Its 16-row programs (9–16 heads) stay: faster but at small
+# batches (-808d8ec-sparse-16-heads-flush-ab.json, Triton / Gluon: B=64 × 16 66.6 / 63.9 against
+# 67.6 / 66.3, B=128 × 16 103.8 / 101.5 against 118.1 / 116.6, B=64 × 12 62.7 / 59.2 against
+# 67.3 / 66.2; B=16 × 16 37.2 / 34.7 against 27.5 / 26.8)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 17
 # SM90, dense fp8_ds_mla rows, 64-head programs, any page size: the sparse Gluon kernel above

@@ -8,7 +8,7 @@ as it is — no padding of 8 heads to 64. Programs of fewer than `COMPACT_MIN_RO
 each entry in the attention loop (SPARSE=True); larger ones first compact the lists
 (`fp8mla.kernels.compact`: valid entries in order at the front, and their count — a plan-owned
 int32 [queries, topk] buffer) and read them as a block table of one-token pages — except on
-SM90, where fp8 and fp8_ds_mla plans of ≥ 64 heads take a Gluon kernel
+SM90, where fp8 and fp8_ds_mla plans of ≥ 17 heads take a Gluon kernel
 (`fp8mla.kernels.decode_sm90`) and fp8_ds_mla plans of ≤ 8 heads another
 (`fp8mla.kernels.decode_sm90_mma8_sparse`), each checking the entries itself.
 
