@@ -182,7 +182,8 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   programs; `SPARSE_SM90_MIN_HEADS` lowered) against the Triton kernel they took then,
 #   h200-20261204-s36-7dc3c2b-sparse-min-heads-flush-ab.json: faster in every case — B=64 × 32
 #   100.4 / 96.7 → 69.2 / 68.1, B=128 × 32 181.0 / 177.7 → 119.4 / 117.5, × 24 97.8 / 94.8 →
-#   68.8 / 67.9 (`SPARSE_SM90_MIN_HEADS` 17 since; the plan's arms now both take it at 17+).
+#   68.8 / 67.9 (`SPARSE_SM90_MIN_HEADS` 17 since: the plan's first arm is now the default, its
+#   second the old bound).
 # - "sparse-16-heads": the same at 9–16 heads (the Triton kernel's 16-row programs),
 #   h200-20261204-s36-808d8ec-sparse-16-heads-flush-ab.json: the Triton kernel faster but at
 #   small batches — B=64 × 16 66.6 / 63.9 against 67.6 / 66.3, B=128 × 16 103.8 / 101.5

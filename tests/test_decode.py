@@ -173,7 +173,7 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     from fp8mla.bench.harness import kernel_note  # what the benchmarks' records say
 
     assert kernel_note(plan).startswith("kernel=sm90 splits=")
-    assert kernel_note(plan).endswith(" rows_in_order=True")
+    assert kernel_note(plan).endswith(" form=tma rows_in_order=True")
     monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", False)
     assert kernel_note(plan).endswith(" rows_in_order=False")
     mtp = DecodePlan(batch=2, num_heads=100, s_q=3, kv_format="fp8", page_size=64,
@@ -194,6 +194,12 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     # sparse plans from SPARSE_SM90_MIN_HEADS (17) on: part-empty 64-head programs below 64
     assert form(**dict(sds, heads=17)) == gather and form(**dict(sds, heads=48)) == gather
     assert form(**dict(sds, heads=16)) == ("triton",) == form(heads=16, sparse=True)
+    # the Gluon kernels' 64-token tiles schedule the splits (the config's 32 at 17–32 heads
+    # would leave half the programs of a short batch empty)
+    short = SparsePlan(num_queries=1, num_heads=32, topk=2048, kv_format="fp8_ds_mla",
+                       device="cpu")
+    assert short.kernel == "sm90" and short.config.block_n == 32
+    assert short._tile_tokens() == 64 and short.num_splits <= 2048 // 64
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MIN_HEADS", 64)
     assert form(**dict(sds, heads=48)) == ("triton",) and form(**sds) == gather
     cc["value"] = 100
@@ -408,7 +414,7 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
             self.name = name
 
         def __getitem__(self, grid):
-            return lambda *args, **meta: calls.append((self.name, meta))
+            return lambda *args, **meta: calls.append((self.name, grid, meta))
 
     for module, name in ((k8, "_mla_decode_mma8_kernel"), (kd, "_mla_decode_mma8_ds_kernel"),
                          (km, "_mla_sparse_mma8_kernel"), (k90, "_mla_decode_sm90_kernel"),
@@ -435,10 +441,13 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
         table, lens = torch.zeros(1, 64, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
         plan._launch_sm90(q, rows, table, lens, lse[0, 0], q[..., :512], lse, float("-inf"),
                           plan.num_splits == 1)
-        name, meta = calls.pop()
-        form = plan._sm90_form() if plan.kernel == "sm90" else None
+        name, grid, meta = calls.pop()
+        assert plan.sm90_form == (plan._sm90_form() if plan.kernel == "sm90" else None)
         assert (name, meta.get("PAGED"), meta.get("DS")) == launched[
-            plan.kernel, form, plan.fmt.name, plan.sparse]
+            plan.kernel, plan.sm90_form, plan.fmt.name, plan.sparse]
+        # grid: (requests, splits, head blocks — × s_q on the 64-row kernels)
+        blocks = plan._query_blocks if plan.kernel == "sm90" else plan.head_blocks
+        assert grid == (plan.batch, plan.num_splits, blocks)
         return meta["PDL"]
 
     assert decode_mod.PDL_SIGNAL

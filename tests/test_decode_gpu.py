@@ -700,7 +700,7 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     ("fp8", 4, 2, None, "mma8"), ("fp8", 8, 2, 3, "mma16"), ("fp8_ds_mla", 4, 2, None, "mma8"),
     ("fp8_ds_mla", 8, 2, None, "mma16"), ("fp8_ds_mla", 16, 2, 3, "mma16"),  # head blocks
     ("fp8_ds_mla", 4, 4, 1, "mma16"), ("bf16", 8, 2, None, "triton"),
-    ("fp8", 32, 4, None, "triton"),  # 128 rows: the 64-head Gluon kernel takes s_q 1 only
+    ("fp8", 32, 4, None, "triton"),  # 32 heads: 32-row programs, not the 64-head kernels
 ])
 def test_blind_query_rows(fmt, heads, s_q, splits, kernel, monkeypatch):
     """Causal MTP over requests shorter than s_q: a query that sees no token gets zeros, lse

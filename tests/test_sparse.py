@@ -214,3 +214,39 @@ def test_bad_sparse_arguments(device):
         plan.run(q, cache.layer(0), idx, torch.tensor([9, 1], dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match=r"q: expected shape \[2, 4, 576\]"):
         plan.run(q[:, :3].contiguous(), cache.layer(0), idx)
+
+
+def test_gluon_sparse_plan_refuses_a_misaligned_pool(monkeypatch):
+    """SM90's Gluon sparse kernels copy rows 16 bytes at a time and their plans hold no
+    compacted lists for the Triton kernel to fall back on: a pool whose first row is not
+    16-byte aligned is refused with an error naming kv_cache, before any launch (the target
+    faked as SM90 on the CPU; the aligned pool reaches the launch, recorded, not run)."""
+    import fp8mla.decode as decode_mod
+    from fp8mla.kernels import decode_sm90
+    from fp8mla.runtime import Target
+
+    if not decode_sm90.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: launches.append(grid)
+
+    monkeypatch.setattr(decode_sm90, "_mla_sparse_sm90_kernel", Recorder())
+    monkeypatch.setattr(decode_mod, "_combine_splits_kernel", Recorder())
+    plan = SparsePlan(num_queries=2, num_heads=32, topk=64, kv_format="fp8_ds_mla",
+                      device="cpu")
+    assert plan.sm90_form == "gather" and not plan.compacts
+    pool = torch.zeros(64 * 656 + 16, dtype=torch.uint8)
+    q = torch.zeros(2, 32, 576, dtype=torch.bfloat16)
+    idx = torch.zeros(2, 64, dtype=torch.int32)
+    shifted = pool[8:8 + 64 * 656].view(64, 656)
+    assert shifted.data_ptr() % 16 == 8
+    with pytest.raises(ValueError, match=r"kv_cache: expected a pool whose first row is "
+                                         r"16-byte aligned .* ≡ 8 \(mod 16\)"):
+        plan.run(q, shifted, idx, check=False)
+    assert not launches
+    plan.run(q, pool[:64 * 656].view(64, 656), idx, check=False)
+    assert launches and launches[0] == (2, plan.num_splits, 1)

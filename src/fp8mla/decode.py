@@ -501,6 +501,8 @@ class DecodePlan:
             self.config = decode_config(self.target.cc, self.fmt.name, self._block_heads,
                                         self.s_q, self.sparse)
         self.sm90 = self.mma8 or (config is None and self._sm90_serves())
+        # the 64-row form ("tma" / "gather", `_sm90_form`), fixed with the plan like the rest
+        self.sm90_form = self._sm90_form() if self.sm90 and not self.mma8 else None
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         # programs of one request's split: its head blocks (the Triton and ≤ 16-row kernels
         # hold every query row of their heads), but one query's 64 heads a program on the
@@ -784,11 +786,15 @@ class DecodePlan:
         return None
 
     def _tile_tokens(self) -> int:
-        """Tokens per tile of the kernel that serves this plan (whole tiles per split)."""
+        """Tokens per tile of the kernel that serves this plan (whole tiles per split): 64 on
+        the Gluon kernels (the config's are the Triton kernel's: 32 for sparse plans of 17–32
+        heads, which would split a short batch into twice the programs, half of them empty)."""
         if self.mma8:
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
             return k8.BLOCK_N
+        if self.sm90:
+            return 64  # decode_sm90.BLOCK_N
         return self.config.block_n
 
     def _head_block(self) -> int:
@@ -911,7 +917,7 @@ class DecodePlan:
         # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q)
         grid64 = (self.batch, self.num_splits, self._query_blocks)
         queries = dict(S_Q=self.s_q, CAUSAL=self.causal)
-        if not self.mma8 and self._sm90_form() == "gather":  # index lists, or (PAGED) the
+        if self.sm90_form == "gather":  # index lists, or (PAGED) the
             decode_sm90._mla_sparse_sm90_kernel[grid64](  # block table's pages
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, kv_scale,
                 out, lse,
@@ -988,8 +994,13 @@ class DecodePlan:
         out = self.out if out is None else out
         lse = self.lse if lse is None else lse
         direct = self.num_splits == 1
-        # (a dense pool not 16-byte aligned cannot be described for TMA: the Triton kernel,
-        # which gathers such a pool, serves that call)
+        # (a dense pool not 16-byte aligned cannot be described for TMA nor copied 16 bytes at
+        # a time: the Triton kernel, which gathers such a pool, serves that call; a sparse plan
+        # on the Gluon kernels has no such fallback — its lists are not compacted — and refuses)
+        if self.sm90 and self.sparse and rows.data_ptr() % 16:
+            raise ValueError(f"kv_cache: expected a pool whose first row is 16-byte aligned "
+                             f"(SM90's Gluon sparse kernels copy rows 16 bytes at a time), got "
+                             f"one at address ≡ {rows.data_ptr() % 16} (mod 16)")
         if self.sm90 and (self.sparse or rows.data_ptr() % 16 == 0):
             self._launch_sm90(q, rows, block_table, cache_seqlens, kv_scale, out, lse,
                               empty_lse, direct)

@@ -153,8 +153,8 @@ class SparsePlan(DecodePlan):
     def checks_indices(self) -> bool:
         """Whether the attention kernel checks every index-list entry (SPARSE) — programs of
         fewer than COMPACT_MIN_ROWS rows — or reads lists compacted first (the Triton kernel's
-        flag; on SM90 the Gluon kernel that serves ≥ 64-row fp8_ds_mla programs checks entries
-        itself, and `compacts` says whether the compaction runs)."""
+        flag; on SM90 the Gluon kernel that serves fp8 and fp8_ds_mla plans of ≥ 17 heads
+        checks entries itself, and `compacts` says whether the compaction runs)."""
         return self.config.heads_per_block < self._compact_min_rows
 
     @staticmethod

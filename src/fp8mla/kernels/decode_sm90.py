@@ -12,15 +12,15 @@ P are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 393 µs (372 TF
 539; sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 242 against 340 µs
 (h200-20261201-s15-bb2dfd3-dense-ab.json, -a6cb0db-sparse-sm90-ab.json).
 
-Per program: one (request, split, 64-head block); whole 64-token tiles of pages of ≥ 64 tokens
-arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
+Per program: one (request, split, 64-head block, query); whole 64-token tiles of pages of ≥ 64
+tokens arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
 mbarrier ring, the next tile's copy issued before this one's math; each tile is converted once
 (e4m3 → fp16, exact) into shared memory for both products. Each tile's P · V is left running
 while the next tile's copy is issued and waited for (its wait before that tile's conversion
-overwrites the fp16 tile): 456 → 415 µs above. (A likely reason, not profiled: the copy
-issue's block-table load used to hold its warp behind the others after the product, and each
-tile's barrier waited for it.) Rows past the request's end in its last tile are zeroed after
-conversion (their scores are −inf), so nothing past a length is attended. Outputs match
+overwrites the fp16 tile): 456 → 415 µs above. (A likely reason, not profiled: the copy issue's
+block-table load used to hold its warp behind the others after the product, and each tile's
+barrier waited for it.) Rows past the request's end in its last tile are zeroed after conversion
+(their scores are −inf), so nothing past a length is attended. Outputs match
 `_mla_decode_kernel`'s: the final row (one split) or the split's partial for
 `_combine_splits_kernel`.
 
@@ -152,7 +152,7 @@ if AVAILABLE:
                     num_splits, stride_bt, page_shift, max_len, BN: gl.constexpr):
         """A dense TMA loop's two-stage ring (latent and rope buffers, initialised mbarriers),
         this program's token chunk from the device-side length (bounded by the table's row,
-        less ``lag``: `_query_length`), and its first tile's copy issued: (lat_buf, rope_buf,
+        less ``lag``: `_query_program`), and its first tile's copy issued: (lat_buf, rope_buf,
         bars, seqlen, start, end, n_tiles, the request's block-table row, the pool's scale
         from ``scale_ptr``)."""
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], lat_desc.layout)
