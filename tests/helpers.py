@@ -26,6 +26,17 @@ def sm90_gluon_only(what: str) -> None:
         pytest.skip(f"the Gluon {what} kernel serves SM90 (compute capability 9.0) only")
 
 
+class LaunchRecorder:
+    """Stands for a Triton / Gluon kernel in a CPU test of a launcher: ``kernel[grid](*args,
+    **meta)`` appends (name, grid, meta) to ``calls`` instead of launching."""
+
+    def __init__(self, calls: list, name: str = ""):
+        self.calls, self.name = calls, name
+
+    def __getitem__(self, grid):
+        return lambda *args, **meta: self.calls.append((self.name, grid, meta))
+
+
 def poison(cache: PagedKVCache) -> None:
     """Fill every byte of the pool so that a stray read shows: NaN in bf16 halves and in
     fp8_ds_mla scales / rope, and the largest e4m3 value (0x7E = 448) in fp8 bytes."""

@@ -9,7 +9,7 @@ import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan, choose_num_splits, dense_decode
 from fp8mla.testing import assert_close
-from helpers import assert_blind_rows, paged_cache
+from helpers import LaunchRecorder, assert_blind_rows, paged_cache
 
 FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
 
@@ -408,18 +408,10 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
     calls = []
-
-    class Recorder:
-        def __init__(self, name):
-            self.name = name
-
-        def __getitem__(self, grid):
-            return lambda *args, **meta: calls.append((self.name, grid, meta))
-
     for module, name in ((k8, "_mla_decode_mma8_kernel"), (kd, "_mla_decode_mma8_ds_kernel"),
                          (km, "_mla_sparse_mma8_kernel"), (k90, "_mla_decode_sm90_kernel"),
                          (k90, "_mla_sparse_sm90_kernel")):
-        monkeypatch.setattr(module, name, Recorder(name))
+        monkeypatch.setattr(module, name, LaunchRecorder(calls, name))
     gather = "_mla_sparse_sm90_kernel"  # (its PAGED and DS flags)
     launched = {  # (kernel, 64-row form, format, sparse) → the kernel launched, PAGED, DS
         ("mma8", None, "fp8", False): ("_mla_decode_mma8_kernel", None, None),

@@ -11,7 +11,7 @@ from fp8mla.cache import PagedKVCache
 from fp8mla.kernels.compact import _compact_indices_kernel
 from fp8mla.sparse import SparsePlan, sparse_decode, sparse_prefill
 from fp8mla.testing import assert_close
-from helpers import poison, sparse_lists, sparse_pool
+from helpers import LaunchRecorder, poison, sparse_lists, sparse_pool
 
 
 @pytest.fixture(params=["checked", "compacted"])
@@ -229,13 +229,8 @@ def test_gluon_sparse_plan_refuses_a_misaligned_pool(monkeypatch):
         pytest.skip("this Triton has no (such) Gluon")
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
     launches = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **meta: launches.append(grid)
-
-    monkeypatch.setattr(decode_sm90, "_mla_sparse_sm90_kernel", Recorder())
-    monkeypatch.setattr(decode_mod, "_combine_splits_kernel", Recorder())
+    monkeypatch.setattr(decode_sm90, "_mla_sparse_sm90_kernel", LaunchRecorder(launches))
+    monkeypatch.setattr(decode_mod, "_combine_splits_kernel", LaunchRecorder(launches))
     plan = SparsePlan(num_queries=2, num_heads=32, topk=64, kv_format="fp8_ds_mla",
                       device="cpu")
     assert plan.sm90_form == "gather" and not plan.compacts
@@ -249,4 +244,4 @@ def test_gluon_sparse_plan_refuses_a_misaligned_pool(monkeypatch):
         plan.run(q, shifted, idx, check=False)
     assert not launches
     plan.run(q, pool[:64 * 656].view(64, 656), idx, check=False)
-    assert launches and launches[0] == (2, plan.num_splits, 1)
+    assert launches and launches[0][1] == (2, plan.num_splits, 1)
