@@ -539,6 +539,7 @@ class DecodePlan:
             self.part_max = torch.empty_like(self.part_lse)
         else:
             self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
+        self._combine_launch = self._combine_shape() if self.num_splits > 1 else None
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
         # debug: int64 [batch × num_splits, 12] on the plan's device that the dense fp8 ≤ 16-row
         # kernel fills with each program's timeline when set before a run (or a graph's
@@ -1012,19 +1013,24 @@ class DecodePlan:
             self._combine(out, lse, empty_lse)
         return out, lse
 
-    def _combine(self, out, lse, empty_lse):
-        """Merge the split workspace (part_out / part_lse / part_max) into out / lse."""
+    def _combine_shape(self) -> tuple[tuple[int, int, int], int, int, int]:
+        """The split combine's (grid, dims a program, splits a step, warps) for this plan,
+        fixed with it (`combine_blocks`, `combine_warps`; computed once: host time a call)."""
         block_d, block_s = combine_blocks(self.batch * self.s_q * self.num_heads,
                                           self.num_splits, self.target.num_sms)
         grid = (self.batch, self.s_q, self.num_heads * LATENT_DIM // block_d)
+        return grid, block_d, block_s, combine_warps(block_d, self.part_out.element_size())
+
+    def _combine(self, out, lse, empty_lse):
+        """Merge the split workspace (part_out / part_lse / part_max) into out / lse."""
+        grid, block_d, block_s, warps = self._combine_launch
         pdl = dict(PDL=True, launch_pdl=True) if self._pdl else {}
         _combine_splits_kernel[grid](
             self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             lse.stride(2), empty_lse, self.num_splits, self.num_heads,
             S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s,
-            num_warps=combine_warps(block_d, self.part_out.element_size()),
-            **pdl,
+            num_warps=warps, **pdl,
         )
 
 
