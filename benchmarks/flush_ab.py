@@ -188,6 +188,8 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   h200-20261204-s36-808d8ec-sparse-16-heads-flush-ab.json: the Triton kernel faster but at
 #   small batches — B=64 × 16 66.6 / 63.9 against 67.6 / 66.3, B=128 × 16 103.8 / 101.5
 #   against 118.1 / 116.6, B=16 × 16 37.2 / 34.7 against 27.5 / 26.8 — the bound stays 17.
+# - "sparse-16-heads-batch" (prepared, not run): the same arms over batch sizes between, for a
+#   batch-dependent bound at 9–16 heads.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -227,6 +229,11 @@ PLANS = {
         [("Triton kernel (17 heads on)", {}),
          ("64-row gather kernel from 9 heads", {"SPARSE_SM90_MIN_HEADS": 9})],
         [(64, 16, 2048, 1), (128, 16, 2048, 1), (64, 12, 2048, 1), (16, 16, 2048, 1)]),
+    "sparse-16-heads-batch": (
+        [("Triton kernel (17 heads on)", {}),
+         ("64-row gather kernel from 9 heads", {"SPARSE_SM90_MIN_HEADS": 9})],
+        [(8, 16, 2048, 1), (24, 16, 2048, 1), (32, 16, 2048, 1), (48, 16, 2048, 1),
+         (32, 12, 2048, 1), (32, 16, 2048, 1, "fp8")]),
 }
 
 
