@@ -762,8 +762,7 @@ class DecodePlan:
         if self.sparse:  # from `SPARSE_SM90_MIN_HEADS` on (`_sm90_form`): part-empty
             return decode_sm90.AVAILABLE  # 64-head programs below 64
         # 64-head programs: the heads a program of s_q 1 takes (queries are programs here)
-        heads = decode_config(self.target.cc, self.fmt.name, self.num_heads, 1,
-                              self.sparse).heads_per_block
+        heads = decode_config(self.target.cc, self.fmt.name, self.num_heads, 1).heads_per_block
         return decode_sm90.AVAILABLE and heads == decode_sm90.HEADS
 
     def _sm90_form(self) -> str | None:
@@ -918,13 +917,12 @@ class DecodePlan:
         # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q)
         grid64 = (self.batch, self.num_splits, self._query_blocks)
         queries = dict(S_Q=self.s_q, CAUSAL=self.causal)
-        if self.sm90_form == "gather":  # index lists, or (PAGED) the
-            decode_sm90._mla_sparse_sm90_kernel[grid64](  # block table's pages
-                q, flat, flat.view(torch.float32), block_table, cache_seqlens, kv_scale,
-                out, lse,
-                self.max_logits, self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
-                block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
-                empty_lse, self.num_heads, self.num_splits,
+        if self.sm90_form == "gather":  # index lists, or (PAGED) the block table's pages
+            decode_sm90._mla_sparse_sm90_kernel[grid64](
+                q, flat, flat.view(torch.float32), block_table, cache_seqlens, kv_scale, out,
+                lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
+                *q.stride()[:3], block_table.stride(0), *out.stride()[:3], *lse.stride(),
+                self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 self.page_size.bit_length() - 1, DIRECT=direct, HEADS=decode_sm90.HEADS,
                 BN=decode_sm90.BLOCK_N, PDL=self._pdl_signal(direct),
@@ -998,11 +996,12 @@ class DecodePlan:
         # (a dense pool not 16-byte aligned cannot be described for TMA nor copied 16 bytes at
         # a time: the Triton kernel, which gathers such a pool, serves that call; a sparse plan
         # on the Gluon kernels has no such fallback — its lists are not compacted — and refuses)
-        if self.sm90 and self.sparse and rows.data_ptr() % 16:
+        misaligned = rows.data_ptr() % 16
+        if self.sm90 and self.sparse and misaligned:
             raise ValueError(f"kv_cache: expected a pool whose first row is 16-byte aligned "
                              f"(SM90's Gluon sparse kernels copy rows 16 bytes at a time), got "
-                             f"one at address ≡ {rows.data_ptr() % 16} (mod 16)")
-        if self.sm90 and (self.sparse or rows.data_ptr() % 16 == 0):
+                             f"one at address ≡ {misaligned} (mod 16)")
+        if self.sm90 and not misaligned:
             self._launch_sm90(q, rows, block_table, cache_seqlens, kv_scale, out, lse,
                               empty_lse, direct)
         else:

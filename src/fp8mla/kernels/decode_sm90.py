@@ -1,7 +1,7 @@
 """SM90 decode for 64-row programs, written in Gluon (explicit layouts): dense over fp8 rows
-(`_mla_decode_sm90_kernel`), sparse over index lists of fp8_ds_mla rows
-(`_mla_sparse_sm90_kernel`), which also serves dense fp8_ds_mla rows through the block table
-(its ``PAGED`` form).
+in pages of whole tiles, by TMA (`_mla_decode_sm90_kernel`), and gathered row by row
+(`_mla_sparse_sm90_kernel`) over index lists of fp8_ds_mla or fp8 rows, or, its ``PAGED``
+form, through the block table (dense fp8_ds_mla rows, fp8 rows in pages shorter than a tile).
 
 Why a second kernel: Triton places the warps of a dot whose result feeds another dot all along
 M, so `_mla_decode_kernel`'s 64-row program (8 warps, two warpgroups) computes the 64 × 64
