@@ -8,7 +8,10 @@ kernel's bf16 case 98.1 against 55.3): the launch's host work, not the GPU, sets
 more cases than `launch_costs.py` times (one kernel of each family), each through the native
 and the FlashMLA-compatible call (`compat_overhead.py`'s), this takes the host time per call
 with `launch_costs`' timer and profile (200 calls enqueued back to back: fewer launches than
-the stream's queue holds, so the host never waits on the GPU), the median of 5 rounds.
+the stream's queue holds, so the host never waits on the GPU), the median of 5 rounds — each
+round with Triton's own launch path and with fp8mla's (`fp8mla.kernels.launch.FAST_LAUNCH`,
+session 37), alternating; and the wall time per call of the same 200 calls (the GPU's drain
+included: what an eager caller waits for).
 """
 
 from __future__ import annotations
@@ -21,11 +24,20 @@ from launch_costs import host_us, top_functions
 
 from fp8mla.bench.decode import DecodeCase
 from fp8mla.bench.harness import env_info
+from fp8mla.kernels import launch
 
 
-def median_host_us(fn) -> float:
-    """Median over 5 rounds of `launch_costs.host_us` (200 calls enqueued a round)."""
-    return sorted(host_us(fn)[0] for _ in range(5))[2]
+def median_host_us(fn) -> dict[bool, tuple[float, float]]:
+    """Per `launch.FAST_LAUNCH` setting, the medians over 5 rounds (the settings alternating)
+    of `launch_costs.host_us`: (host µs a call, wall µs a call; 200 calls enqueued a round)."""
+    times: dict[bool, list] = {False: [], True: []}
+    for _ in range(5):
+        for fast in (False, True):
+            launch.FAST_LAUNCH = fast
+            times[fast].append(host_us(fn))
+    launch.FAST_LAUNCH = True
+    return {fast: (sorted(t[0] for t in ts)[2], sorted(t[1] for t in ts)[2])
+            for fast, ts in times.items()}
 
 
 def main() -> int:
@@ -36,12 +48,13 @@ def main() -> int:
     env, rows = env_info(), []
     for name, native, compat in cases:
         for api, fn in (("native", native), ("compat", compat)):
-            rows.append({"case": name, "api": api, "host_us": round(median_host_us(fn), 1),
-                         **env})
-            print(json.dumps(rows[-1]), flush=True)
-    for name, native, compat in (cases[0], cases[4], cases[5]):  # mma8: fp8, fp8_ds_mla, sparse
+            for fast, (host, wall) in median_host_us(fn).items():
+                rows.append({"case": name, "api": api, "fast_launch": fast,
+                             "host_us": round(host, 1), "wall_us": round(wall, 1), **env})
+                print(json.dumps(rows[-1]), flush=True)
+    for name, native, compat in (cases[0], cases[5]):  # mma8 + combine: fp8, sparse
         for api, fn in (("native", native), ("compat", compat)):
-            print(f"== {name} {api}", flush=True)
+            print(f"== {name} {api} (fast launch)", flush=True)
             print(top_functions(fn, n=18), flush=True)
     with open(sys.argv[1], "w") as f:
         json.dump(rows, f, indent=1)

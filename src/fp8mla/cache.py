@@ -23,6 +23,7 @@ from fp8mla.formats import (
     dequantize_index_keys,
     dequantize_kv,
 )
+from fp8mla.kernels.launch import fast
 from fp8mla.kernels.store import (
     FMT_BF16,
     FMT_DS_MLA,
@@ -112,7 +113,7 @@ class PagedKVCache:
         if n == 0:
             return
         flat = rows.view(-1, self.fmt.row_bytes)
-        _store_kv_kernel[(n,)](
+        fast(_store_kv_kernel)[(n,)](
             latent, rope, slots, self.scale(layer),
             flat, flat.view(torch.float32), flat.view(torch.bfloat16),
             latent.stride(0), rope.stride(0),
@@ -173,7 +174,7 @@ class IndexKeyCache:
         if n == 0:
             return
         flat = pages.view(-1)
-        _store_index_keys_kernel[(n,)](
+        fast(_store_index_keys_kernel)[(n,)](
             keys, slots, flat, flat.view(torch.float32), keys.stride(0), self.page_size,
             DIM=INDEX_HEAD_DIM, POW2=self.scale_policy == "pow2",
         )

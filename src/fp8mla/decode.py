@@ -30,6 +30,7 @@ from fp8mla.kernels.decode import (
     _mla_decode_kernel,
 )
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
+from fp8mla.kernels.launch import fast
 from fp8mla.runtime import (
     DecodeConfig,
     Target,
@@ -905,7 +906,7 @@ class DecodePlan:
         if self.sparse and self.mma8:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_mma8_sparse as km  # lengths
 
-            km._mla_sparse_mma8_kernel[grid](
+            fast(km._mla_sparse_mma8_kernel)[grid](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
                 self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
                 q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
@@ -918,7 +919,7 @@ class DecodePlan:
         grid64 = (self.batch, self.num_splits, self._query_blocks)
         queries = dict(S_Q=self.s_q, CAUSAL=self.causal)
         if self.sm90_form == "gather":  # index lists, or (PAGED) the block table's pages
-            decode_sm90._mla_sparse_sm90_kernel[grid64](
+            fast(decode_sm90._mla_sparse_sm90_kernel)[grid64](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, kv_scale, out,
                 lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
                 *q.stride()[:3], block_table.stride(0), *out.stride()[:3], *lse.stride(),
@@ -945,7 +946,7 @@ class DecodePlan:
         if self.mma8 and self.fmt.name == "fp8_ds_mla":
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
-            kd._mla_decode_mma8_ds_kernel[grid](
+            fast(kd._mla_decode_mma8_ds_kernel)[grid](
                 q, lat, rope, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
                 self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
                 q.stride(1), q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
@@ -960,7 +961,7 @@ class DecodePlan:
         if self.mma8:  # the dense fp8 ≤ 16-row kernels
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
-            k8._mla_decode_mma8_kernel[grid](
+            fast(k8._mla_decode_mma8_kernel)[grid](
                 q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
                 self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
                 q.stride(2), block_table.stride(0), out.stride(0), out.stride(1), out.stride(2),
@@ -973,7 +974,7 @@ class DecodePlan:
                 PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
                 num_warps=k8.NUM_WARPS)
             return
-        decode_sm90._mla_decode_sm90_kernel[grid64](
+        fast(decode_sm90._mla_decode_sm90_kernel)[grid64](
             q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
             self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
             block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
@@ -1007,7 +1008,8 @@ class DecodePlan:
         else:
             args, meta = self._kernel_args(q, rows, block_table, cache_seqlens, kv_scale,
                                            direct, out, lse, empty_lse)
-            _mla_decode_kernel[(self.batch, self.num_splits, self.head_blocks)](*args, **meta)
+            fast(_mla_decode_kernel)[(self.batch, self.num_splits, self.head_blocks)](
+                *args, **meta)
         if not direct:
             self._combine(out, lse, empty_lse)
         return out, lse
@@ -1024,7 +1026,7 @@ class DecodePlan:
         """Merge the split workspace (part_out / part_lse / part_max) into out / lse."""
         grid, block_d, block_s, warps = self._combine_launch
         pdl = dict(PDL=True, launch_pdl=True) if self._pdl else {}
-        _combine_splits_kernel[grid](
+        fast(_combine_splits_kernel)[grid](
             self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             lse.stride(2), empty_lse, self.num_splits, self.num_heads,

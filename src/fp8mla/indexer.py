@@ -16,6 +16,7 @@ from fp8mla._checks import check_int, check_page_size, check_tensor
 from fp8mla.formats import INDEX_HEAD_DIM, INDEX_ROW_BYTES
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
 from fp8mla.kernels.indexer import _indexer_logits_kernel
+from fp8mla.kernels.launch import fast
 from fp8mla.runtime import target_for
 
 __all__ = ["indexer_logits_paged", "indexer_logits_ragged", "MAX_INDEX_HEADS"]
@@ -87,7 +88,7 @@ def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out
         keys_desc = TensorDescriptor(keys_u32, [keys_u32.numel() // (33 * page_size),
                                                 page_size, 32], [33 * page_size, 32, 1],
                                      [1, BLOCK_S, 32])
-    _indexer_logits_kernel[grid](
+    fast(_indexer_logits_kernel)[grid](
         qv, weights, keys_u32, keys_f32, key_scales, keys_desc, block_table, lo, hi, out,
         qv.stride(0), weights.stride(0), block_table.stride(0), out.stride(0),
         heads, out.shape[1], page_size.bit_length() - 1, per_program * BLOCK_S,

@@ -44,6 +44,7 @@ from fp8mla.cache import IndexKeyCache, PagedKVCache
 from fp8mla.config import MLAConfig
 from fp8mla.formats import INDEX_HEAD_DIM, KV_DIM, LATENT_DIM, ROPE_DIM
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
+from fp8mla.kernels.launch import fast
 from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel
 from fp8mla.sparse import SparsePlan
@@ -142,7 +143,7 @@ def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave:
     out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
     if rows.shape[0]:
         block_r = 16
-        _rope_kernel[(triton.cdiv(rows.shape[0], block_r),)](
+        fast(_rope_kernel)[(triton.cdiv(rows.shape[0], block_r),)](
             rows, out, cos.reshape(-1, 32).contiguous(), sin.reshape(-1, 32).contiguous(),
             rows.shape[0], rows.stride(0), out.stride(0), ROWS_PER_TOKEN=n, D=d,
             INTERLEAVE=interleave, BLOCK_R=block_r)
@@ -164,9 +165,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     rows = x.reshape(-1, n)
     out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     if rows.shape[0]:
-        _rms_norm_kernel[(rows.shape[0],)](rows, weight, out, rows.stride(0), out.stride(0), n,
-                                           eps, BLOCK=triton.next_power_of_2(n),
-                                           num_warps=4 if n <= 2048 else 8)
+        fast(_rms_norm_kernel)[(rows.shape[0],)](
+            rows, weight, out, rows.stride(0), out.stride(0), n, eps,
+            BLOCK=triton.next_power_of_2(n), num_warps=4 if n <= 2048 else 8)
     return out.view(x.shape)
 
 
@@ -182,7 +183,7 @@ def quantize_rows_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = torch.empty(rows.shape[0], dtype=torch.float32, device=x.device)
     if rows.shape[0]:
         block_r = 8
-        _quant_rows_kernel[(triton.cdiv(rows.shape[0], block_r),)](
+        fast(_quant_rows_kernel)[(triton.cdiv(rows.shape[0], block_r),)](
             rows, q, scale, rows.shape[0], rows.stride(0), q.stride(0), DIM=d, BLOCK_R=block_r)
     return q.view(torch.float8_e4m3fn).view(x.shape), scale.view(x.shape[:-1])
 

@@ -26,6 +26,7 @@ from fp8mla._checks import check_int, check_slot_range, check_tensor
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, KVFormat
 from fp8mla.kernels.compact import _compact_indices_kernel
+from fp8mla.kernels.launch import fast
 
 __all__ = ["SparsePlan", "sparse_decode", "sparse_prefill"]
 
@@ -139,7 +140,7 @@ class SparsePlan(DecodePlan):
                                             self.fmt, slots, scale)
         outputs = self._outputs(out, lse, empty_lse, per_query=True)
         if self.compacts:
-            _compact_indices_kernel[(self.batch,)](
+            fast(_compact_indices_kernel)[(self.batch,)](
                 indices, lengths, self._kept, self._kept_len, indices.stride(0),
                 self._kept.stride(0), self.topk, rows.shape[0],
                 BLOCK=min(2048, triton.next_power_of_2(self.topk)), num_warps=4)

@@ -14,6 +14,7 @@ import functools
 import torch
 
 from fp8mla._checks import check_int, check_page_size, check_pow2, check_tensor
+from fp8mla.kernels.launch import fast
 from fp8mla.kernels.topk import _topk_kernel
 from fp8mla.kernels.topk_chunked import (
     WS_WORDS,
@@ -150,7 +151,7 @@ def topk_indices(
             return out
     if rows:
         block, tail, warps = _block(length)
-        _topk_kernel[(rows,)](
+        fast(_topk_kernel)[(rows,)](
             logits, out, block_table, lengths, logits.stride(0), out.stride(0),
             block_table.stride(0), k, page_size or 1, length,
             BLOCK=block, ONE_BLOCK=length <= block + tail, TAIL=tail,
@@ -182,15 +183,15 @@ def _candidates(logits, lengths, k, chunk):
     chunks = -(-length // chunk)
     if sampled(length, k):  # the sample kernel sets the state the compaction reads
         ws = torch.empty(rows, WS_WORDS.value, dtype=torch.int32, device=logits.device)
-        _topk_sample_kernel[(rows,)](logits, lengths, ws, logits.stride(0), k, length,
-                                     CAP=compact_capacity(k), SAMPLES=SAMPLES,
-                                     num_warps=SAMPLE_WARPS)
+        fast(_topk_sample_kernel)[(rows,)](logits, lengths, ws, logits.stride(0), k, length,
+                                           CAP=compact_capacity(k), SAMPLES=SAMPLES,
+                                           num_warps=SAMPLE_WARPS)
     else:  # the passes' histograms and tickets start from zero
         ws = torch.zeros(rows, WS_WORDS.value, dtype=torch.int32, device=logits.device)
         for p in range(PASSES):  # one launch per digit; settled rows return at once
-            _topk_pass_kernel[(rows, chunks)](logits, lengths, ws, logits.stride(0), k, length,
-                                              chunks, FIRST=p == 0, CHUNK=chunk,
-                                              num_warps=max(4, chunk // 512))
+            fast(_topk_pass_kernel)[(rows, chunks)](
+                logits, lengths, ws, logits.stride(0), k, length, chunks, FIRST=p == 0,
+                CHUNK=chunk, num_warps=max(4, chunk // 512))
     return (ws, *_compact(logits, lengths, k, chunk, ws))
 
 
@@ -203,7 +204,7 @@ def _compact(logits, lengths, k, chunk, ws):
     runs = torch.empty(rows, chunks, 2, dtype=torch.int32, device=dev)
     cval = torch.empty(rows, cap, dtype=torch.float32, device=dev)  # compacted candidates
     cpos = torch.empty(rows, cap, dtype=torch.int32, device=dev)
-    _topk_compact_kernel[(rows, chunks)](
+    fast(_topk_compact_kernel)[(rows, chunks)](
         logits, lengths, ws, runs, cval, cpos, logits.stride(0), k, length, chunks, CAP=cap,
         CHUNK=chunk, SAMPLED=sampled(length, k), num_warps=max(4, chunk // 512))
     return runs, cval, cpos
@@ -217,7 +218,7 @@ def _finish(logits, out, block_table, lengths, k, page_size, rows_per_request, t
     rows, length = logits.shape
     chunks = runs.shape[1]
     cap = cval.shape[1]
-    _topk_finish_kernel[(rows,)](
+    fast(_topk_finish_kernel)[(rows,)](
         logits, lengths, cval, cpos, runs, out, block_table, ws, logits.stride(0), out.stride(0),
         block_table.stride(0), k, page_size, length, chunks, CAP=cap, CHUNK=chunk,
         CHUNKS_P2=max(2, 1 << (chunks - 1).bit_length()), ROWS_PER_REQ=rows_per_request,

@@ -1,0 +1,147 @@
+"""Kernel launches that skip Triton's per-call specialization once a kernel has compiled.
+
+``jit_fn[grid](*args, **kwargs)`` costs tens of µs of host time per call (H200 host, triton
+3.6: two thirds of an eager decode call's 52–132 µs, `benchmarks/host_overhead.py`): Triton
+binds and specializes every argument (its type, a pointer's 16-byte alignment, an integer's
+range, divisibility by 16 and whether it is 1), turns that into a cache key and looks the
+compiled kernel up, before its C launcher runs. ``fast(jit_fn)[grid](...)`` does the same
+launch: its first call with a given argument shape goes through Triton (compiling where
+needed) and keeps the compiled kernel under a key at least as fine as Triton's — constexprs by
+value, tensors by dtype and address mod 16, integers by Triton's classes, floats by type,
+tensor descriptors by every field but the base address — so later calls with that key
+hand their arguments straight to the compiled kernel's launcher (``CompiledKernel.run``, the
+same call Triton's ``JITFunction.run`` ends in, in triton 3.6 through 3.9).
+
+Not done on the fast path: Triton's pre-run hooks and its check that the globals a kernel read
+at compile time have not changed (fp8mla's kernels read only constant globals). Under the
+interpreter, or with `FAST_LAUNCH` off, every call is Triton's own.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from triton import knobs
+from triton.runtime.jit import JITFunction
+
+__all__ = ["FAST_LAUNCH", "FastLauncher", "fast"]
+
+# False: every launch through Triton's own path (benchmarks/host_overhead.py A/Bs it)
+FAST_LAUNCH = True
+MAX_KERNELS = 256  # keys kept a kernel function; past this the cache starts again
+_INT32, _INT64 = 2**31, 2**63
+
+
+def _int_class(v: int) -> tuple:
+    """The facts Triton specializes an integer argument on: its type by range, whether it is
+    1, whether it divides by 16."""
+    width = 32 if -_INT32 <= v < _INT32 else 64 if -_INT64 <= v < _INT64 else 65
+    return (width, v == 1, v % 16 == 0)
+
+
+def _arg_key(v):
+    """One non-constexpr argument's part of the key."""
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, v.data_ptr() & 15)
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int):
+        return _int_class(v)
+    if isinstance(v, float):
+        return float
+    if hasattr(v, "block_shape") and hasattr(v, "base"):  # a host tensor descriptor
+        return (type(v), v.base.dtype, v.base.data_ptr() & 15, tuple(v.shape),
+                tuple(v.strides), tuple(v.block_shape), getattr(v, "layout", None),
+                getattr(v, "padding", None))
+    return (type(v), v)  # anything else by value (hashable, or the key raises: Triton's path)
+
+
+class FastLauncher:
+    """``fn[grid](...)`` with the compiled kernel kept per argument key (module docstring).
+    fn: a ``triton.jit`` or ``gluon.jit`` function; anything else (the interpreter's) is
+    launched as it is."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.jitted = isinstance(fn, JITFunction)
+        params = fn.params if self.jitted else []
+        self.names = [p.name for p in params]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.constexpr = [p.is_constexpr for p in params]
+        self.defaults = [p.default for p in params]
+        self.kernels: dict = {}
+        self.hits = 0  # launches that skipped Triton's path (tests read it)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            return self.launch(grid, args, kwargs)
+        return launch
+
+    def _values(self, args: tuple, kwargs: dict) -> list | None:
+        """Every parameter's value in order (defaults filled in); None where one is missing
+        or an argument names no parameter twice (Triton's path raises its own error)."""
+        n = len(args)
+        if n > len(self.names):
+            return None
+        values = list(args)
+        for i in range(n, len(self.names)):
+            name = self.names[i]
+            if name in kwargs:
+                values.append(kwargs[name])
+            elif self.defaults[i] is not inspect.Parameter.empty:
+                values.append(self.defaults[i])
+            else:
+                return None
+        return values
+
+    def _key(self, device: int, values: list, kwargs: dict):
+        options = tuple((k, v) for k, v in kwargs.items() if k not in self.index)
+        return (device, tuple(v if c else _arg_key(v) for v, c in zip(values, self.constexpr,
+                                                                        strict=True)), options)
+
+    def launch(self, grid, args: tuple, kwargs: dict):
+        """Launch ``fn`` over ``grid`` (a tuple of 1–3 ints); returns Triton's compiled kernel
+        on its path, None on the fast one."""
+        if not (FAST_LAUNCH and self.jitted):
+            return self.fn[grid](*args, **kwargs)
+        values = self._values(args, kwargs)
+        device = torch.cuda.current_device()
+        try:
+            key = None if values is None else self._key(device, values, kwargs)
+            kernel = self.kernels.get(key) if key is not None else None
+        except TypeError:  # an unhashable argument
+            key = kernel = None
+        if kernel is None:
+            kernel = self.fn[grid](*args, **kwargs)
+            if key is not None and kernel is not None:
+                if len(self.kernels) >= MAX_KERNELS:
+                    self.kernels.clear()
+                self.kernels[key] = kernel
+            return kernel
+        self.hits += 1
+        stream = _raw_stream(device)
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        hooks = knobs.runtime
+        kernel.run(grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata,
+                   kernel.launch_metadata(grid, stream, *values), hooks.launch_enter_hook,
+                   hooks.launch_exit_hook, *values)
+        return None
+
+
+def _raw_stream(device: int) -> int:
+    """The current CUDA stream's handle on ``device`` (as Triton's launch path takes it)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get(device) if get is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+_LAUNCHERS: dict = {}
+
+
+def fast(fn) -> FastLauncher:
+    """The `FastLauncher` of kernel function ``fn`` (one per function, kept)."""
+    launcher = _LAUNCHERS.get(fn)
+    if launcher is None:
+        launcher = _LAUNCHERS[fn] = FastLauncher(fn)
+    return launcher

@@ -1,0 +1,144 @@
+"""`fp8mla.kernels.launch`: which calls reuse a compiled kernel and which go back to Triton.
+
+On the CPU machine no kernel launches: a real ``JITFunction`` whose Triton path (``run``) is
+replaced by a recorder stands in, and the compiled kernel it returns records the launcher
+calls the fast path makes. The GPU tests (test_launch_gpu.py) launch real kernels both ways.
+"""
+
+import pytest
+import torch
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+from fp8mla.kernels import launch
+
+
+def _toy(x_ptr, out_ptr, n, scale, flag, BLOCK: tl.constexpr, EXTRA: tl.constexpr = 3,
+         opt_ptr=None):
+    pass
+
+
+class FakeKernel:
+    """A compiled kernel's launcher surface: records ``run``'s calls."""
+
+    function = "fn-handle"
+    packed_metadata = "meta"
+
+    def __init__(self):
+        self.calls = []
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+    def run(self, *args):
+        self.calls.append(args)
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """(launcher, Triton-path calls, compiled kernels made) for a fresh ``_toy`` JITFunction."""
+    fn = JITFunction(_toy)
+    triton_calls, kernels = [], []
+
+    def triton_path(*args, grid, warmup, **kwargs):
+        triton_calls.append((grid, args, kwargs))
+        kernels.append(FakeKernel())
+        return kernels[-1]
+
+    monkeypatch.setattr(fn, "run", triton_path)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(launch, "_raw_stream", lambda device: 1234)
+    monkeypatch.setattr(launch, "FAST_LAUNCH", True)
+    return launch.FastLauncher(fn), triton_calls, kernels
+
+
+def _args(x, out, n=100, scale=0.5, flag=True):
+    return (x, out, n, scale, flag)
+
+
+def test_second_call_reuses_the_compiled_kernel_with_every_argument(toy):
+    launcher, triton_calls, kernels = toy
+    x, out = torch.zeros(64), torch.zeros(64)
+    launcher[(4,)](*_args(x, out), BLOCK=32, num_warps=4)
+    assert len(triton_calls) == 1 and launcher.hits == 0
+    y = torch.zeros(64)  # a new tensor, same dtype and alignment; n and scale change class-free
+    launcher[(5, 2)](*_args(y, out, n=116, scale=0.25), BLOCK=32, num_warps=4)
+    assert len(triton_calls) == 1 and launcher.hits == 1
+    (call,) = kernels[0].calls
+    # grid padded to three axes, the current stream, the kernel's handle and metadata, the
+    # launch hooks, then every parameter in order with its default where not passed
+    assert call[:5] == (5, 2, 1, 1234, "fn-handle")
+    assert call[5] == "meta" and call[6] is None
+    assert call[9:] == (y, out, 116, 0.25, True, 32, 3, None)
+
+
+@pytest.mark.parametrize("change", [
+    dict(n=96),  # divisible by 16: Triton specializes it
+    dict(n=1),  # 1: a constant to Triton
+    dict(n=2**31),  # past int32
+    dict(flag=False),
+    dict(BLOCK=64),  # a constexpr
+    dict(EXTRA=4),  # a defaulted constexpr given
+    dict(num_warps=8),  # a launch option
+    dict(dtype=torch.float16),
+    dict(misaligned=True),  # a pointer no longer 16-byte aligned
+])
+def test_a_change_triton_would_specialize_on_goes_back_to_triton(toy, change):
+    launcher, triton_calls, _ = toy
+    base = torch.zeros(80)
+    kw = dict(BLOCK=32, num_warps=4)
+    launcher[(1,)](*_args(base[:64], base[:64]), **kw)
+    x = base[:64].to(change.pop("dtype", torch.float32))
+    if change.pop("misaligned", False):
+        x = base[1:65]
+    args = dict(n=100, scale=0.5, flag=True)
+    args.update({k: change.pop(k) for k in list(change) if k in args})
+    kw.update(change)
+    launcher[(1,)](*_args(x, base[:64], **args), **kw)
+    assert len(triton_calls) == 2 and launcher.hits == 0
+
+
+def test_unkeyable_or_incomplete_arguments_take_tritons_path(toy):
+    launcher, triton_calls, _ = toy
+    x = torch.zeros(16)
+    for _ in range(2):
+        launcher[(1,)](x, x, 7, 0.5, [1, 2], BLOCK=16)  # a list: unhashable
+    assert len(triton_calls) == 2 and launcher.hits == 0
+    launcher[(1,)](x, x, 7, BLOCK=16)  # scale and flag missing: Triton raises its own error
+    assert len(triton_calls) == 3 and launcher.hits == 0
+
+
+def test_switch_off_and_interpreted_functions_take_tritons_path(toy, monkeypatch):
+    launcher, triton_calls, _ = toy
+    x = torch.zeros(16)
+    monkeypatch.setattr(launch, "FAST_LAUNCH", False)
+    for _ in range(3):
+        launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert len(triton_calls) == 3 and launcher.hits == 0
+
+    seen = []
+
+    class Interpreted:  # what triton.jit returns under TRITON_INTERPRET=1
+        def __getitem__(self, grid):
+            return lambda *a, **k: seen.append((grid, a, k))
+
+    monkeypatch.setattr(launch, "FAST_LAUNCH", True)
+    other = launch.FastLauncher(Interpreted())
+    other[(2,)](1, B=3)
+    other[(2,)](1, B=3)
+    assert seen == [((2,), (1,), {"B": 3})] * 2 and other.hits == 0
+
+
+def test_the_cache_is_bounded(toy, monkeypatch):
+    launcher, triton_calls, _ = toy
+    monkeypatch.setattr(launch, "MAX_KERNELS", 4)
+    x = torch.zeros(16)
+    for block in range(6):
+        launcher[(1,)](*_args(x, x), BLOCK=block)
+    assert len(launcher.kernels) <= 4 and len(triton_calls) == 6
+
+
+def test_fast_keeps_one_launcher_per_function():
+    fn = JITFunction(_toy)
+    assert launch.fast(fn) is launch.fast(fn)
+    assert launch.fast(fn) is not launch.fast(JITFunction(_toy))
