@@ -34,14 +34,14 @@ _INT32, _INT64 = 2**31, 2**63
 
 
 def _int_class(v: int) -> tuple:
-    """The facts Triton specializes an integer argument on: its type by range, whether it is
-    1, whether it divides by 16."""
-    width = 32 if -_INT32 <= v < _INT32 else 64 if -_INT64 <= v < _INT64 else 65
-    return (width, v == 1, v % 16 == 0)
+    """The facts Triton specializes an integer argument on: whether it is 1, whether it
+    divides by 16, its type by range (int32, int64, uint64)."""
+    return (v == 1, not v & 15, -_INT32 <= v < _INT32, -_INT64 <= v < _INT64)
 
 
 def _arg_key(v):
-    """One non-constexpr argument's part of the key."""
+    """One non-constexpr argument's part of the key (`FastLauncher._key` inlines the common
+    cases: exact tensors, ints and floats)."""
     if isinstance(v, torch.Tensor):
         return (v.dtype, v.data_ptr() & 15)
     if isinstance(v, bool) or v is None:
@@ -96,9 +96,17 @@ class FastLauncher:
         return values
 
     def _key(self, device: int, values: list, kwargs: dict):
-        options = tuple((k, v) for k, v in kwargs.items() if k not in self.index)
-        return (device, tuple(v if c else _arg_key(v) for v, c in zip(values, self.constexpr,
-                                                                        strict=True)), options)
+        """The key of one call: `_arg_key` of each argument, constexprs by value, the launch
+        options; the common types inline (a call's host time is mostly this loop)."""
+        tensor, i32, i64 = torch.Tensor, _INT32, _INT64
+        options = tuple([(k, v) for k, v in kwargs.items() if k not in self.index])
+        return (device, tuple([
+            v if c
+            else (v.dtype, v.data_ptr() & 15) if type(v) is tensor
+            else (v == 1, not v & 15, -i32 <= v < i32, -i64 <= v < i64) if type(v) is int
+            else float if type(v) is float
+            else _arg_key(v)
+            for v, c in zip(values, self.constexpr, strict=True)]), options)
 
     def launch(self, grid, args: tuple, kwargs: dict):
         """Launch ``fn`` over ``grid`` (a tuple of 1–3 ints); returns Triton's compiled kernel
