@@ -1,8 +1,9 @@
-"""Where a dense decode's time goes, program by program, on a GPU.
+"""Where a dense or sparse decode's time goes, program by program, on a GPU.
 
-    python benchmarks/timeline.py OUT.json
+    python benchmarks/timeline.py OUT.json [sparse]    (sparse: the sparse cases only)
 
-The dense fp8 ≤ 16-row kernel (`decode_sm90_mma8`) stamps each program's global timer (ns)
+The dense fp8 ≤ 16-row kernel (`decode_sm90_mma8`) and the sparse ≤ 8-row one
+(`decode_sm90_mma8_sparse`, since session 37) stamp each program's global timer (ns)
 and SM clock at entry, at its loop's start (ring started, q staged), when tile 0 has landed,
 at its loop's end and at exit, and its SM (`DecodePlan.timeline`). Each case's CUDA-graph
 replay runs after do_bench's zeroing flush and after a reading one (`l2_state.py`); per run,
@@ -23,13 +24,22 @@ import sys
 import torch
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
-from fp8mla.bench.harness import announced_ceiling, env_info, graphed, l2_flushes
+from fp8mla.bench.harness import (
+    announced_ceiling,
+    env_info,
+    event_median_us,
+    graphed,
+    l2_flushes,
+)
+from fp8mla.bench.sparse import checked_sparse_plan
 
 # (case, format, num_splits or None for the scheduler's)
 # (session 23's first run, 7900be9, also timed B=1 × 128K at 128 and 132 splits and B=1 × 32K,
 # with the 8-row form at two programs an SM)
 CASES = [(DecodeCase(1, 131072, 8), "fp8", None), (DecodeCase(64, 8192, 8), "fp8", None),
          (DecodeCase(64, 8192, 16), "fp8", None)]
+# sparse fp8_ds_mla: (batch, heads, topk, num_splits or None); B=64 × 8 is #4's H=8 case
+SPARSE_CASES = [(64, 8, 2048, None), (128, 8, 2048, None)]
 RUNS = 30
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 
@@ -78,19 +88,30 @@ def per_sm(st: torch.Tensor) -> dict:
     return out
 
 
+def cases(sparse_only: bool):
+    """(name, plan, checked call) of each case: `CASES` (unless ``sparse_only``), then
+    `SPARSE_CASES`."""
+    if not sparse_only:
+        for case, fmt_name, splits in CASES:
+            plan, fn = checked_plan(case, fmt_name, num_splits=splits)
+            yield case.name(f"dense_decode/{fmt_name}", fmt_name), plan, fn
+    for batch, heads, topk, splits in SPARSE_CASES:
+        yield checked_sparse_plan(batch, heads, topk, num_splits=splits)
+
+
 def main() -> int:
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)
     modes = l2_flushes()
     rows = []
-    for case, fmt_name, splits in CASES:
-        plan, fn = checked_plan(case, fmt_name, num_splits=splits)
-        name = case.name(f"dense_decode/{fmt_name}", fmt_name)
-        if fmt_name != "fp8" or plan.kernel not in ("mma8", "mma16"):
+    for name, plan, fn in cases(sys.argv[2:3] == ["sparse"]):
+        if plan.kernel not in ("mma8", "mma16") or (not plan.sparse and plan.fmt.name != "fp8"):
             print(f"{name}: {plan.kernel} kernel, no timeline", flush=True)
             continue
-        plan.timeline = torch.zeros(case.batch * plan.num_splits, 12, dtype=torch.int64,
+        plain = graphed(fn)  # the replay without stamps, for what they cost
+        plain_us = {mode: round(event_median_us(plain, modes[mode]), 2) for mode in modes}
+        plan.timeline = torch.zeros(plan.batch * plan.num_splits, 12, dtype=torch.int64,
                                     device="cuda")
         replay = graphed(fn)
         for mode in ("zero", "read"):
@@ -110,8 +131,9 @@ def main() -> int:
                 raw = st
             gt = sorted(set(raw[:, 0:10:2].flatten().tolist()))
             row = {"case": name, "kernel": plan.kernel, "splits": plan.num_splits,
-                   "programs": case.batch * plan.num_splits, "flush": mode,
+                   "programs": plan.batch * plan.num_splits, "flush": mode,
                    "replay_us": round(statistics.median(events), 2),
+                   "replay_us_without_stamps": plain_us[mode],
                    "timer_step_ns": min(b - a for a, b in zip(gt, gt[1:], strict=False) if b > a),
                    "phases_us": merged(runs), "per_sm_last_run": per_sm(raw),
                    "last_run": raw.tolist()}

@@ -338,10 +338,11 @@ def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False,
                                                          "list_ptr"))
 
 
-def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
+def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, timeline=False):
     """The Gluon SM90 sparse kernel of ≤ 8-row programs over fp8_ds_mla index lists
     (`fp8mla.kernels.decode_sm90_mma8_sparse`) for sm_90, with ``stages`` ring stages (the
-    launcher's default where None); None where this Triton has no (such) Gluon."""
+    launcher's default where None) and, ``timeline``, its debug stamps; None where this Triton
+    has no (such) Gluon."""
     import fp8mla.decode as decode_mod
     from fp8mla.kernels import decode_sm90_mma8_sparse as km
 
@@ -353,11 +354,13 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None):
            **{k: "i32" for k in ("stride_qb", "stride_qh", "stride_list", "stride_ob",
                                  "stride_oh", "stride_lb", "stride_lh")},
            "softmax_scale": "fp32", "lse_empty": "fp32", "num_heads": "i32",
-           "num_splits": "i32", "max_len": "i32", "num_slots": "i32", "len_hint": "i32"}
+           "num_splits": "i32", "max_len": "i32", "num_slots": "i32", "len_hint": "i32",
+           **({"stamp_ptr": "*i64"} if timeline else {})}
     return _gluon_sm90_compile(km._mla_sparse_mma8_kernel, sig, {
         "DIRECT": direct, "HEADS": heads,
         "NS": stages or decode_mod.SPARSE_SM90_MMA8_STAGES,
-        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8},
+        "QK8": decode_mod.SPARSE_SM90_MMA8_QK8 if qk8 is None else qk8,
+        **({"TIMELINE": True} if timeline else {"stamp_ptr": None, "TIMELINE": False})},
         pointers=("q_ptr", "u8_ptr", "f32_ptr", "list_ptr"), num_warps=km.NUM_WARPS)
 
 

@@ -306,3 +306,27 @@ def test_cuda_graph_replays_with_new_lists_and_contents(heads, kernel, monkeypat
                     torch.randn(len(live), 64, generator=g).bfloat16().cuda(), live.cuda())
         graph.replay()
         _check(cache, q, idx, lengths, out, lse)
+
+
+def test_sparse_mma8_timeline_stamps_in_order(monkeypatch):
+    """`DecodePlan.timeline` on the sparse ≤ 8-row kernel (`benchmarks/timeline.py`'s sparse
+    cases): every program stamps entry ≤ loop start ≤ tile 0 landed ≤ loop end ≤ exit, within
+    a second, and an SM id; the outputs still match; a timeline of the wrong shape is
+    refused."""
+    _force(monkeypatch, "mma8")
+    cache, _, q, idx = sparse_problem("fp8_ds_mla", 4, 8, 2048, seed=41)
+    plan = SparsePlan(num_queries=4, num_heads=8, topk=2048, kv_format=cache.fmt,
+                      device="cuda", num_splits=3)
+    _served_by(plan, "mma8")
+    plan.timeline = torch.full((4 * 2, 12), -1, dtype=torch.int64, device="cuda")
+    with pytest.raises(ValueError, match="timeline"):
+        plan.run(q, cache.layer(0), idx, check=False)
+    plan.timeline = torch.full((4 * 3, 12), -1, dtype=torch.int64, device="cuda")
+    out, lse = plan.run(q, cache.layer(0), idx, check=False)
+    _check(cache, q, idx, None, out, lse)
+    st = plan.timeline.cpu()
+    stamps = st[:, 0:10:2]
+    assert torch.all(stamps[:, 1:] >= stamps[:, :-1]), stamps
+    assert int(stamps.max() - stamps.min()) < 10**9
+    assert torch.all((st[:, 10] >= 0) & (st[:, 10] < torch.cuda.get_device_properties(0)
+                                                     .multi_processor_count))

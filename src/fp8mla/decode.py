@@ -543,8 +543,9 @@ class DecodePlan:
         self._combine_launch = self._combine_shape() if self.num_splits > 1 else None
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
         # debug: int64 [batch × num_splits, 12] on the plan's device that the dense fp8 ≤ 16-row
-        # kernel fills with each program's timeline when set before a run (or a graph's
-        # capture; `benchmarks/timeline.py`); other kernels ignore it. None: no stamps
+        # kernel and the sparse ≤ 8-row one fill with each program's timeline when set before a
+        # run (or a graph's capture; `benchmarks/timeline.py`); other kernels ignore it. None:
+        # no stamps
         self.timeline: torch.Tensor | None = None
 
     @property
@@ -604,9 +605,7 @@ class DecodePlan:
             check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
                          device=self.device)
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
-        if self.timeline is not None:
-            check_tensor("timeline", self.timeline, dtype=torch.int64, device=self.device,
-                         shape=(self.batch * self.num_splits, 12))
+        self._check_timeline()
         outputs = self._outputs(out, lse, empty_lse)
         if not numerics.enabled():
             return self._launch(q, rows, block_table, cache_seqlens, scale, *outputs)
@@ -879,6 +878,12 @@ class DecodePlan:
                 return None
         return schedule
 
+    def _check_timeline(self) -> None:
+        """`timeline`, where set: int64 [batch × num_splits, 12] on the plan's device."""
+        if self.timeline is not None:
+            check_tensor("timeline", self.timeline, dtype=torch.int64, device=self.device,
+                         shape=(self.batch * self.num_splits, 12))
+
     def _qk8(self, max_seqlen: int, fp8_scores: bool | None) -> bool:
         """Whether the ≤ 16-row kernel serving this plan takes its first product as FP8 wgmma:
         the fp8 wide form for programs of ≥ `SM90_MMA16_QK8_MIN_TILES` tiles (`SM90_MMA16_QK8`),
@@ -913,7 +918,8 @@ class DecodePlan:
                 lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
                 self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
                 self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
-                QK8=self.qk8, PDL=self._pdl_signal(direct), num_warps=km.NUM_WARPS)
+                QK8=self.qk8, PDL=self._pdl_signal(direct), stamp_ptr=self.timeline,
+                TIMELINE=self.timeline is not None, num_warps=km.NUM_WARPS)
             return
         # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q)
         grid64 = (self.batch, self.num_splits, self._query_blocks)

@@ -138,6 +138,7 @@ class SparsePlan(DecodePlan):
                 slots.append(sl[(sl >= 0) & (sl < rows.shape[0])])
             numerics.check_attention_inputs("sparse_attention", q, rows.view(rows.shape[0], -1),
                                             self.fmt, slots, scale)
+        self._check_timeline()
         outputs = self._outputs(out, lse, empty_lse, per_query=True)
         if self.compacts:
             fast(_compact_indices_kernel)[(self.batch,)](

@@ -74,6 +74,7 @@ if AVAILABLE:
         _entries,
         _launch_dependents,
         _split_range,
+        _stamp,
         fence_async_shared,
         gl,
         gluon,
@@ -103,6 +104,7 @@ if AVAILABLE:
         _rescale,
         _rows,
         _scores_chunk,
+        _stamp_exit,
         _view,
         _wg8_latent,
         _write_rows,
@@ -315,10 +317,16 @@ if AVAILABLE:
         stride_qb, stride_qh, stride_list, stride_ob, stride_oh, stride_lb, stride_lh,
         softmax_scale, lse_empty, num_heads, num_splits, max_len, num_slots, len_hint,
         DIRECT: gl.constexpr, HEADS: gl.constexpr, NS: gl.constexpr, QK8: gl.constexpr = False,
-        PDL: gl.constexpr = False,
+        PDL: gl.constexpr = False, stamp_ptr=None, TIMELINE: gl.constexpr = False,
     ):
+        """One (query, split) of a sparse decode over fp8_ds_mla rows (module docstring).
+        TIMELINE: the debug timeline of `decode_sm90_mma8` (entry, loop start, tile 0 landed,
+        loop end, exit; the SM) into int64 ``stamp_ptr`` [programs, 12]."""
         b = gl.program_id(0)
         split = gl.program_id(1)
+        if TIMELINE:
+            stamp_ptr += (b * num_splits + split).to(gl.int64) * 12
+            _stamp(stamp_ptr, 0)
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4 * BN, 128], SH8)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], SH8)
@@ -371,12 +379,17 @@ if AVAILABLE:
             q_inv = None
 
         m_i, l_acc, acc0, acc1, acc2, acc3 = _fresh_state(NR)
+        if TIMELINE:
+            _stamp(stamp_ptr, 1)
         for i in range(n_tiles):
             stage = i % NS
             async_copy.wait_group(NS - 2)  # this thread's copies of tile i
             if QK8:
                 fence_async_shared()  # ... before the wgmma (the async proxy) reads them
             _cta_barrier()  # everyone's; every warp past tile i − 1: its stage is free
+            if TIMELINE:
+                if i == 0:
+                    _stamp(stamp_ptr, 2)
             _gather(u8_ptr, lat_buf, rope_buf, (i + NS - 1) % NS, slot_g, ok_g)
             slot_g, ok_g = _entries(list_row, start + (i + NS) * BN + tg, end, num_slots)
             keep_n, sn0, sn1, sn2, sn3 = _tile_entries(list_row, f32_ptr,
@@ -393,8 +406,12 @@ if AVAILABLE:
         async_copy.wait_group(0)
         if PDL:  # the combine may launch (`_launch_dependents`)
             _launch_dependents()
+        if TIMELINE:
+            _stamp(stamp_ptr, 3)
 
         _write_chunks(acc0, acc1, acc2, acc3, m_i, l_acc, b, split, out_ptr, lse_ptr, max_ptr,
                       part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, 0, stride_oh,
                       stride_lb, 0, stride_lh, lse_empty, num_heads, num_splits, DIRECT, 1,
                       HEADS)
+        if TIMELINE:
+            _stamp_exit(stamp_ptr)
