@@ -188,8 +188,13 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   h200-20261204-s36-808d8ec-sparse-16-heads-flush-ab.json: the Triton kernel faster but at
 #   small batches — B=64 × 16 66.6 / 63.9 against 67.6 / 66.3, B=128 × 16 103.8 / 101.5
 #   against 118.1 / 116.6, B=16 × 16 37.2 / 34.7 against 27.5 / 26.8 — the bound stays 17.
-# - "sparse-16-heads-batch" (prepared, not run): the same arms over batch sizes between, for a
-#   batch-dependent bound at 9–16 heads.
+# - "sparse-16-heads-batch" (prepared in session 36, run in 37): the same arms over batch sizes
+#   between, h200-20261204-s37-e3a61e4-sparse-16-heads-batch-flush-ab.json: the gather kernel
+#   faster up to 32 queries — B=8 × 16 31.0 / 29.3 → 21.0 / 20.7, B=24 44.1 / 41.2 → 38.0 /
+#   36.8, B=32 48.1 / 44.5 → 41.2 / 40.0, B=32 × 12 43.6 / 40.2 → 41.1 / 39.6 — slower at B=48
+#   (59.2 / 55.1 → 66.6 / 66.2) and on fp8 rows (B=32 × 16 37.6 / 33.6 → 38.3 / 37.8):
+#   `SPARSE_SM90_SMALL_BATCH` 32 since (fp8_ds_mla only). Both 16-head plans' first arm turns
+#   that rule off, so their arms stay what they were.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -226,11 +231,11 @@ PLANS = {
         [(64, 32, 2048, 1), (128, 32, 2048, 1), (64, 48, 2048, 1), (64, 24, 2048, 1),
          (16, 32, 2048, 1), (64, 32, 2048, 1, "fp8")]),
     "sparse-16-heads": (
-        [("Triton kernel (17 heads on)", {}),
+        [("Triton kernel (17 heads on)", {"SPARSE_SM90_SMALL_BATCH": 0}),
          ("64-row gather kernel from 9 heads", {"SPARSE_SM90_MIN_HEADS": 9})],
         [(64, 16, 2048, 1), (128, 16, 2048, 1), (64, 12, 2048, 1), (16, 16, 2048, 1)]),
     "sparse-16-heads-batch": (
-        [("Triton kernel (17 heads on)", {}),
+        [("Triton kernel (17 heads on)", {"SPARSE_SM90_SMALL_BATCH": 0}),
          ("64-row gather kernel from 9 heads", {"SPARSE_SM90_MIN_HEADS": 9})],
         [(8, 16, 2048, 1), (24, 16, 2048, 1), (32, 16, 2048, 1), (48, 16, 2048, 1),
          (32, 12, 2048, 1), (32, 16, 2048, 1, "fp8")]),

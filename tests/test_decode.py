@@ -137,10 +137,10 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     cc = {"value": 90}
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(cc["value"], 132))
 
-    def form(fmt="fp8", heads=128, s_q=1, page_size=64, sparse=False, **kw):
+    def form(fmt="fp8", heads=128, s_q=1, page_size=64, sparse=False, queries=40, **kw):
         """The plan's kernel, and the 64-row form where that is "sm90"."""
         if sparse:
-            plan = SparsePlan(num_queries=2, num_heads=heads, topk=256, kv_format=fmt,
+            plan = SparsePlan(num_queries=queries, num_heads=heads, topk=256, kv_format=fmt,
                               device="cpu")
         else:
             plan = DecodePlan(batch=2, num_heads=heads, s_q=s_q, kv_format=fmt,
@@ -194,6 +194,14 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     # sparse plans from SPARSE_SM90_MIN_HEADS (17) on: part-empty 64-head programs below 64
     assert form(**dict(sds, heads=17)) == gather and form(**dict(sds, heads=48)) == gather
     assert form(**dict(sds, heads=16)) == ("triton",) == form(heads=16, sparse=True)
+    # ... and fp8_ds_mla lists of 9–16 heads for at most SPARSE_SM90_SMALL_BATCH (32) queries
+    for heads, queries, want_form in ((16, 32, gather), (9, 1, gather), (16, 33, ("triton",)),
+                                      (8, 2, ("mma8",))):
+        assert form(**dict(sds, heads=heads, queries=queries)) == want_form, (heads, queries)
+    assert form(heads=16, sparse=True, queries=2) == ("triton",)  # fp8 lists: not measured faster
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_SMALL_BATCH", 0)
+    assert form(**dict(sds, heads=16, queries=2)) == ("triton",)
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_SMALL_BATCH", 32)
     # the Gluon kernels' 64-token tiles schedule the splits (the config's 32 at 17–32 heads
     # would leave half the programs of a short batch empty)
     short = SparsePlan(num_queries=1, num_heads=32, topk=2048, kv_format="fp8_ds_mla",

@@ -121,6 +121,15 @@ SM90_GLUON = True
 # 67.3 / 66.2; B=16 × 16 37.2 / 34.7 against 27.5 / 26.8)
 SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 17
+# ... and sparse fp8_ds_mla plans of 9–16 heads and at most this many queries (0: none), where
+# the Triton kernel's 16-row programs lose to part-empty 64-head ones (H200, flush A/B, µs,
+# do_bench's / clean, Triton → Gluon, 16 heads; h200-20261204-s37-*-sparse-16-heads-batch-
+# flush-ab.json unless marked s36): B=8 31.0 / 29.3 → 21.0 / 20.7, B=16 (s36) 37.2 / 34.7 →
+# 27.5 / 26.8, B=24 44.1 / 41.2 → 38.0 / 36.8, B=32 48.1 / 44.5 → 41.2 / 40.0, × 12 heads 43.6
+# / 40.2 → 41.1 / 39.6; but B=48 59.2 / 55.1 → 66.6 / 66.2 (two splits: 96 programs on 132
+# SMs), B=64 (s36) 66.6 / 63.9 → 67.6 / 66.3, and fp8 rows at B=32 × 16 37.6 / 33.6 → 38.3 /
+# 37.8 — those stay on the Triton kernel
+SPARSE_SM90_SMALL_BATCH = 32
 # SM90, dense fp8_ds_mla rows, 64-head programs, any page size: the sparse Gluon kernel above
 # reading each tile's pool rows through the block table (its PAGED form: one cp.async gather
 # a row, as over index lists) instead of the Triton kernel. H200, flush A/B, µs, do_bench's /
@@ -770,14 +779,17 @@ class DecodePlan:
         does): "tma" — `decode_sm90._mla_decode_sm90_kernel`, dense fp8 rows in pages of ≥ 64
         tokens (`SM90_GLUON`); "gather" — `decode_sm90._mla_sparse_sm90_kernel`, index lists
         of fp8_ds_mla rows from `SPARSE_SM90_MIN_HEADS` heads (`SPARSE_SM90_GLUON`) or of fp8
-        rows (`SM90_GATHER_FP8` too), dense fp8_ds_mla rows through the block table
+        rows (`SM90_GATHER_FP8` too) — and of fp8_ds_mla rows at 9–16 heads for at most
+        `SPARSE_SM90_SMALL_BATCH` queries —, dense fp8_ds_mla rows through the block table
         (`SM90_DS_PAGED`), dense fp8 rows in pages shorter than a tile (`SM90_GATHER_FP8`);
         None: neither."""
         fmt = self.fmt.name
         if self.sparse:
             lists = fmt == "fp8_ds_mla" or (fmt == "fp8" and SM90_GATHER_FP8)
+            small = (fmt == "fp8_ds_mla" and self.num_heads > 8
+                     and self.batch <= SPARSE_SM90_SMALL_BATCH)
             return ("gather" if SPARSE_SM90_GLUON and lists
-                    and self.num_heads >= SPARSE_SM90_MIN_HEADS else None)
+                    and (self.num_heads >= SPARSE_SM90_MIN_HEADS or small) else None)
         whole_tiles = self.page_size >= 64  # decode_sm90.BLOCK_N: tiles inside pages
         if fmt == "fp8" and whole_tiles:
             return "tma" if SM90_GLUON else None
