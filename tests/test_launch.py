@@ -142,3 +142,20 @@ def test_fast_keeps_one_launcher_per_function():
     fn = JITFunction(_toy)
     assert launch.fast(fn) is launch.fast(fn)
     assert launch.fast(fn) is not launch.fast(JITFunction(_toy))
+
+
+def test_a_launcher_that_refuses_the_call_falls_back_for_good(toy):
+    """A compiled launcher called differently (another Triton) raises TypeError before it
+    launches: that call and every later one go through Triton's path."""
+    launcher, triton_calls, kernels = toy
+    x = torch.zeros(16)
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+
+    def refuse(*args):
+        raise TypeError("launcher signature")
+
+    kernels[0].run = refuse
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert len(triton_calls) == 2 and launcher.hits == 0
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert len(triton_calls) == 3 and launcher.hits == 0

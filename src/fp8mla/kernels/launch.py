@@ -14,7 +14,15 @@ same call Triton's ``JITFunction.run`` ends in, in triton 3.6 through 3.9).
 
 Not done on the fast path: Triton's pre-run hooks and its check that the globals a kernel read
 at compile time have not changed (fp8mla's kernels read only constant globals). Under the
-interpreter, or with `FAST_LAUNCH` off, every call is Triton's own.
+interpreter, or with `FAST_LAUNCH` off, every call is Triton's own; so is every later call of a
+kernel whose compiled launcher refused the fast path's arguments (a TypeError: a Triton whose
+launcher is called differently).
+
+H200 host (triton 3.6, `benchmarks/host_overhead.py`, 200 eager calls, medians of 5 rounds
+alternating with Triton's path; session 37, h200-20261204-s37-e3a61e4-host-overhead.json),
+host µs a call, Triton's path → this one: fp8 B=1 × 128K × 8 heads (decode + combine) 193.3 →
+145.6, B=64 × 8K × 16 137.0 → 105.5, B=64 × 8K × 128 (one launch) 133.6 → 103.8, fp8_ds_mla
+B=1 × 128K × 8 151.1 → 110.6, sparse B=64 × 8 228.5 → 146.4, B=128 × 128 122.8 → 80.8.
 """
 
 from __future__ import annotations
@@ -127,14 +135,19 @@ class FastLauncher:
                     self.kernels.clear()
                 self.kernels[key] = kernel
             return kernel
-        self.hits += 1
         stream = _raw_stream(device)
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         hooks = knobs.runtime
-        kernel.run(grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata,
-                   kernel.launch_metadata(grid, stream, *values), hooks.launch_enter_hook,
-                   hooks.launch_exit_hook, *values)
+        try:
+            kernel.run(grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata,
+                       kernel.launch_metadata(grid, stream, *values), hooks.launch_enter_hook,
+                       hooks.launch_exit_hook, *values)
+        except TypeError:  # a launcher whose call differs (a Triton other than 3.6–3.9): it
+            # refused the arguments before launching; Triton's path from now on
+            self.jitted = False
+            return self.fn[grid](*args, **kwargs)
+        self.hits += 1
         return None
 
 
