@@ -63,10 +63,11 @@ def test_full_size_matches_reference(fmt, policy, heads):
 def test_bf16_partials_sparse(heads, monkeypatch):
     """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_EVERYWHERE`)
     through the sparse kernels' partial stores and the combine, three splits: 8 heads on the
-    ≤ 8-head Gluon kernel (SM90), 16 on the Triton kernel, 128 on the 64-head Gluon kernel
-    (SM90)."""
+    ≤ 8-head Gluon kernel (SM90), 16 on the Triton kernel (not the 64-head kernel this short
+    batch would take, `SPARSE_SM90_SMALL_BATCH`), 128 on the 64-head Gluon kernel (SM90)."""
     import fp8mla.decode as decode_mod
 
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_SMALL_BATCH", 0)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
     cache, _, q, idx = sparse_problem("fp8_ds_mla", 5, heads, 2048, seed=heads + 7)
@@ -167,9 +168,11 @@ def test_sm90_gluon_sparse_kernel_direct_and_split(splits, heads, fmt, monkeypat
 def _force(monkeypatch, kernel, stages=None, qk8=None):
     """Serve ≤ 16-head fp8_ds_mla plans by ``kernel``: "mma8" (the ≤ 8-row Gluon kernel,
     `SPARSE_SM90_MMA8`, with ``stages`` ring stages and, where ``qk8`` is given, its first
-    product as FP8 wgmma or not: `SPARSE_SM90_MMA8_QK8`) or "triton"."""
+    product as FP8 wgmma or not: `SPARSE_SM90_MMA8_QK8`) or "triton" (9–16 heads: not the
+    64-row gather kernel that serves short batches, `SPARSE_SM90_SMALL_BATCH`)."""
     import fp8mla.decode as decode_mod
 
+    monkeypatch.setattr(decode_mod, "SPARSE_SM90_SMALL_BATCH", 0)
     if qk8 is not None:
         monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8_QK8", qk8)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_MMA8", kernel == "mma8")
