@@ -125,6 +125,18 @@ def assert_blind_rows(plan, run, lens: list[int], out: torch.Tensor,
     return blind
 
 
+def assert_timeline_in_order(timeline: torch.Tensor) -> None:
+    """A run's `DecodePlan.timeline` (int64 [programs, 12]): every program stamped entry ≤ loop
+    start ≤ tile 0 landed ≤ loop end ≤ exit on the global timer, all within a second, and an SM
+    id of this GPU."""
+    st = timeline.cpu()
+    stamps = st[:, 0:10:2]
+    assert torch.all(stamps[:, 1:] >= stamps[:, :-1]), stamps
+    assert int(stamps.max() - stamps.min()) < 10**9
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert torch.all((st[:, 10] >= 0) & (st[:, 10] < sms)), st[:, 10]
+
+
 def extreme_q(batch: int, heads: int, device="cuda", seed: int = 0) -> torch.Tensor:
     """q bf16 [batch, heads, 576] (batch ≥ 2, heads ≥ 5) with rows that stress a per-row
     power-of-two split into e4m3 halves: 30× (logits in the hundreds), 1e-4 and 1e-30
