@@ -667,9 +667,8 @@ class DecodePlan:
         args = (
             q, u32, bf16, f32, kv_scale, *descs, block_table, cache_seqlens,
             out, lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
-            q.stride(0), q.stride(1), q.stride(2), block_table.stride(0),
-            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-            lse.stride(2), self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
+            *q.stride()[:3], block_table.stride(0), *out.stride()[:3], *lse.stride(),
+            self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
             self.page_size.bit_length() - 1, flat.shape[0],
             min(block_table.shape[1] * self.page_size, 2**31 - 1),
         )
@@ -966,9 +965,8 @@ class DecodePlan:
 
             fast(kd._mla_decode_mma8_ds_kernel)[grid](
                 q, lat, rope, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
-                self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
-                q.stride(1), q.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
-                out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale,
+                self.max_logits, self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
+                block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
                 self._len_hint, DIRECT=direct, S_Q=self.s_q,
@@ -981,10 +979,9 @@ class DecodePlan:
 
             fast(k8._mla_decode_mma8_kernel)[grid](
                 q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
-                self.part_out, self.part_lse, self.part_max, q.stride(0), q.stride(1),
-                q.stride(2), block_table.stride(0), out.stride(0), out.stride(1), out.stride(2),
-                lse.stride(0), lse.stride(1), lse.stride(2), self.softmax_scale, empty_lse,
-                self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
+                block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), self._len_hint,
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
                 R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
@@ -1046,8 +1043,7 @@ class DecodePlan:
         pdl = dict(PDL=True, launch_pdl=True) if self._pdl else {}
         fast(_combine_splits_kernel)[grid](
             self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
-            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-            lse.stride(2), empty_lse, self.num_splits, self.num_heads,
+            *out.stride()[:3], *lse.stride(), empty_lse, self.num_splits, self.num_heads,
             S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s,
             num_warps=warps, **pdl,
         )
