@@ -10,7 +10,7 @@ needed) and keeps the compiled kernel under a key at least as fine as Triton's �
 value, tensors by dtype and address mod 16, integers by Triton's classes, floats by type,
 tensor descriptors by every field but the base address — so later calls with that key
 hand their arguments straight to the compiled kernel's launcher (``CompiledKernel.run``, the
-same call Triton's ``JITFunction.run`` ends in, in triton 3.6 through 3.9).
+same call Triton's ``JITFunction.run`` ends in, in triton 3.4 through 3.9).
 
 Not done on the fast path: Triton's pre-run hooks and its check that the globals a kernel read
 at compile time have not changed (fp8mla's kernels read only constant globals). Under the
@@ -143,7 +143,7 @@ class FastLauncher:
             kernel.run(grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata,
                        kernel.launch_metadata(grid, stream, *values), hooks.launch_enter_hook,
                        hooks.launch_exit_hook, *values)
-        except TypeError:  # a launcher whose call differs (a Triton other than 3.6–3.9): it
+        except TypeError:  # a launcher whose call differs (a Triton other than 3.4–3.9): it
             # refused the arguments before launching; Triton's path from now on
             self.jitted = False
             return self.fn[grid](*args, **kwargs)
