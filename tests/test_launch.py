@@ -159,3 +159,23 @@ def test_a_launcher_that_refuses_the_call_falls_back_for_good(toy):
     assert len(triton_calls) == 2 and launcher.hits == 0
     launcher[(1,)](*_args(x, x), BLOCK=16)
     assert len(triton_calls) == 3 and launcher.hits == 0
+
+
+def test_every_library_launch_goes_through_fast():
+    """No launch site in the library calls a kernel's ``[grid]`` directly (it would pay
+    Triton's per-call specialization on every eager call); the benchmarks' floor kernels may."""
+    import pathlib
+    import re
+
+    import fp8mla
+
+    root = pathlib.Path(fp8mla.__file__).parent
+    direct = re.compile(r"(?<![\w.(])(?:\w+\.)?(_\w+_kernel)\[")
+    found = []
+    for path in root.rglob("*.py"):
+        if path.parts[-2] == "bench":  # read-floor kernels, timed as they are
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if direct.search(line) and not line.lstrip().startswith("#"):
+                found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    assert not found, "launches outside fast():\n" + "\n".join(found)
