@@ -19,10 +19,11 @@ kernel whose compiled launcher refused the fast path's arguments (a TypeError: a
 launcher is called differently).
 
 H200 host (triton 3.6, `benchmarks/host_overhead.py`, 200 eager calls, medians of 5 rounds
-alternating with Triton's path; session 37, h200-20261204-s37-e3a61e4-host-overhead.json),
-host µs a call, Triton's path → this one: fp8 B=1 × 128K × 8 heads (decode + combine) 193.3 →
-145.6, B=64 × 8K × 16 137.0 → 105.5, B=64 × 8K × 128 (one launch) 133.6 → 103.8, fp8_ds_mla
-B=1 × 128K × 8 151.1 → 110.6, sparse B=64 × 8 228.5 → 146.4, B=128 × 128 122.8 → 80.8.
+alternating with Triton's path; session 37: −19 to −36% in three runs, BENCHMARKS.md; the
+second, h200-20261204-s37-e3a61e4-host-overhead.json), host µs a call, Triton's path → this
+one: fp8 B=1 × 128K × 8 heads (decode + combine) 193.3 → 145.6, B=64 × 8K × 16 137.0 → 105.5,
+B=64 × 8K × 128 (one launch) 133.6 → 103.8, fp8_ds_mla B=1 × 128K × 8 151.1 → 110.6, sparse
+B=64 × 8 228.5 → 146.4, B=128 × 128 122.8 → 80.8.
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ class FastLauncher:
         return launch
 
     def _values(self, args: tuple, kwargs: dict) -> list | None:
-        """Every parameter's value in order (defaults filled in); None where one is missing
-        or an argument names no parameter twice (Triton's path raises its own error)."""
+        """Every parameter's value in order (defaults filled in); None where there are more
+        positional arguments than parameters or one without a default is missing (Triton's
+        path then raises its own error)."""
         n = len(args)
         if n > len(self.names):
             return None
@@ -105,7 +107,7 @@ class FastLauncher:
 
     def _key(self, device: int, values: list, kwargs: dict):
         """The key of one call: `_arg_key` of each argument, constexprs by value, the launch
-        options; the common types inline (a call's host time is mostly this loop)."""
+        options; the common types inline (this loop is most of the fast path's own cost)."""
         tensor, i32, i64 = torch.Tensor, _INT32, _INT64
         options = tuple([(k, v) for k, v in kwargs.items() if k not in self.index])
         return (device, tuple([
