@@ -123,7 +123,7 @@ SPARSE_SM90_GLUON = True
 SPARSE_SM90_MIN_HEADS = 17
 # ... and sparse fp8_ds_mla plans of 9–16 heads and at most this many queries (0: none), where
 # the Triton kernel's 16-row programs lose to part-empty 64-head ones (H200, flush A/B, µs,
-# do_bench's / clean, Triton → Gluon, 16 heads; h200-20261204-s37-*-sparse-16-heads-batch-
+# do_bench's / clean, Triton → Gluon, 16 heads; h200-20261204-s37-e3a61e4-sparse-16-heads-batch-
 # flush-ab.json unless marked s36): B=8 31.0 / 29.3 → 21.0 / 20.7, B=16 (s36) 37.2 / 34.7 →
 # 27.5 / 26.8, B=24 44.1 / 41.2 → 38.0 / 36.8, B=32 48.1 / 44.5 → 41.2 / 40.0, × 12 heads 43.6
 # / 40.2 → 41.1 / 39.6; but B=48 59.2 / 55.1 → 66.6 / 66.2 (two splits: 96 programs on 132
