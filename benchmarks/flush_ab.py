@@ -195,6 +195,8 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   (59.2 / 55.1 → 66.6 / 66.2) and on fp8 rows (B=32 × 16 37.6 / 33.6 → 38.3 / 37.8):
 #   `SPARSE_SM90_SMALL_BATCH` 32 since (fp8_ds_mla only). Both 16-head plans' first arm turns
 #   that rule off, so their arms stay what they were.
+# - "sparse-16-heads-fp8": the same arms for fp8 lists (the rule leaves them on the Triton
+#   kernel: at B=32 × 16 it was faster) at smaller batches, and fp8_ds_mla at 9–12 heads.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
@@ -239,6 +241,11 @@ PLANS = {
          ("64-row gather kernel from 9 heads", {"SPARSE_SM90_MIN_HEADS": 9})],
         [(8, 16, 2048, 1), (24, 16, 2048, 1), (32, 16, 2048, 1), (48, 16, 2048, 1),
          (32, 12, 2048, 1), (32, 16, 2048, 1, "fp8")]),
+    "sparse-16-heads-fp8": (
+        [("Triton kernel (17 heads on)", {"SPARSE_SM90_SMALL_BATCH": 0}),
+         ("64-row gather kernel from 9 heads", {"SPARSE_SM90_MIN_HEADS": 9})],
+        [(8, 16, 2048, 1, "fp8"), (16, 16, 2048, 1, "fp8"), (16, 12, 2048, 1, "fp8"),
+         (16, 9, 2048, 1), (8, 12, 2048, 1)]),
 }
 
 
