@@ -196,7 +196,12 @@ from fp8mla.bench.sparse import checked_sparse_plan
 #   `SPARSE_SM90_SMALL_BATCH` 32 since (fp8_ds_mla only). Both 16-head plans' first arm turns
 #   that rule off, so their arms stay what they were.
 # - "sparse-16-heads-fp8": the same arms for fp8 lists (the rule leaves them on the Triton
-#   kernel: at B=32 × 16 it was faster) at smaller batches, and fp8_ds_mla at 9–12 heads.
+#   kernel: at B=32 × 16 it was faster) at smaller batches, and fp8_ds_mla at 9–12 heads,
+#   h200-20261204-s37-fba9a46-sparse-16-heads-fp8-flush-ab.json: fp8 lists faster on the Triton
+#   kernel at small batches too (B=8 × 16 19.6 / 18.4 against 19.9 / 19.7, B=16 × 16 25.9 /
+#   24.1 against 26.0 / 25.6, × 12 25.1 / 22.7 against 25.5 / 24.7); fp8_ds_mla faster on the
+#   gather kernel at 9 and 12 heads (B=16 × 9 30.5 / 27.9 → 27.1 / 25.8, B=8 × 12 26.4 / 24.8 →
+#   20.4 / 20.1): the rule stands as it is.
 # The plans, each (arms, cases) — "sm90-rows" kept as the regression check of its default
 # against the switch off:
 PLANS = {
