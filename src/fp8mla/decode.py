@@ -757,7 +757,8 @@ class DecodePlan:
     def _sm90_serves(self) -> bool:
         """Whether a 64-row Gluon SM90 kernel serves this plan (`_sm90_form`): 64-head
         programs (dense: more than 32 heads, s_q 2–4 a program a query, `SM90_MTP`; sparse:
-        from `SPARSE_SM90_MIN_HEADS` heads), a GPU of compute capability 9.0 and a Triton with
+        from `SPARSE_SM90_MIN_HEADS` heads, and fp8_ds_mla lists of 9–16 heads for at most
+        `SPARSE_SM90_SMALL_BATCH` queries), a GPU of compute capability 9.0 and a Triton with
         Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
@@ -767,8 +768,8 @@ class DecodePlan:
             return False
         from fp8mla.kernels import decode_sm90  # imports Gluon: only where it may serve
 
-        if self.sparse:  # from `SPARSE_SM90_MIN_HEADS` on (`_sm90_form`): part-empty
-            return decode_sm90.AVAILABLE  # 64-head programs below 64
+        if self.sparse:  # the heads `_sm90_form` admits: part-empty 64-head programs below 64
+            return decode_sm90.AVAILABLE
         # 64-head programs: the heads a program of s_q 1 takes (queries are programs here)
         heads = decode_config(self.target.cc, self.fmt.name, self.num_heads, 1).heads_per_block
         return decode_sm90.AVAILABLE and heads == decode_sm90.HEADS

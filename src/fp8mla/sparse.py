@@ -8,7 +8,8 @@ as it is — no padding of 8 heads to 64. Programs of fewer than `COMPACT_MIN_RO
 each entry in the attention loop (SPARSE=True); larger ones first compact the lists
 (`fp8mla.kernels.compact`: valid entries in order at the front, and their count — a plan-owned
 int32 [queries, topk] buffer) and read them as a block table of one-token pages — except on
-SM90, where fp8 and fp8_ds_mla plans of ≥ 17 heads take a Gluon kernel
+SM90, where fp8 and fp8_ds_mla plans of ≥ 17 heads — and fp8_ds_mla plans of 9–16 heads for
+at most `fp8mla.decode.SPARSE_SM90_SMALL_BATCH` queries — take a Gluon kernel
 (`fp8mla.kernels.decode_sm90`) and fp8_ds_mla plans of ≤ 8 heads another
 (`fp8mla.kernels.decode_sm90_mma8_sparse`), each checking the entries itself.
 
@@ -155,8 +156,9 @@ class SparsePlan(DecodePlan):
     def checks_indices(self) -> bool:
         """Whether the attention kernel checks every index-list entry (SPARSE) — programs of
         fewer than COMPACT_MIN_ROWS rows — or reads lists compacted first (the Triton kernel's
-        flag; on SM90 the Gluon kernel that serves fp8 and fp8_ds_mla plans of ≥ 17 heads
-        checks entries itself, and `compacts` says whether the compaction runs)."""
+        flag; on SM90 the Gluon kernel that serves fp8 and fp8_ds_mla plans of ≥ 17 heads (and
+        small batches of 9–16 fp8_ds_mla heads) checks entries itself, and `compacts` says
+        whether the compaction runs)."""
         return self.config.heads_per_block < self._compact_min_rows
 
     @staticmethod
