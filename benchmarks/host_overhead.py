@@ -31,11 +31,14 @@ def median_host_us(fn) -> dict[bool, tuple[float, float]]:
     """Per `launch.FAST_LAUNCH` setting, the medians over 5 rounds (the settings alternating)
     of `launch_costs.host_us`: (host µs a call, wall µs a call; 200 calls enqueued a round)."""
     times: dict[bool, list] = {False: [], True: []}
-    for _ in range(5):
-        for fast in (False, True):
-            launch.FAST_LAUNCH = fast
-            times[fast].append(host_us(fn))
-    launch.FAST_LAUNCH = True
+    setting = launch.FAST_LAUNCH
+    try:
+        for _ in range(5):
+            for fast in (False, True):
+                launch.FAST_LAUNCH = fast
+                times[fast].append(host_us(fn))
+    finally:
+        launch.FAST_LAUNCH = setting
     return {fast: (sorted(t[0] for t in ts)[2], sorted(t[1] for t in ts)[2])
             for fast, ts in times.items()}
 

@@ -28,8 +28,7 @@ from fp8mla.testing import assert_close
 from fp8mla.topk import default_chunk, topk_indices
 
 __all__ = ["SPARSE_CASES", "PREFILL_CASES", "INDEXER_CASES", "TOPK_CASES", "run_sparse",
-           "run_indexer_topk",
-           "sparse_problem", "check_sparse", "checked_sparse_plan"]
+           "run_indexer_topk", "sparse_problem", "check_sparse", "checked_sparse_plan"]
 
 SPARSE_CASES = [(128, 128, 2048, 1), (128, 128, 2048, 2), (64, 64, 2048, 1), (64, 8, 2048, 1)]
 # sparse prefill (no target in the issue; what a prompt's attention costs): (tokens, heads,
