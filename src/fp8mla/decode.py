@@ -522,7 +522,6 @@ class DecodePlan:
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
         self._descs = (None, None)  # (pool key, TMA descriptors) of the last pool run on
-        self._sites: dict = {}  # launch site → `BoundLaunch` (`_site`)
         self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
                                device=self.device)
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
@@ -914,26 +913,6 @@ class DecodePlan:
         tiles = self._program_tiles(max_seqlen, self.num_splits, self.programs_per_sm)
         return wanted(SM90_MMA16_QK8) and tiles >= SM90_MMA16_QK8_MIN_TILES
 
-    def _bound(self, site: str, fn, grid, consts: dict, options: dict, args: dict) -> None:
-        """Launch kernel ``fn`` at launch site ``site`` through the plan's `BoundLaunch`
-        (`fp8mla.kernels.launch`): the workspace, the plan's sizes and ``consts`` (compile-time
-        parameters as computed for this call: a module switch changed between runs binds anew)
-        fixed, ``args`` (the call's tensors, strides and lengths, by name) passed."""
-        key = (site, self.softmax_scale, *consts.values(), *options.values())
-        bound = self._sites.get(key)
-        if bound is None:
-            launcher = fast(fn)
-            names = launcher.param_names
-            plan = {"max_ptr": self.max_logits, "part_out_ptr": self.part_out,
-                    "part_lse_ptr": self.part_lse, "part_max_ptr": self.part_max,
-                    "softmax_scale": self.softmax_scale, "num_heads": self.num_heads,
-                    "num_splits": self.num_splits, "len_hint": self._len_hint,
-                    "page_shift": self.page_size.bit_length() - 1}
-            fixed = {k: v for k, v in plan.items() if k in names or not names}
-            bound = self._sites[key] = launcher.bind(grid, {**fixed, **consts}, tuple(args),
-                                                      **options)
-        bound(**args)
-
     def _launch_sm90(self, q, rows, block_table, cache_seqlens, kv_scale, out, lse, empty_lse,
                      direct):
         """`fp8mla.kernels.decode_sm90` over the plan's grid; descriptors built once per pool."""
@@ -941,39 +920,33 @@ class DecodePlan:
 
         flat = rows.view(-1, self.fmt.row_bytes)
         grid = (self.batch, self.num_splits, self.head_blocks)
-        qs, os, ls = q.stride(), out.stride(), lse.stride()
-        # what every kernel below is passed besides its pool and lists (the 64-row kernels and
-        # the dense ones: q, out and lse as [batch, s_q, heads, ..])
-        io = dict(out_ptr=out, lse_ptr=lse, stride_qb=qs[0], stride_qs=qs[1], stride_qh=qs[2],
-                  stride_ob=os[0], stride_os=os[1], stride_oh=os[2], stride_lb=ls[0],
-                  stride_ls=ls[1], stride_lh=ls[2], lse_empty=empty_lse)
         if self.sparse and self.mma8:  # block_table: the index lists; cache_seqlens: their
             from fp8mla.kernels import decode_sm90_mma8_sparse as km  # lengths
 
-            self._bound("sparse_mma8", km._mla_sparse_mma8_kernel, grid, dict(
-                DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages, QK8=self.qk8,
-                PDL=self._pdl_signal(direct), TIMELINE=self.timeline is not None),
-                dict(num_warps=km.NUM_WARPS), dict(
-                    q_ptr=q, u8_ptr=flat, f32_ptr=flat.view(torch.float32),
-                    list_ptr=block_table, count_ptr=cache_seqlens, out_ptr=out, lse_ptr=lse,
-                    stride_qb=qs[0], stride_qh=qs[2], stride_list=block_table.stride(0),
-                    stride_ob=os[0], stride_oh=os[2], stride_lb=ls[0], stride_lh=ls[2],
-                    lse_empty=empty_lse, max_len=min(block_table.shape[1], 2**31 - 1),
-                    num_slots=flat.shape[0], stamp_ptr=self.timeline))
+            fast(km._mla_sparse_mma8_kernel)[grid](
+                q, flat, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
+                self.max_logits, self.part_out, self.part_lse, self.part_max, q.stride(0),
+                q.stride(2), block_table.stride(0), out.stride(0), out.stride(2),
+                lse.stride(0), lse.stride(2), self.softmax_scale, empty_lse, self.num_heads,
+                self.num_splits, min(block_table.shape[1], 2**31 - 1), flat.shape[0],
+                self._len_hint, DIRECT=direct, HEADS=self.num_heads, NS=self.ring_stages,
+                QK8=self.qk8, PDL=self._pdl_signal(direct), stamp_ptr=self.timeline,
+                TIMELINE=self.timeline is not None, num_warps=km.NUM_WARPS)
             return
         # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q)
         grid64 = (self.batch, self.num_splits, self._query_blocks)
-        max_len = min(block_table.shape[1] * self.page_size, 2**31 - 1)
+        queries = dict(S_Q=self.s_q, CAUSAL=self.causal)
         if self.sm90_form == "gather":  # index lists, or (PAGED) the block table's pages
-            self._bound("sparse_sm90", decode_sm90._mla_sparse_sm90_kernel, grid64, dict(
-                DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-                PDL=self._pdl_signal(direct), IN_ORDER=SM90_ROWS_IN_ORDER,
-                PAGED=not self.sparse, S_Q=self.s_q, CAUSAL=self.causal,
-                DS=self.fmt.name == "fp8_ds_mla"), dict(num_warps=decode_sm90.NUM_WARPS), dict(
-                    q_ptr=q, u8_ptr=flat, f32_ptr=flat.view(torch.float32),
-                    list_ptr=block_table, count_ptr=cache_seqlens, scale_ptr=kv_scale,
-                    stride_list=block_table.stride(0), max_len=max_len,
-                    num_slots=flat.shape[0], **io))
+            fast(decode_sm90._mla_sparse_sm90_kernel)[grid64](
+                q, flat, flat.view(torch.float32), block_table, cache_seqlens, kv_scale, out,
+                lse, self.max_logits, self.part_out, self.part_lse, self.part_max,
+                *q.stride()[:3], block_table.stride(0), *out.stride()[:3], *lse.stride(),
+                self.softmax_scale, empty_lse, self.num_heads, self.num_splits,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
+                self.page_size.bit_length() - 1, DIRECT=direct, HEADS=decode_sm90.HEADS,
+                BN=decode_sm90.BLOCK_N, PDL=self._pdl_signal(direct),
+                IN_ORDER=SM90_ROWS_IN_ORDER, PAGED=not self.sparse,
+                DS=self.fmt.name == "fp8_ds_mla", num_warps=decode_sm90.NUM_WARPS, **queries)
             return
         key = (flat.data_ptr(), flat.shape[0])
         if self._descs[0] != key:  # built once per pool, as the Triton kernel's
@@ -988,33 +961,44 @@ class DecodePlan:
             else:
                 self._descs = (key, decode_sm90.descriptors(flat))
         lat, rope = self._descs[1]
-        dense = dict(q_ptr=q, lat_desc=lat, rope_desc=rope, bt_ptr=block_table,
-                     seqlens_ptr=cache_seqlens, stride_bt=block_table.stride(0),
-                     max_len=max_len, **io)
         if self.mma8 and self.fmt.name == "fp8_ds_mla":
             from fp8mla.kernels import decode_sm90_mma8_ds as kd
 
-            self._bound("mma8_ds", kd._mla_decode_mma8_ds_kernel, grid, dict(
-                DIRECT=direct, S_Q=self.s_q, HEADS=self._block_heads or self.num_heads,
+            fast(kd._mla_decode_mma8_ds_kernel)[grid](
+                q, lat, rope, flat.view(torch.float32), block_table, cache_seqlens, out, lse,
+                self.max_logits, self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
+                block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1), flat.shape[0],
+                self._len_hint, DIRECT=direct, S_Q=self.s_q,
+                HEADS=self._block_heads or self.num_heads,
                 CAUSAL=self.causal, NS=self.ring_stages, R=self.mma_rows, QK8=self.qk8,
-                PDL=self._pdl_signal(direct)), dict(num_warps=kd.NUM_WARPS), dict(
-                    f32_ptr=flat.view(torch.float32), num_slots=flat.shape[0], **dense))
+                PDL=self._pdl_signal(direct), num_warps=kd.NUM_WARPS)
             return
         if self.mma8:  # the dense fp8 ≤ 16-row kernels
             from fp8mla.kernels import decode_sm90_mma8 as k8
 
-            self._bound("mma8", k8._mla_decode_mma8_kernel, grid, dict(
+            fast(k8._mla_decode_mma8_kernel)[grid](
+                q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
+                self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
+                block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
+                empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+                min(block_table.shape[1] * self.page_size, 2**31 - 1), self._len_hint,
                 DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                R=self.mma_rows, NS=self.ring_stages, TIMELINE=self.timeline is not None,
-                QK8=self.qk8, PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS),
-                dict(num_warps=k8.NUM_WARPS), dict(scale_ptr=kv_scale,
-                                                   stamp_ptr=self.timeline, **dense))
+                R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
+                TIMELINE=self.timeline is not None, QK8=self.qk8,
+                PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
+                num_warps=k8.NUM_WARPS)
             return
-        self._bound("sm90", decode_sm90._mla_decode_sm90_kernel, grid64, dict(
+        fast(decode_sm90._mla_decode_sm90_kernel)[grid64](
+            q, lat, rope, block_table, cache_seqlens, kv_scale, out, lse, self.max_logits,
+            self.part_out, self.part_lse, self.part_max, *q.stride()[:3],
+            block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
+            empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
+            min(block_table.shape[1] * self.page_size, 2**31 - 1),
             DIRECT=direct, HEADS=decode_sm90.HEADS, BN=decode_sm90.BLOCK_N,
-            PDL=self._pdl_signal(direct), IN_ORDER=SM90_ROWS_IN_ORDER, S_Q=self.s_q,
-            CAUSAL=self.causal), dict(num_warps=decode_sm90.NUM_WARPS), dict(
-                scale_ptr=kv_scale, **dense))
+            PDL=self._pdl_signal(direct), IN_ORDER=SM90_ROWS_IN_ORDER,
+            num_warps=decode_sm90.NUM_WARPS, **queries)
 
     def _launch(self, q, rows, block_table, cache_seqlens, kv_scale, out=None, lse=None,
                 empty_lse=float("-inf")):
@@ -1057,14 +1041,13 @@ class DecodePlan:
     def _combine(self, out, lse, empty_lse):
         """Merge the split workspace (part_out / part_lse / part_max) into out / lse."""
         grid, block_d, block_s, warps = self._combine_launch
-        pdl = self._pdl
-        os, ls = out.stride(), lse.stride()
-        self._bound("combine", _combine_splits_kernel, grid, dict(
+        pdl = dict(PDL=True, launch_pdl=True) if self._pdl else {}
+        fast(_combine_splits_kernel)[grid](
+            self.part_out, self.part_lse, self.part_max, out, lse, self.max_logits,
+            *out.stride()[:3], *lse.stride(), empty_lse, self.num_splits, self.num_heads,
             S_Q=self.s_q, DIM=LATENT_DIM, BLOCK_D=block_d, BLOCK_S=block_s,
-            **(dict(PDL=True) if pdl else {})),
-            dict(num_warps=warps, **(dict(launch_pdl=True) if pdl else {})), dict(
-                out_ptr=out, lse_ptr=lse, stride_ob=os[0], stride_os=os[1], stride_oh=os[2],
-                stride_lb=ls[0], stride_ls=ls[1], stride_lh=ls[2], lse_empty=empty_lse))
+            num_warps=warps, **pdl,
+        )
 
 
 def dense_decode(
