@@ -6,8 +6,8 @@
 every Python call). This times the phases themselves with a nanosecond clock, for 200 calls
 enqueued back to back (the host never waits on the GPU), the median of 5 rounds, µs a call:
 
-- fp8mla's launch path (`FastLauncher.launch` and `BoundLaunch.__call__`, copies of their
-  fast paths with a clock read between steps): the parameter list, the current device, the argument key, the cache
+- fp8mla's launch path (`FastLauncher.launch`, a copy of its fast path with a clock read
+  between steps): the parameter list, the current device, the argument key, the cache
   lookup, the stream, Triton's launch metadata, Triton's launcher (`CompiledKernel.run`:
   argument marshalling, tensor descriptors encoded for the driver, the driver's launch) —
   summed over the call's launches, and the launcher per kernel;
@@ -81,30 +81,6 @@ def _launch(self, grid, args, kwargs):
     _run(self, kernel, device, grid, values, (t0, t1, t2, _clock()), t3)
 
 
-def _bound_call(self, **args):
-    """`BoundLaunch.__call__` with a clock read between its steps, as `_launch`."""
-    t0 = _clock()
-    launcher = self.launcher
-    if not (launch.FAST_LAUNCH and launcher.jitted) or self.token is None:
-        return _REAL_BOUND(self, **args)
-    if len(args) != len(self.dynamic) or not args.keys() <= set(self.dynamic):
-        return _REAL_BOUND(self, **args)  # raises
-    values = self.template.copy()
-    passed = []
-    for i, n in self.slots:
-        values[i] = v = args[n]
-        passed.append(v)
-    t1 = _clock()
-    device = torch.cuda.current_device()
-    t2 = _clock()
-    key = (device, self.token, launch._facts(passed, self.dyn_constexpr), knobs.runtime.debug)
-    t3 = _clock()
-    kernel = launcher.kernels.get(key)
-    if kernel is None:
-        return _REAL_BOUND(self, **args)
-    _run(launcher, kernel, device, self.grid, values, (t0, t1, t2, _clock()), t3)
-
-
 def _run(self, kernel, device, grid, values, marks, t3):
     """The rest of a fast launch (`FastLauncher._run`'s), timed; ``marks``: the clock at the
     call's start and after its parameter list, device and lookup; ``t3``: after its key."""
@@ -130,7 +106,6 @@ def _run(self, kernel, device, grid, values, marks, t3):
 
 
 _REAL_LAUNCH = launch.FastLauncher.launch
-_REAL_BOUND = getattr(launch, "BoundLaunch", None) and launch.BoundLaunch.__call__
 _SITE: list[str] = []
 
 
@@ -149,8 +124,6 @@ def _site(name: str, fn):
 
 def _instrument() -> None:
     launch.FastLauncher.launch = _launch
-    if _REAL_BOUND:  # (fp8mla before its bound launches: an A/B's other side)
-        launch.BoundLaunch.__call__ = _bound_call
     P = decode_mod.DecodePlan
     P.run = _timed("call", P.run)
     sparse_mod.SparsePlan.run = _timed("call", sparse_mod.SparsePlan.run)

@@ -181,94 +181,6 @@ def test_every_library_launch_goes_through_fast():
     assert not found, "launches outside fast():\n" + "\n".join(found)
 
 
-def _bound(launcher, grid=(3,), **fixed):
-    """``_toy`` bound with x_ptr, n and scale passed per call (by name), the rest fixed."""
-    fixed = {"out_ptr": torch.zeros(64), "flag": True, "BLOCK": 32, **fixed}
-    return launcher.bind(grid, fixed, ("x_ptr", "n", "scale"), num_warps=4), fixed
-
-
-def test_a_bound_launch_keys_only_what_it_is_passed(toy):
-    launcher, triton_calls, kernels = toy
-    site, fixed = _bound(launcher)
-    x, y = torch.zeros(64), torch.zeros(64)
-    site(x_ptr=x, n=100, scale=0.5)
-    assert len(triton_calls) == 1 and launcher.hits == 0
-    grid, args, kwargs = triton_calls[0]  # Triton's path: every parameter, in order
-    assert grid == (3,) and kwargs == {"num_warps": 4}
-    assert args == (x, fixed["out_ptr"], 100, 0.5, True, 32, 3, None)
-    site(x_ptr=y, n=116, scale=0.25)  # same classes: the kept kernel, every parameter in order
-    assert len(triton_calls) == 1 and launcher.hits == 1
-    (call,) = kernels[0].calls
-    assert call[:3] == (3, 1, 1) and call[9:] == (y, fixed["out_ptr"], 116, 0.25, True, 32, 3,
-                                                  None)
-    site(x_ptr=y, n=96, scale=0.25)  # n now divisible by 16: Triton's path, a second kernel
-    site(x_ptr=y[1:], n=116, scale=0.25)  # x misaligned
-    assert len(triton_calls) == 3 and launcher.hits == 1
-
-
-def test_bound_launches_of_different_fixed_arguments_do_not_share_kernels(toy):
-    launcher, triton_calls, _ = toy
-    x = torch.zeros(64)
-    a, _ = _bound(launcher, BLOCK=32)
-    b, _ = _bound(launcher, BLOCK=64)
-    c, _ = _bound(launcher, BLOCK=32)  # the same facts as a's: its kernel
-    a(x_ptr=x, n=100, scale=0.5)
-    b(x_ptr=x, n=100, scale=0.5)
-    assert len(triton_calls) == 2
-    c(x_ptr=x, n=100, scale=0.5)
-    assert len(triton_calls) == 2 and launcher.hits == 1
-    d = launcher.bind((3,), {"out_ptr": torch.zeros(80)[1:65], "flag": True, "BLOCK": 32},
-                      ("x_ptr", "n", "scale"), num_warps=4)  # a misaligned fixed pointer
-    d(x_ptr=x, n=100, scale=0.5)
-    e = launcher.bind((3,), {"out_ptr": torch.zeros(64), "flag": True, "BLOCK": 32},
-                      ("x_ptr", "n", "scale"), num_warps=8)  # another launch option
-    e(x_ptr=x, n=100, scale=0.5)
-    assert len(triton_calls) == 4
-
-
-def test_binding_checks_the_names_and_a_call_its_count(toy):
-    launcher, _, _ = toy
-    x = torch.zeros(64)
-    with pytest.raises(ValueError, match=r"unknown: \['nope'\]"):
-        launcher.bind((1,), {"nope": 1}, ("x_ptr",))
-    with pytest.raises(ValueError, match=r"given twice: \['n'\]"):
-        launcher.bind((1,), {"n": 1}, ("n", "x_ptr"))
-    with pytest.raises(ValueError, match=r"neither fixed nor passed: \['scale', 'flag'\]"):
-        launcher.bind((1,), {"out_ptr": x, "BLOCK": 4}, ("x_ptr", "n"))
-    site, _ = _bound(launcher)
-    with pytest.raises(TypeError, match=r"expected the arguments \['x_ptr', 'n', 'scale'\], got \['x_ptr', 'n'\]"):
-        site(x_ptr=x, n=100)
-    with pytest.raises(TypeError, match=r"got \['x_ptr', 'n', 'flag'\]"):
-        site(x_ptr=x, n=100, flag=False)
-
-
-def test_a_bound_launch_off_the_fast_path_passes_parameters_by_name(toy, monkeypatch):
-    launcher, triton_calls, _ = toy
-    site, fixed = _bound(launcher)
-    x = torch.zeros(64)
-    monkeypatch.setattr(launch, "FAST_LAUNCH", False)
-    site(x_ptr=x, n=100, scale=0.5)
-    site(x_ptr=x, n=100, scale=0.5)
-    assert len(triton_calls) == 2 and launcher.hits == 0
-    assert triton_calls[1][2] == {**fixed, "x_ptr": x, "n": 100, "scale": 0.5, "num_warps": 4}
-
-    seen = []
-
-    def interpreted(x_ptr, n, B=3):  # what triton.jit returns under TRITON_INTERPRET=1
-        pass
-
-    class Interpreted:
-        fn = staticmethod(interpreted)
-
-        def __getitem__(self, grid):
-            return lambda *a, **k: seen.append((grid, a, k))
-
-    monkeypatch.setattr(launch, "FAST_LAUNCH", True)
-    other = launch.FastLauncher(Interpreted()).bind((2,), {"B": 5}, ("x_ptr", "n"))
-    other(x_ptr=x, n=7)
-    assert seen == [((2,), (), {"B": 5, "x_ptr": x, "n": 7})]
-
-
 def test_an_error_after_the_launcher_worked_is_raised_not_retried(toy):
     """Once a kernel has launched the fast way, a TypeError from its launcher (an exit hook's,
     after the launch) is raised: retrying through Triton would launch the kernel twice."""
@@ -285,3 +197,18 @@ def test_an_error_after_the_launcher_worked_is_raised_not_retried(toy):
     with pytest.raises(TypeError, match="from a hook"):
         launcher[(1,)](*_args(x, x), BLOCK=16)
     assert len(triton_calls) == 1 and launcher.jitted
+
+
+def test_a_debug_knob_set_after_a_launch_takes_triton_s_path(toy, monkeypatch):
+    """Triton compiles a kernel per ``knobs.runtime.debug`` setting: a kernel kept without it
+    must not serve a launch made with it (device-side asserts would silently stay off)."""
+    from triton import knobs
+
+    launcher, triton_calls, _ = toy
+    x = torch.zeros(16)
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    monkeypatch.setattr(knobs.runtime, "debug", not knobs.runtime.debug)
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert len(triton_calls) == 2 and launcher.hits == 0
+    launcher[(1,)](*_args(x, x), BLOCK=16)  # the debug kernel, kept under its own key
+    assert len(triton_calls) == 2 and launcher.hits == 1

@@ -34,7 +34,7 @@ import torch
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
-__all__ = ["FAST_LAUNCH", "BoundLaunch", "FastLauncher", "fast"]
+__all__ = ["FAST_LAUNCH", "FastLauncher", "fast"]
 
 # False: every launch through Triton's own path (benchmarks/host_overhead.py A/Bs it)
 FAST_LAUNCH = True
@@ -66,19 +66,6 @@ def _arg_key(v):
     return (type(v), v)  # anything else by value (hashable, or the key raises: Triton's path)
 
 
-def _facts(values, constexpr) -> tuple:
-    """`_arg_key` of each value (a constexpr by itself), the common types inline (this loop is
-    most of the fast path's own cost)."""
-    tensor, i32, i64 = torch.Tensor, _INT32, _INT64
-    return tuple([
-        v if c
-        else (v.dtype, v.data_ptr() & 15) if type(v) is tensor
-        else (v == 1, not v & 15, -i32 <= v < i32, -i64 <= v < i64) if type(v) is int
-        else float if type(v) is float
-        else _arg_key(v)
-        for v, c in zip(values, constexpr, strict=True)])
-
-
 class FastLauncher:
     """``fn[grid](...)`` with the compiled kernel kept per argument key (module docstring).
     fn: a ``triton.jit`` or ``gluon.jit`` function; anything else (the interpreter's) is
@@ -89,10 +76,6 @@ class FastLauncher:
         self.jitted = isinstance(fn, JITFunction)
         params = fn.params if self.jitted else []
         self.names = [p.name for p in params]
-        # every parameter's name (an interpreted function's too: `bind` checks against them)
-        inner = getattr(fn, "fn", None)
-        self.param_names = (self.names if self.jitted or inner is None
-                            else list(inspect.signature(inner).parameters))
         self.index = {name: i for i, name in enumerate(self.names)}
         self.constexpr = [p.is_constexpr for p in params]
         self.defaults = [p.default for p in params]
@@ -123,10 +106,18 @@ class FastLauncher:
         return values
 
     def _key(self, device: int, values: list, kwargs: dict):
-        """The key of one call: `_facts` of its arguments, the launch options, the knob Triton
-        specializes every launch on (``knobs.runtime.debug``)."""
+        """The key of one call: `_arg_key` of each argument, constexprs by value, the launch
+        options, the knob Triton specializes every launch on (``knobs.runtime.debug``); the
+        common types inline (this loop is most of the fast path's own cost)."""
+        tensor, i32, i64 = torch.Tensor, _INT32, _INT64
         options = tuple([(k, v) for k, v in kwargs.items() if k not in self.index])
-        return (device, _facts(values, self.constexpr), options, knobs.runtime.debug)
+        return (device, tuple([
+            v if c
+            else (v.dtype, v.data_ptr() & 15) if type(v) is tensor
+            else (v == 1, not v & 15, -i32 <= v < i32, -i64 <= v < i64) if type(v) is int
+            else float if type(v) is float
+            else _arg_key(v)
+            for v, c in zip(values, self.constexpr, strict=True)]), options, knobs.runtime.debug)
 
     def launch(self, grid, args: tuple, kwargs: dict):
         """Launch ``fn`` over ``grid`` (a tuple of 1–3 ints); returns Triton's compiled kernel
@@ -173,91 +164,6 @@ class FastLauncher:
             return self.fn[grid](*args, **kwargs)
         self.hits += 1
         return None
-
-    def bind(self, grid, fixed: dict, dynamic: tuple, **options) -> BoundLaunch:
-        """A `BoundLaunch` of ``fn`` over ``grid``: ``fixed`` parameter values (by name) and
-        launch ``options`` bound now, the parameters named in ``dynamic`` passed per call."""
-        return BoundLaunch(self, grid, fixed, dynamic, options)
-
-
-class BoundLaunch:
-    """One launch site of a long-lived owner (a plan): the kernel, its grid, its launch options
-    and every argument that stays fixed as long as the owner does (its buffers, sizes and
-    compile-time constants), bound once; each call passes the parameters named ``dynamic``, by
-    name. The fixed arguments' part of the key is computed at binding, so a call keys only what
-    it passes and skips rebuilding the rest — host time `FastLauncher.launch` spends on them
-    (H200 host, `benchmarks/host_phases.py`: the argument key and its lookup were 28–41 µs of an
-    instrumented eager decode call of two launches, the argument lists 37–47). A call takes
-    `FastLauncher.launch`'s paths otherwise: Triton's for a new key, under the interpreter or
-    with `FAST_LAUNCH` off.
-
-    Binding checks the names against the kernel's parameters (where it has a signature): each
-    fixed, passed or defaulted, none twice."""
-
-    def __init__(self, launcher: FastLauncher, grid, fixed: dict, dynamic: tuple,
-                 options: dict):
-        fn = launcher.fn
-        self.name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None),
-                                                              "__name__", type(fn).__name__)
-        names = launcher.param_names
-        twice = sorted(set(fixed) & set(dynamic)) + sorted(
-            {n for n in dynamic if list(dynamic).count(n) > 1})
-        if names:
-            given = {*fixed, *dynamic}
-            bad = [n for n in (*fixed, *dynamic) if n not in names]
-            defaults = (launcher.defaults if launcher.jitted else
-                        [p.default for p in inspect.signature(fn.fn).parameters.values()])
-            missing = [n for n, d in zip(names, defaults, strict=True)
-                       if n not in given and d is inspect.Parameter.empty]
-        else:  # a stand-in without a signature: called by name as it is
-            bad = missing = []
-        if bad or twice or missing:
-            raise ValueError(f"bind: {self.name}'s parameters are {names}; unknown: {bad}, "
-                             f"given twice: {twice}, neither fixed nor passed: {missing}")
-        self.launcher, self.grid, self.options = launcher, tuple(grid), options
-        self.fixed, self.dynamic = dict(fixed), tuple(dynamic)
-        self.token = None  # the fixed arguments' part of the key; None: Triton's path always
-        if launcher.jitted:
-            index = launcher.index
-            self.template = [fixed[n] if n in fixed else None if n in dynamic
-                             else launcher.defaults[i] for i, n in enumerate(launcher.names)]
-            self.slots = [(index[n], n) for n in dynamic]
-            self.dyn_constexpr = [launcher.constexpr[i] for i, _ in self.slots]
-            at = [i for i in range(len(names)) if names[i] not in set(dynamic)]
-            try:
-                facts = (_facts([self.template[i] for i in at], [launcher.constexpr[i] for i in at]),
-                         tuple(options.items()))
-                self.token = _TOKENS.setdefault(facts, len(_TOKENS))
-            except TypeError:  # an unhashable fixed argument
-                pass
-
-    def __call__(self, **args):
-        """Launch with ``args``, the ``dynamic`` parameters by name."""
-        if len(args) != len(self.dynamic) or not args.keys() <= set(self.dynamic):
-            raise TypeError(f"{self.name}: expected the arguments {list(self.dynamic)}, got "
-                            f"{list(args)}")
-        launcher = self.launcher
-        if not (FAST_LAUNCH and launcher.jitted) or self.token is None:
-            return launcher.fn[self.grid](**self.fixed, **args, **self.options)
-        values = self.template.copy()
-        passed = []
-        for i, n in self.slots:
-            values[i] = v = args[n]
-            passed.append(v)
-        device = torch.cuda.current_device()
-        try:
-            key = (device, self.token, _facts(passed, self.dyn_constexpr), knobs.runtime.debug)
-            kernel = launcher.kernels.get(key)
-        except TypeError:  # an unhashable argument
-            key = kernel = None
-        if kernel is None:
-            return launcher._compile(key, self.grid, values, self.options)
-        return launcher._run(kernel, device, self.grid, values, values, self.options)
-
-
-# the fixed arguments' facts of every `BoundLaunch` made, numbered once (never reused: a key
-# holds the number, not the binding's identity)
-_TOKENS: dict = {}
 
 
 def _raw_stream(device: int) -> int:
