@@ -78,13 +78,7 @@ def _launch(self, grid, args, kwargs):
     kernel = self.kernels.get(key) if key is not None else None
     if kernel is None:
         return _REAL_LAUNCH(self, grid, args, kwargs)
-    _run(self, kernel, device, grid, values, (t0, t1, t2, _clock()), t3)
-
-
-def _run(self, kernel, device, grid, values, marks, t3):
-    """The rest of a fast launch (`FastLauncher._run`'s), timed; ``marks``: the clock at the
-    call's start and after its parameter list, device and lookup; ``t3``: after its key."""
-    t0, t1, t2, t4 = marks
+    t4 = _clock()
     stream = launch._raw_stream(device)
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1

@@ -132,21 +132,12 @@ class FastLauncher:
         except TypeError:  # an unhashable argument
             key = kernel = None
         if kernel is None:
-            return self._compile(key, grid, args, kwargs)
-        return self._run(kernel, device, grid, values, args, kwargs)
-
-    def _compile(self, key, grid, args, kwargs):
-        """Triton's path for a call whose key is new (or None: not kept) → its kernel."""
-        kernel = self.fn[grid](*args, **kwargs)
-        if key is not None and kernel is not None:
-            if len(self.kernels) >= MAX_KERNELS:
-                self.kernels.clear()
-            self.kernels[key] = kernel
-        return kernel
-
-    def _run(self, kernel, device, grid, values, args, kwargs):
-        """``kernel``'s launcher over ``grid`` with every parameter's value (Triton's path for
-        ``args`` / ``kwargs`` where the launcher refuses them) → None."""
+            kernel = self.fn[grid](*args, **kwargs)
+            if key is not None and kernel is not None:
+                if len(self.kernels) >= MAX_KERNELS:
+                    self.kernels.clear()
+                self.kernels[key] = kernel
+            return kernel
         stream = _raw_stream(device)
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
