@@ -7,6 +7,15 @@ import triton.language as tl
 
 
 @triton.jit
+def _add(a, b):
+    """int32 addition as a reduction's combine: `tl.sum` would do on the GPU, but before triton
+    3.9 the interpreter's sum to a scalar raised on int32 wrap-around (NumPy 2 refuses the
+    out-of-range total) where the GPU wraps; a combine of our own takes the interpreter's
+    elementwise path, which wraps as the GPU does."""
+    return a + b
+
+
+@triton.jit
 def _stream_read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr,
                         EVICT: tl.constexpr = ""):
     """Sum int32 words [pid·BLOCK·ITERS, …) so the loads cannot be elided; one int32 out.
@@ -60,9 +69,10 @@ def _gather_read_kernel(rows_ptr, idx_ptr, out_ptr, width, R1: tl.constexpr, R2:
         if R3 > 0:
             a3 += tl.load(row + R1 + R2 + tl.arange(0, R3)[None, :], mask=ok[:, None], other=0,
                           eviction_policy=EVICT)
-    total = tl.sum(tl.sum(a1, axis=1), axis=0)
+    per_row = tl.sum(a1, axis=1)
     if R2 > 0:
-        total += tl.sum(tl.sum(a2, axis=1), axis=0)
+        per_row += tl.sum(a2, axis=1)
     if R3 > 0:
-        total += tl.sum(tl.sum(a3, axis=1), axis=0)
+        per_row += tl.sum(a3, axis=1)
+    total = tl.reduce(per_row, 0, _add)  # sums of random words wrap (mod 2³², checked so)
     tl.store(out_ptr + lst * tl.num_programs(1) + tl.program_id(1), total)
