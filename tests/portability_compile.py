@@ -34,7 +34,13 @@ from fp8mla.kernels.topk_chunked import (
     _topk_pass_kernel,
     _topk_sample_kernel,
 )
-from fp8mla.runtime import decode_config, folds_scales, slots_ahead
+from fp8mla.runtime import (
+    block_shared_limit,
+    decode_config,
+    fit_shared,
+    folds_scales,
+    slots_ahead,
+)
 from fp8mla.sparse import COMPACT_MIN_ROWS
 
 TARGETS = (80, 89, 90, 100, 120)
@@ -143,8 +149,13 @@ def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligne
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
 
 
-def row(what, cc, kernel):
-    return json.dumps({"what": what, "cc": cc, "shared": kernel.metadata.shared,
+def row(what, cc, kernel, config=None):
+    """One compile's JSON line; config: the decode configuration compiled, where the launcher
+    fitted it to the target's shared memory (`fitted_decode`): its tile and stages, and whether
+    it had to step down from `decode_config`'s."""
+    fit = {} if config is None else {"block_n": config[0].block_n, "fitted": config[1],
+                                     "stages": [config[0].num_stages, config[0].tma_stages]}
+    return json.dumps({"what": what, "cc": cc, "shared": kernel.metadata.shared, **fit,
                        "cubin": bool(kernel.asm.get("cubin")),
                        "hw_cvt": "cvt.rn.f16x2.e4m3x2" in kernel.asm["ptx"],
                        "tma": "cp.async.bulk.tensor" in kernel.asm["ptx"],
@@ -194,6 +205,15 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
         "LATE_SUM": cfg.late_sum, "PDL": pdl,
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
+
+
+def fitted_decode(cc, fmt, cfg, s_q, sparse, tma):
+    """`decode_compile` of the config a plan launches on sm_``cc``: ``cfg`` fitted to the
+    target's shared memory as `fp8mla.decode.DecodePlan` fits it (`fit_shared`). Returns
+    (compiled, (config, whether it stepped down)) — `row`'s arguments after the name."""
+    fitted, kernel = fit_shared(cfg, tma, lambda c: decode_compile(cc, fmt, c, s_q, sparse, tma),
+                                block_shared_limit(cc))
+    return kernel, (fitted, fitted != cfg)
 
 
 def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
@@ -372,15 +392,15 @@ def compile_target(cc):
         for heads, s_q in DECODE_SHAPES:
             cfg = decode_config(cc, fmt, heads, s_q)
             lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc,
-                             decode_compile(cc, fmt, cfg, s_q, False, cfg.tma)))
+                             *fitted_decode(cc, fmt, cfg, s_q, False, cfg.tma)))
             if cfg.tma and cc == GATHER_CC:  # pages shorter than a tile: every tile gathered
                 lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc,
-                                 decode_compile(cc, fmt, cfg, s_q, False, False)))
+                                 *fitted_decode(cc, fmt, cfg, s_q, False, False)))
         for heads in SPARSE_HEADS[cc == 90]:
             cfg = decode_config(cc, fmt, heads, 1, sparse=True)
             checks = cfg.heads_per_block < COMPACT_MIN_ROWS  # else lists compacted first
             lines.append(row(f"sparse/{fmt}/H{heads}", cc,
-                             decode_compile(cc, fmt, cfg, 1, checks, False)))
+                             *fitted_decode(cc, fmt, cfg, 1, checks, False)))
         k = compile_for(_store_kv_kernel, STORE_SIG, {
             "ROW_BYTES": ROW_BYTES[fmt], "FORMAT": fid, "POW2": True, "LATENT": 512,
             "ROPE": 64, "TILE": 128}, cc)

@@ -34,7 +34,9 @@ from fp8mla.kernels.launch import fast
 from fp8mla.runtime import (
     DecodeConfig,
     Target,
+    block_shared_limit,
     decode_config,
+    fit_shared,
     folds_scales,
     resident_programs,
     slots_ahead,
@@ -497,6 +499,7 @@ class DecodePlan:
         self.target: Target = target_for(self.device)
         self.config = config or decode_config(self.target.cc, self.fmt.name, num_heads, s_q,
                                               self.sparse)
+        self._config_fixed = config is not None  # kept as given (`_fit_shared`)
         # the longest request (sparse: list width) the plan was made for: the ≤ 16-row kernels
         # look up tile 0's page (entries) for it while the request's own length loads
         # (`decode_sm90_mma8._ring_start`; ≤ 2^30: the guessed chunk starts stay inside int32)
@@ -716,10 +719,25 @@ class DecodePlan:
         return folds_scales(self.fmt.name, self.block_rows, self.config.fold_scales)
 
     def _programs_per_sm(self) -> int:
-        """Compile the split kernel for this plan (with stand-in tensors) and count how many
-        of its programs one SM holds; 2 when interpreted or when Triton does not say."""
+        """Compile the split kernel for this plan (with stand-in tensors), fitting its config to
+        the GPU's shared memory (`_fit_shared`), and count how many of its programs one SM holds
+        at once; 2 when interpreted or when Triton does not say."""
         if self.target.interpreted:
             return 2
+        try:
+            kernel = self._fit_shared()
+            kernel._init_handles()  # loads the binary: sets n_regs (Triton 3.6–3.9)
+            regs, shared = int(kernel.n_regs), int(kernel.metadata.shared)
+        except (AttributeError, TypeError):
+            return 2
+        return resident_programs(self.target.cc, self.config.num_warps, regs, shared)
+
+    def _fit_shared(self):
+        """The split kernel compiled for this plan with stand-in tensors, its config fitted to
+        the GPU's shared memory on the way (`fp8mla.runtime.fit_shared`: fewer stages, then
+        smaller tiles, where the Triton in use stages more through shared memory than the
+        configs were sized for; a config passed to the plan is kept or refused). Returns the
+        compiled kernel (sets ``self.config``)."""
         # stand-ins with the real tensors' dtypes and stride classes (Triton specializes on
         # divisibility by 16), but tiny: nothing is launched
         dev = self.device
@@ -732,15 +750,18 @@ class DecodePlan:
         # (the partials' store type is part of the kernel compiled)
         self.part_out = torch.empty(1, dtype=partials_dtype(
             self.num_splits, "triton", self.fmt.name, self.block_rows), device=dev)
-        args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out, self.lse,
-                                       float("-inf"))
-        try:
-            kernel = _mla_decode_kernel.warmup(*args, grid=(1,), **meta)
-            kernel._init_handles()  # loads the binary: sets n_regs (Triton 3.6–3.9)
-            regs, shared = int(kernel.n_regs), int(kernel.metadata.shared)
-        except (AttributeError, TypeError):
-            return 2
-        return resident_programs(self.target.cc, self.config.num_warps, regs, shared)
+
+        def compile_config(cfg):
+            self.config, self._descs = cfg, (None, None)  # descriptors: this config's boxes
+            args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out,
+                                           self.lse, float("-inf"))
+            return _mla_decode_kernel.warmup(*args, grid=(1,), **meta)
+
+        self.config, kernel = fit_shared(self.config, self.tma, compile_config,
+                                         block_shared_limit(self.target.cc),
+                                         fixed=self._config_fixed)
+        self._descs = (None, None)  # the stand-in pool's
+        return kernel
 
     @property
     def _pdl(self) -> bool:

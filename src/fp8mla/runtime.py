@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -217,3 +218,46 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
                         tma=cc >= 90 and _tma_pays(kv_format, block_m) and not wide,
                         lookahead=lookahead, lazy_rescale=lazy, late_sum=lazy)
+
+
+def block_shared_limit(cc: int) -> int:
+    """Shared memory one program (thread block) may use on a target, bytes: the opt-in maximum,
+    the SM's less the 1 KB reserved per block (SM80 163 KB, SM90 / SM100 227 KB, SM86 / SM89 /
+    SM120 99 KB)."""
+    return _SM_SHARED.get(cc, 102400) - 1024
+
+
+def smaller_configs(cfg: DecodeConfig, tma: bool) -> Iterator[DecodeConfig]:
+    """``cfg``, then the configurations to fall back on when its compile needs more shared
+    memory than the target has, roughly fastest first: the tile as it is with fewer ring
+    stages (down to 2; ``tma``: the stages of whole tiles copied by TMA, else those of gathered
+    tiles), then half the tile's tokens at the stages it had, and so on down to 16 tokens.
+    (What a compile stages through shared memory is the Triton version's choice: triton 3.8
+    keeps the fp8 tiles' converted operands there, ~1.9× the shared memory of 3.6 and 3.9 — the
+    8-head fp8 decode on sm_120 143 KB against 74 KB, the 32-row one on sm_90 248 KB.)"""
+    stages = cfg.tma_stages if tma else cfg.num_stages
+    block_n = cfg.block_n
+    while block_n >= 16:
+        for n in range(stages, 1, -1):
+            yield (replace(cfg, block_n=block_n, tma_stages=n) if tma
+                   else replace(cfg, block_n=block_n, num_stages=n,
+                                lookahead=cfg.lookahead if n == stages else 1))
+        block_n //= 2
+
+
+def fit_shared(cfg: DecodeConfig, tma: bool, compile_fn: Callable, limit: int, *,
+               fixed: bool = False):
+    """The first of `smaller_configs` (``cfg`` itself where it fits) whose compile needs at most
+    ``limit`` bytes of shared memory, with that compile: (config, compiled). tma: whether the
+    compile copies whole tiles by TMA; compile_fn: config → a compiled kernel
+    (``.metadata.shared``). fixed: ``cfg`` was asked for by name (a tuning
+    hook), so it is taken as it is or refused with a ValueError, never changed."""
+    need = None
+    for candidate in ([cfg] if fixed else smaller_configs(cfg, tma)):
+        kernel = compile_fn(candidate)
+        need = kernel.metadata.shared
+        if need <= limit:
+            return candidate, kernel
+    what = "config" if fixed else "decode kernel: even the smallest configuration"
+    raise ValueError(f"{what}: its compile needs {need} B of shared memory, this GPU allows "
+                     f"{limit} B a program ({candidate})")
