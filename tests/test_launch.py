@@ -212,3 +212,24 @@ def test_a_debug_knob_set_after_a_launch_takes_triton_s_path(toy, monkeypatch):
     assert len(triton_calls) == 2 and launcher.hits == 0
     launcher[(1,)](*_args(x, x), BLOCK=16)  # the debug kernel, kept under its own key
     assert len(triton_calls) == 2 and launcher.hits == 1
+
+
+def test_the_key_is_as_fine_as_the_installed_tritons_specialization():
+    """Values that share a fast-path key (`launch._arg_key`) get the same specialization from
+    this Triton's own (`native_specialize_impl`: type, 16-byte alignment, 1 and divisibility
+    by 16) — so a kept kernel never serves a call Triton would have compiled apart. Seen
+    alike on triton 3.6, 3.7, 3.8 and 3.9."""
+    native = pytest.importorskip("triton._C.libtriton").native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    base = torch.empty(64, dtype=torch.uint8)
+    values = [0, 1, 2, 15, 16, 17, 32, -1, -16, 2**31 - 1, 2**31, 2**32, -2**31, -2**31 - 1,
+              2**63 - 1, 2**63, 0.5, 1.0, True, False, None,
+              *(base[k:k + 16] for k in (0, 1, 8, 16, 32)),
+              *(torch.empty(8, dtype=d) for d in (torch.float16, torch.bfloat16, torch.float32,
+                                                  torch.int32, torch.uint8))]
+    groups = {}
+    for v in values:
+        spec = native(BaseBackend, v, False, True, True)
+        groups.setdefault(launch._arg_key(v), set()).add(str(spec))
+    assert all(len(specs) == 1 for specs in groups.values()), groups
