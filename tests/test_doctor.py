@@ -194,3 +194,20 @@ def test_runs_fast_without_heavy_imports():
     assert rc == "0", res.stderr
     assert "[]" in heavy, heavy  # neither torch nor triton imported
     assert float(seconds) < 1.0
+
+
+def test_warns_of_a_triton_that_changes_the_kernels(capsys, monkeypatch):
+    """Triton 3.8 stages the fp8 decode tiles through shared memory, older ones are refused
+    (RELIABILITY.md): the doctor says so before anything loads; 3.6, 3.7, 3.9 add nothing."""
+    from fp8mla import doctor
+
+    for version, start in (("3.8.0", "triton 3.8.0 keeps the dense decode kernel's fp8 tiles"),
+                           ("3.5.1", "triton 3.5.1 is older than fp8mla needs (>= 3.6"),
+                           (None, "triton is not installed"), ("3.9.0", None),
+                           ("3.6.0", None), ("3.10.0+git1", None)):
+        monkeypatch.setattr(doctor, "_triton_version", lambda v=version: v)
+        _, rep, _ = run_json(capsys, "--gpu", "rtx-pro-6000")
+        hits = [w for w in rep["warnings"] if w.startswith("triton ")]
+        assert hits == ([] if start is None else [hits[0]]), (version, hits)
+        assert start is None or hits[0].startswith(start)
+    assert doctor._triton_version() is not None  # the installed one, read without importing it

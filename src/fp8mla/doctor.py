@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib import metadata
 
 from fp8mla.backends.records import KV_FORMATS, ROLES
 from fp8mla.backends.resolver import Plan, Runtime, resolve
@@ -164,8 +165,36 @@ def build_report(plan: Plan, cost: PlanCost, gpu_origin: str, gpu_why: str,
             "complete": cost.complete,
             "note": "roofline lower bound: max(bytes/bandwidth, FLOPs/rate) per role, per rank",
         },
-        "warnings": list(plan.warnings) + list(cost.warnings),
+        "warnings": (list(plan.warnings) + list(cost.warnings)
+                     + triton_warnings(_triton_version())),
     }
+
+
+def _triton_version() -> str | None:
+    """The installed Triton's version, read without importing it (the doctor loads nothing)."""
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def triton_warnings(version: str | None) -> list[str]:
+    """What the Triton ``version`` changes about the kernels fp8mla runs: nothing, except 3.8
+    (RELIABILITY.md, "Across Triton versions"), and Tritons fp8mla refuses
+    (`fp8mla.kernels.require_triton`)."""
+    if version is None:
+        return ["triton is not installed: fp8mla's kernels need triton >= 3.6"]
+    major_minor = tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
+    if major_minor < (3, 6):
+        return [f"triton {version} is older than fp8mla needs (>= 3.6, torch >= 2.10 brings "
+                f"it): importing the kernels will fail"]
+    if major_minor != (3, 8):
+        return []
+    return [f"triton {version} keeps the dense decode kernel's fp8 tiles, converted by the "
+            "hardware (sm_89+), in shared memory: up to ~1.9x what 3.6, 3.7 and 3.9 use. Plans "
+            "step such a config down to fit (fp8 plans of <= 16 rows on sm_120: 32-token tiles; "
+            "32-row fp8 plans on sm_90: 2 stages) and elsewhere hold fewer programs an SM; "
+            "neither is timed. triton 3.9 (torch 2.15) or 3.6 / 3.7 run the measured configs"]
 
 
 def _us(x: float | None) -> str:

@@ -19,3 +19,4 @@ def require_triton(version: str) -> None:
 
 
 require_triton(triton.__version__)
+
