@@ -250,8 +250,8 @@ def fit_shared(cfg: DecodeConfig, tma: bool, compile_fn: Callable, limit: int, *
     """The first of `smaller_configs` (``cfg`` itself where it fits) whose compile needs at most
     ``limit`` bytes of shared memory, with that compile: (config, compiled). tma: whether the
     compile copies whole tiles by TMA; compile_fn: config → a compiled kernel
-    (``.metadata.shared``). fixed: ``cfg`` was asked for by name (a tuning
-    hook), so it is taken as it is or refused with a ValueError, never changed."""
+    (``.metadata.shared``). fixed: ``cfg`` was asked for by name (a tuning hook), so it is
+    taken as it is or refused with a ValueError, never changed."""
     need = None
     for candidate in ([cfg] if fixed else smaller_configs(cfg, tma)):
         kernel = compile_fn(candidate)

@@ -19,4 +19,3 @@ def require_triton(version: str) -> None:
 
 
 require_triton(triton.__version__)
-

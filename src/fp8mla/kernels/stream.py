@@ -8,9 +8,9 @@ import triton.language as tl
 
 @triton.jit
 def _add(a, b):
-    """int32 addition as a reduction's combine: `tl.sum` would do on the GPU, but before triton
-    3.9 the interpreter's sum to a scalar raised on int32 wrap-around (NumPy 2 refuses the
-    out-of-range total) where the GPU wraps; a combine of our own takes the interpreter's
+    """int32 addition as a reduction's combine: `tl.sum` would do on the GPU, but triton 3.8's
+    interpreter raised on a sum to a scalar that wraps int32 (NumPy 2 refuses the out-of-range
+    total; 3.9's converts it as the GPU wraps); a combine of our own takes the interpreter's
     elementwise path, which wraps as the GPU does."""
     return a + b
 
