@@ -17,6 +17,7 @@ import math
 
 import torch
 import triton
+from triton.runtime import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fp8mla import formats, numerics
@@ -758,10 +759,22 @@ class DecodePlan:
             return _mla_decode_kernel.warmup(*args, grid=(1,), **meta)
 
         self.config, kernel = fit_shared(self.config, self.tma, compile_config,
-                                         block_shared_limit(self.target.cc),
-                                         fixed=self._config_fixed)
+                                         self._shared_limit(), fixed=self._config_fixed)
         self._descs = (None, None)  # the stand-in pool's
         return kernel
+
+    def _shared_limit(self) -> int:
+        """Shared memory a program may use on the plan's GPU, bytes: the limit Triton's launcher
+        enforces there (its driver's ``max_shared_mem``, the device's opt-in maximum), else the
+        target's (`block_shared_limit`: 99 KB for a GPU the table does not know)."""
+        if self.device.type == "cuda":
+            index = self.device.index if self.device.index is not None else (
+                torch.cuda.current_device())
+            try:
+                return int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
+            except (AttributeError, KeyError, TypeError):
+                pass
+        return block_shared_limit(self.target.cc)
 
     @property
     def _pdl(self) -> bool:
