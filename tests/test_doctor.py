@@ -202,7 +202,7 @@ def test_warns_of_a_triton_that_changes_the_kernels(capsys, monkeypatch):
     from fp8mla import doctor
 
     for version, start in (("3.8.0", "triton 3.8.0 keeps the dense decode kernel's fp8 tiles"),
-                           ("3.5.1", "triton 3.5.1 is older than fp8mla needs (>= 3.6"),
+                           ("3.5.1", "triton 3.5.1 is older than fp8mla needs (triton >= 3.6"),
                            (None, "triton is not installed"), ("3.9.0", None),
                            ("3.6.0", None), ("3.10.0+git1", None)):
         monkeypatch.setattr(doctor, "_triton_version", lambda v=version: v)

@@ -38,6 +38,7 @@ import json
 import sys
 from importlib import metadata
 
+from fp8mla._versions import NEED_TRITON, triton_accepted, triton_minor
 from fp8mla.backends.records import KV_FORMATS, ROLES
 from fp8mla.backends.resolver import Plan, Runtime, resolve
 from fp8mla.config import PRESETS, resolve_model
@@ -183,12 +184,11 @@ def triton_warnings(version: str | None) -> list[str]:
     (RELIABILITY.md, "Across Triton versions"), and Tritons fp8mla refuses
     (`fp8mla.kernels.require_triton`)."""
     if version is None:
-        return ["triton is not installed: fp8mla's kernels need triton >= 3.6"]
-    major_minor = tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
-    if major_minor < (3, 6):
-        return [f"triton {version} is older than fp8mla needs (>= 3.6, torch >= 2.10 brings "
-                f"it): importing the kernels will fail"]
-    if major_minor != (3, 8):
+        return [f"triton is not installed: fp8mla's kernels need {NEED_TRITON}"]
+    if not triton_accepted(version):
+        return [f"triton {version} is older than fp8mla needs ({NEED_TRITON}): importing the "
+                f"kernels will fail"]
+    if triton_minor(version) != (3, 8):
         return []
     return [f"triton {version} keeps the dense decode kernel's fp8 tiles, converted by the "
             "hardware (sm_89+), in shared memory: up to ~1.9x what 3.6, 3.7 and 3.9 use. Plans "
