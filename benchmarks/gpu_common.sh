@@ -2,10 +2,17 @@
 # clocks and torch/triton versions in $W/gpu.txt, and $PYTEST_N the GPU tests' xdist flag;
 # `run NAME TIMEOUT COMMAND...` logs the command to $W/NAME.log (progress bars dropped), its
 # exit status and seconds to $W/status.txt, and prints the log's last $TAIL_LINES lines
-# (default 3; 0: none).
+# (default 3; 0: none). With TRITON_TAR (a package from benchmarks/pack_triton.sh, carried), the
+# runs import that Triton instead of the device's, unpacked once a machine under /tmp.
 gpu_setup() {
   OUT=${OUT:-.out}; W=$OUT/$1; mkdir -p "$W"
-  export PYTHONPATH=$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
+  local site=""
+  if [ -n "${TRITON_TAR:-}" ]; then
+    site=/tmp/$(basename "$TRITON_TAR" .tar.xz)
+    [ -d "$site/triton" ] || { mkdir -p "$site" && tar -xJf "$TRITON_TAR" -C "$site"; } || return
+    site=$site:
+  fi
+  export PYTHONPATH=$site$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
     --format=csv > "$W/gpu.txt"
   python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$W/gpu.txt"
