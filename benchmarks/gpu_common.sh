@@ -11,6 +11,7 @@ gpu_setup() {
     site=/tmp/$(basename "$TRITON_TAR" .tar.xz)
     [ -d "$site/triton" ] || { mkdir -p "$site" && tar -xJf "$TRITON_TAR" -C "$site"; } || return
     site=$site:
+    export TRITON_BACKENDS_IN_TREE=1  # its backends by folder: the AMD one is not packed
   fi
   export PYTHONPATH=$site$PWD/src:$PWD/tests PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
