@@ -7,6 +7,9 @@ tests/test_portability.py does that in a subprocess.
 
 import json
 import os
+import re
+import subprocess
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 
 import triton
@@ -16,6 +19,7 @@ from triton.compiler import ASTSource
 from fp8mla.decode import (
     PDL_SIGNAL,
     SM90_ROWS_IN_ORDER,
+    SPILL_WORDS,
     combine_warps,
 )
 from fp8mla.indexer import KEYS_AS_ROWS, PREFETCH_MIN_HEADS
@@ -151,10 +155,11 @@ def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligne
 
 def row(what, cc, kernel, config=None):
     """One compile's JSON line; config: the decode configuration compiled, where the launcher
-    fitted it to the target's shared memory (`fitted_decode`): its tile and stages, and whether
-    it had to step down from `decode_config`'s."""
+    fitted it to the target's shared memory (`fitted_decode`): its tile and stages, whether it
+    had to step down from `decode_config`'s, and its stack + local bytes a thread."""
     fit = {} if config is None else {"block_n": config[0].block_n, "fitted": config[1],
-                                     "stages": [config[0].num_stages, config[0].tma_stages]}
+                                     "stages": [config[0].num_stages, config[0].tma_stages],
+                                     "local": local_bytes(kernel)}
     return json.dumps({"what": what, "cc": cc, "shared": kernel.metadata.shared, **fit,
                        "cubin": bool(kernel.asm.get("cubin")),
                        "hw_cvt": "cvt.rn.f16x2.e4m3x2" in kernel.asm["ptx"],
@@ -207,12 +212,38 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
+def local_bytes(kernel) -> int | None:
+    """Stack + local memory a thread of a compiled kernel holds (cuobjdump's resource usage of
+    its cubin: what the driver reports as the function's local size, Triton's ``n_spills`` × 4);
+    None without the cuobjdump Triton's wheel carries."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    if not os.path.exists(tool):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout
+    return sum(int(m) for m in re.findall(r"(?:STACK|LOCAL):(\d+)", usage))
+
+
 def fitted_decode(cc, fmt, cfg, s_q, sparse, tma):
     """`decode_compile` of the config a plan launches on sm_``cc``: ``cfg`` fitted to the
-    target's shared memory as `fp8mla.decode.DecodePlan` fits it (`fit_shared`). Returns
-    (compiled, (config, whether it stepped down)) — `row`'s arguments after the name."""
-    fitted, kernel = fit_shared(cfg, tma, lambda c: decode_compile(cc, fmt, c, s_q, sparse, tma),
-                                block_shared_limit(cc))
+    target's shared memory as `fp8mla.decode.DecodePlan` fits it (`fit_shared`; spills read
+    offline from the cubin, as the plan reads them from the loaded binary). Compiled with
+    pointers and strides aligned, as the plan's own compiles (its stand-in tensors) and its
+    launches on torch's allocations are: such a compile can need more shared memory than an
+    unaligned one (wider copies staged; triton 3.6, sm_120, 8-head fp8: 94,240 B against
+    75,808). Returns (compiled, (config, whether it stepped down)) — `row`'s arguments after
+    the name."""
+    def spills(kernel):
+        local = local_bytes(kernel)
+        return None if local is None else local > 4 * SPILL_WORDS
+
+    fitted, kernel = fit_shared(
+        cfg, tma, lambda c: decode_compile(cc, fmt, c, s_q, sparse, tma, aligned=True),
+        block_shared_limit(cc), spills=spills)
     return kernel, (fitted, fitted != cfg)
 
 

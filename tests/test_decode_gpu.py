@@ -48,11 +48,12 @@ def test_full_size_matches_reference(fmt, policy, heads, s_q, lens, page_size):
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
 def test_register_cap_matches_reference_and_schedules_more_programs(fmt):
     """DecodeConfig.maxnreg reaches the compiler: a 16-row program of 32-token tiles capped at
-    168 registers fits three to an SM on SM90 (uncapped: 188–190 registers, two), the
-    scheduler counts that, and the result still matches the reference."""
+    168 registers (uncapped: 188–190) fits three to an SM on SM90 where its shared memory
+    allows (triton 3.6 / 3.9; 3.8 stages more and holds two), the scheduler counts what the
+    compile allows, and the result still matches the reference."""
     from dataclasses import replace
 
-    from fp8mla.runtime import decode_config
+    from fp8mla.runtime import decode_config, resident_programs
 
     cache, table, seqlens = paged_cache(fmt, [5000, 63, 0], 64, device="cuda", seed=9)
     q = torch.randn(3, 1, 16, 576, generator=torch.Generator().manual_seed(9)).bfloat16().cuda()
@@ -63,7 +64,10 @@ def test_register_cap_matches_reference_and_schedules_more_programs(fmt):
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
     assert_close(out, ro, name="out")
     assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
-    if torch.cuda.get_device_capability() == (9, 0):
+    regs, shared = plan.compiled_resources
+    assert regs <= 168
+    assert plan.programs_per_sm == resident_programs(plan.target.cc, cfg.num_warps, regs, shared)
+    if torch.cuda.get_device_capability() == (9, 0) and 3 * (shared + 1024) <= 228 * 1024:
         assert plan.programs_per_sm == 3
 
 

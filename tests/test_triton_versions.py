@@ -72,6 +72,33 @@ def test_fit_shared_takes_the_first_that_fits():
     assert (fitted.block_n, fitted.num_stages) == (32, 3)
 
 
+def test_fit_shared_steps_past_a_spilling_config():
+    """Past the tuned config, the first smaller one that fits without spilling (triton 3.8's
+    32-row fp8 config at 2 stages spills; half its tile at 3 does not); the tuned config kept
+    where it fits, spilling or not; where every one that fits spills, or spills are not known,
+    the first that fits."""
+    cfg = DecodeConfig(block_n=64, heads_per_block=8, num_warps=4, num_stages=3)
+    limit = 64 * 576 * 3  # (64, 3) does not fit, (64, 2) and smaller do
+
+    def fit(spilling, known=True, limit=limit):
+        def compile_fn(c):
+            kernel = _shared(c, False)
+            kernel.spills = (c.block_n, c.num_stages) in spilling
+            return kernel
+
+        spills = (lambda k: k.spills) if known else (lambda k: None)
+        fitted, kernel = fit_shared(cfg, False, compile_fn, limit, spills=spills)
+        assert kernel.metadata.shared == _shared(fitted, False).metadata.shared
+        return fitted.block_n, fitted.num_stages
+
+    assert fit({(64, 2)}) == (32, 3)
+    assert fit({(64, 2), (32, 3)}) == (32, 2)
+    assert fit({(64, 2)}, known=False) == (64, 2)
+    assert fit({(n, st) for n in (64, 32, 16) for st in (3, 2)}) == (64, 2)
+    assert fit({(64, 3)}, limit=10**6) == (64, 3)  # tuned, fits: kept though it spills
+    assert fit_shared(cfg, False, lambda c: _shared(c, False), limit)[0].num_stages == 2
+
+
 def test_fit_shared_refuses_what_cannot_fit():
     cfg = DecodeConfig(block_n=32, heads_per_block=8, num_warps=4, num_stages=2)
     with pytest.raises(ValueError, match=r"even the smallest configuration: its compile needs "
@@ -85,16 +112,18 @@ def test_fit_shared_refuses_what_cannot_fit():
 
 class _FakeKernel:
     """Stands in for `_mla_decode_kernel` on the CPU: ``warmup`` records each compile's tile
-    and stages and answers with a shared-memory size from them (nothing compiles)."""
+    and stages and answers with a shared-memory size from them, and spills (words a thread)
+    from ``spills`` by (tile, stages) (nothing compiles)."""
 
-    def __init__(self):
-        self.compiled = []
+    def __init__(self, spills=None):
+        self.compiled, self.spills = [], spills or {}
 
     def warmup(self, *args, grid, **meta):
-        self.compiled.append((meta["BLOCK_N"], meta["num_stages"], meta["TMA"]))
+        key = (meta["BLOCK_N"], meta["num_stages"])
+        self.compiled.append((*key, meta["TMA"]))
         n = meta["BLOCK_N"] * 576 * (meta["num_stages"] + 1)
         return SimpleNamespace(metadata=SimpleNamespace(shared=n), n_regs=128,
-                               _init_handles=lambda: None)
+                               n_spills=self.spills.get(key, 0), _init_handles=lambda: None)
 
 
 @pytest.mark.parametrize("cc,given", [(120, False), (120, True), (90, False)])
@@ -128,11 +157,31 @@ def test_plan_fits_its_config_to_the_target(monkeypatch, cc, given):
     assert plan._descs == (None, None)  # the stand-in pool's descriptors are not kept
 
 
+def test_plan_steps_past_a_spilling_config(monkeypatch):
+    """The plan reads each step-down's spills from its loaded binary (Triton's ``n_spills``) and
+    steps past one that holds more than `SPILL_WORDS` words a thread in local memory."""
+    fake = _FakeKernel(spills={(32, 2): decode_mod.SPILL_WORDS + 1})
+    monkeypatch.setattr(decode_mod, "_mla_decode_kernel", fake)
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(cc=120, num_sms=8))
+    monkeypatch.setattr(DecodePlan, "_mma8_schedule", lambda self, *a: None)
+    monkeypatch.setattr(DecodePlan, "_sm90_serves", lambda self: False)
+    plan = DecodePlan(batch=2, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1000,
+                      device="cpu")
+    assert fake.compiled == [(64, 2, False), (32, 2, False), (16, 2, False)]
+    assert (plan.config.block_n, plan.config.num_stages) == (16, 2)
+    assert plan.compiled_resources == (128, 16 * 576 * 3)
+    fake.spills = {(32, 2): decode_mod.SPILL_WORDS}  # within the tolerance: not a spill
+    plan = DecodePlan(batch=2, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1000,
+                      device="cpu")
+    assert (plan.config.block_n, plan.config.num_stages) == (32, 2)
+
+
 # configs a plan steps down to (tests/portability_compile.py's rows, "fitted"): each must
 # still compute the same attention
 STEPPED = [
-    ("fp8", 8, 1, dict(block_n=32)),  # triton 3.8, sm_120: 143 → 79 KB
-    ("fp8", 16, 2, dict(num_stages=2)),  # triton 3.8, sm_90's 32-row programs: 248 → 176 KB
+    ("fp8", 8, 1, dict(block_n=32)),  # triton 3.8, sm_89 / sm_120: 143 → 79 KB
+    ("fp8", 16, 2, dict(block_n=64)),  # triton 3.8, sm_90's 32-row programs: 284 → 160 KB
+    ("fp8", 16, 2, dict(num_stages=2)),  # the same at 2 stages: fits 212 KB, but spills
     ("fp8_ds_mla", 8, 1, dict(block_n=32, num_stages=2)),  # two steps down; none needs it yet
 ]
 

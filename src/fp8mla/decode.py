@@ -432,6 +432,23 @@ def check_paged_inputs(block_table: torch.Tensor, cache_seqlens: torch.Tensor, b
         )
 
 
+# local memory (stack frame + spills) a compiled decode kernel may hold per thread and still
+# count as not spilling, 4-byte words: PyTorch Inductor's default ``spill_threshold``. The tuned
+# configs hold 0–24 bytes (aligned sm_90 compiles, triton 3.6–3.9); triton 3.8's 32-row fp8
+# config at 2 stages, 224 (`fit_shared`)
+SPILL_WORDS = 16
+
+
+def _spills(kernel) -> bool | None:
+    """Whether a compiled kernel keeps more than `SPILL_WORDS` words a thread in local memory
+    (Triton's ``n_spills``, read when the binary loads: on a GPU); None where not known."""
+    try:
+        kernel._init_handles()
+        return int(kernel.n_spills) > SPILL_WORDS
+    except (AttributeError, TypeError):
+        return None
+
+
 class DecodePlan:
     """A dense-decode problem and its split-KV schedule.
 
@@ -533,6 +550,9 @@ class DecodePlan:
         # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
         # of shared memory, but the ≤ 16-row ones by their rows and ring depth, fixed here for
         # the plan: `_mma8_schedule`)
+        # (registers a thread, shared bytes a program) of the Triton kernel's compile the plan
+        # launches, where it compiled one to size the grid (`_programs_per_sm`); else None
+        self.compiled_resources = None
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
         self.num_splits = (num_splits if num_splits is not None  # checked above
@@ -731,6 +751,7 @@ class DecodePlan:
             regs, shared = int(kernel.n_regs), int(kernel.metadata.shared)
         except (AttributeError, TypeError):
             return 2
+        self.compiled_resources = (regs, shared)
         return resident_programs(self.target.cc, self.config.num_warps, regs, shared)
 
     def _fit_shared(self):
@@ -759,7 +780,8 @@ class DecodePlan:
             return _mla_decode_kernel.warmup(*args, grid=(1,), **meta)
 
         self.config, kernel = fit_shared(self.config, self.tma, compile_config,
-                                         self._shared_limit(), fixed=self._config_fixed)
+                                         self._shared_limit(), fixed=self._config_fixed,
+                                         spills=_spills)
         self._descs = (None, None)  # the stand-in pool's
         return kernel
 

@@ -246,18 +246,27 @@ def smaller_configs(cfg: DecodeConfig, tma: bool) -> Iterator[DecodeConfig]:
 
 
 def fit_shared(cfg: DecodeConfig, tma: bool, compile_fn: Callable, limit: int, *,
-               fixed: bool = False):
-    """The first of `smaller_configs` (``cfg`` itself where it fits) whose compile needs at most
-    ``limit`` bytes of shared memory, with that compile: (config, compiled). tma: whether the
-    compile copies whole tiles by TMA; compile_fn: config → a compiled kernel
-    (``.metadata.shared``). fixed: ``cfg`` was asked for by name (a tuning hook), so it is
-    taken as it is or refused with a ValueError, never changed."""
-    need = None
-    for candidate in ([cfg] if fixed else smaller_configs(cfg, tma)):
+               fixed: bool = False, spills: Callable | None = None):
+    """``cfg`` with its compile where that needs at most ``limit`` bytes of shared memory, else
+    the first smaller config of `smaller_configs` that fits and does not spill (``spills``:
+    compiled → whether it keeps registers in local memory; None, or an answer of None: not
+    known, taken as no), else the first that fits: (config, compiled). tma: whether the compile
+    copies whole tiles by TMA; compile_fn: config → a compiled kernel (``.metadata.shared``).
+    fixed: ``cfg`` was asked for by name (a tuning hook), so it is taken as it is or refused
+    with a ValueError, never changed. (Spills matter only past the tuned config: triton 3.8's
+    32-row fp8 config at 2 stages on sm_90 spills 224 B a thread and ran 1.8× slower on an
+    H100 than 3.6's at 3; half its tile at 3 stages fits without spilling.)"""
+    need, fitting = None, None
+    for i, candidate in enumerate([cfg] if fixed else smaller_configs(cfg, tma)):
         kernel = compile_fn(candidate)
         need = kernel.metadata.shared
-        if need <= limit:
+        if need > limit:
+            continue
+        if i == 0 or spills is None or not spills(kernel):
             return candidate, kernel
+        fitting = fitting or (candidate, kernel)
+    if fitting is not None:
+        return fitting
     what = "config" if fixed else "decode kernel: even the smallest configuration"
     raise ValueError(f"{what}: its compile needs {need} B of shared memory, this GPU allows "
                      f"{limit} B a program ({candidate})")
