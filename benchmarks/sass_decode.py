@@ -27,9 +27,7 @@ import triton
 from fp8mla.runtime import DecodeConfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from portability_compile import decode_compile  # noqa: E402
-
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+from portability_compile import NVIDIA_BIN, decode_compile, resource_usage  # noqa: E402
 
 
 def compile_decode(fmt: str, heads: int, block_n: int, stages: int, words_2d: bool,
@@ -98,16 +96,12 @@ def opcode(line: str) -> str:
 
 def disassemble(kernel) -> tuple[str, str]:
     """(cuobjdump's resource usage, nvdisasm's SASS) of a compiled kernel's cubin."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
-    try:
-        usage = subprocess.run([os.path.join(BIN, "cuobjdump"), "--dump-resource-usage",
-                                f.name], capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([os.path.join(BIN, "nvdisasm"), "-c", f.name],
+        f.flush()
+        sass = subprocess.run([os.path.join(NVIDIA_BIN, "nvdisasm"), "-c", f.name],
                               capture_output=True, text=True, check=True).stdout
-    finally:
-        os.unlink(f.name)
-    return usage, sass
+    return resource_usage(kernel), sass
 
 
 def resources(kernel, usage: str) -> str:

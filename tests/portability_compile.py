@@ -212,20 +212,30 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
     }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
 
 
-def local_bytes(kernel) -> int | None:
-    """Stack + local memory a thread of a compiled kernel holds (cuobjdump's resource usage of
-    its cubin: what the driver reports as the function's local size, Triton's ``n_spills`` × 4);
-    None without the cuobjdump Triton's wheel carries."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                        "cuobjdump")
+# the CUDA tools Triton's wheel carries (cuobjdump, nvdisasm, ptxas)
+NVIDIA_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+
+def resource_usage(kernel) -> str | None:
+    """cuobjdump's resource usage of a compiled kernel's cubin (registers, stack, local and
+    shared memory); None without the cuobjdump Triton's wheel carries."""
+    tool = os.path.join(NVIDIA_BIN, "cuobjdump")
     if not os.path.exists(tool):
         return None
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
-        usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
-                               text=True, check=True).stdout
-    return sum(int(m) for m in re.findall(r"(?:STACK|LOCAL):(\d+)", usage))
+        return subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
+                              text=True, check=True).stdout
+
+
+def local_bytes(kernel) -> int | None:
+    """Stack + local memory a thread of a compiled kernel holds (`resource_usage`: what the
+    driver reports as the function's local size, Triton's ``n_spills`` × 4); None where
+    cuobjdump is missing."""
+    usage = resource_usage(kernel)
+    return None if usage is None else sum(
+        int(m) for m in re.findall(r"(?:STACK|LOCAL):(\d+)", usage))
 
 
 def fitted_decode(cc, fmt, cfg, s_q, sparse, tma):

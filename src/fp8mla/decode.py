@@ -546,13 +546,13 @@ class DecodePlan:
         self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
                                device=self.device)
         self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
+        # (registers a thread, shared bytes a program) of the Triton kernel's compile the plan
+        # launches, where it compiled one to size the grid (`_programs_per_sm`); else None
+        self.compiled_resources = None
         # programs of this kernel one SM holds at once (from the compiled kernel's registers
         # and shared memory; 2 when interpreted; the Gluon SM90 kernels: one, for their 225 KB
         # of shared memory, but the ≤ 16-row ones by their rows and ring depth, fixed here for
         # the plan: `_mma8_schedule`)
-        # (registers a thread, shared bytes a program) of the Triton kernel's compile the plan
-        # launches, where it compiled one to size the grid (`_programs_per_sm`); else None
-        self.compiled_resources = None
         self.mma_rows, self.ring_stages, self.programs_per_sm = (
             schedule if self.mma8 else (0, 0, 1 if self.sm90 else self._programs_per_sm()))
         self.num_splits = (num_splits if num_splits is not None  # checked above
