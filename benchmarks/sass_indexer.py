@@ -1,5 +1,6 @@
 """Registers, shared memory and the tile loop's SASS instruction mix of the indexer kernel for
-sm_90, compiled on the CPU (no GPU), for both score orientations (`indexer.KEYS_AS_ROWS`).
+sm_90 as the decode indexer launches it there (whole pages by TMA), compiled on the CPU (no
+GPU), for both score orientations (`indexer.KEYS_AS_ROWS`).
 
     python benchmarks/sass_indexer.py [HEADS ...]        e.g. 32 64 (the default)
 
@@ -14,9 +15,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from sass_decode import disassemble, loop_mix, resources  # noqa: E402
 
-from fp8mla.indexer import BLOCK_S, NUM_STAGES, PREFETCH_MIN_HEADS  # noqa: E402
-from fp8mla.kernels.indexer import _indexer_logits_kernel  # noqa: E402
-from portability_compile import INDEXER_SIG, compile_for  # noqa: E402
+from portability_compile import indexer_compile  # noqa: E402
 
 SHOWN = ("HMMA", "HGMMA", "F2FP", "LDG", "LDGSTS", "LDSM", "LDS", "STS", "SHFL", "BAR", "IMAD")
 
@@ -24,12 +23,7 @@ SHOWN = ("HMMA", "HGMMA", "F2FP", "LDG", "LDGSTS", "LDSM", "LDS", "STS", "SHFL",
 def main() -> None:
     for heads in [int(a) for a in sys.argv[1:]] or [32, 64]:
         for keys_as_rows in (False, True):
-            kernel = compile_for(_indexer_logits_kernel, INDEXER_SIG, {
-                "S_Q": 1, "H_P2": heads, "BLOCK_S": BLOCK_S, "PAGED": True, "Q_FP8": True,
-                "HW_FP8": True, "DOT_F32": False, "OUT_SCALE": 1.0,
-                "KEYS_AS_ROWS": keys_as_rows, "ROWS_ALIGNED": True,
-                "PREFETCH": heads >= PREFETCH_MIN_HEADS}, 90,
-                num_stages=NUM_STAGES, aligned=True)
+            kernel = indexer_compile(90, heads, keys_as_rows)
             usage, sass = disassemble(kernel)
             count, mix = loop_mix(sass)
             print(f"triton {triton.__version__} sm_90 indexer heads {heads} "

@@ -135,16 +135,17 @@ KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr":
 
 
 def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligned=False,
-                maxnreg=None):
+                maxnreg=None, unaligned=()):
     """Compile fn for target cc. aligned: pointers and strides marked divisible by 16 — the
     best case of what a launch specializes (pointers usually are; strides when they happen to
-    be multiples of 16); it decides vectorized loads (SASS studies). maxnreg: a register cap
-    (`DecodeConfig.maxnreg`)."""
+    be multiples of 16); it decides vectorized loads (SASS studies); ``unaligned``: the names
+    left out of it. maxnreg: a register cap (`DecodeConfig.maxnreg`)."""
     sig = dict(signature)
     constexprs = {**{k: None for k, v in signature.items() if v == "constexpr"}, **constexprs}
     sig.update({k: "constexpr" for k in constexprs})
     attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items()
-             if aligned and (v.startswith("*") or k.startswith("stride"))}
+             if aligned and (v.startswith("*") or k.startswith("stride"))
+             and k not in unaligned}
     src = ASTSource(fn=fn, signature=sig, attrs=attrs,
                     constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     options = {"num_warps": num_warps, "num_stages": num_stages}
@@ -190,11 +191,13 @@ def combine_compile(cc, block_d, block_s, parts="*bf16", num_warps=None, aligned
                         "PDL": pdl}, cc, num_warps=num_warps, aligned=aligned)
 
 
-def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
+def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False,
+                   misaligned_pool=False):
     """`_mla_decode_kernel` as a plan with config ``cfg`` launches it: whole tiles by TMA
     (``tma``: the descriptors' signature, cfg.tma_stages) or every tile gathered (cfg.num_stages,
     the next tile's slots carried from 3 stages on). aligned: as `compile_for` (SASS studies:
-    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`)."""
+    `benchmarks/sass_decode.py`); pdl: signalling a programmatic dependent (`fp8mla.decode.PDL`);
+    misaligned_pool: aligned but for the pool's three views (a pool not 16-byte aligned)."""
     hw = cc >= 89
     sig, stages = DECODE_SIG, cfg.num_stages
     if tma:
@@ -209,7 +212,8 @@ def decode_compile(cc, fmt, cfg, s_q, sparse, tma, aligned=False, pdl=False):
         "CAUSAL": True, "FOLD_SCALES": cfg.fold_scales, "TMA": tma,
         "CARRY": slots_ahead(cfg.num_stages, tma, cfg.lookahead), "LAZY": cfg.lazy_rescale,
         "LATE_SUM": cfg.late_sum, "PDL": pdl,
-    }, cc, cfg.num_warps, stages, aligned=aligned, maxnreg=cfg.maxnreg)
+    }, cc, cfg.num_warps, stages, aligned=aligned or misaligned_pool, maxnreg=cfg.maxnreg,
+        unaligned=("u32_ptr", "bf16_ptr", "f32_ptr") if misaligned_pool else ())
 
 
 # the CUDA tools Triton's wheel carries (cuobjdump, nvdisasm, ptxas)
@@ -255,6 +259,19 @@ def fitted_decode(cc, fmt, cfg, s_q, sparse, tma):
         cfg, tma, lambda c: decode_compile(cc, fmt, c, s_q, sparse, tma, aligned=True),
         block_shared_limit(cc), spills=spills)
     return kernel, (fitted, fitted != cfg)
+
+
+def indexer_compile(cc, heads, keys_as_rows=KEYS_AS_ROWS):
+    """`_indexer_logits_kernel` as the decode indexer launches it on sm_``cc`` (fp8 q, pages of
+    64 keys: whole pages by TMA copies from SM90 on); keys_as_rows: the score orientation
+    (`fp8mla.indexer.KEYS_AS_ROWS`; SASS studies: `benchmarks/sass_indexer.py`)."""
+    hw, tma = cc >= 89, cc >= 90
+    sig = dict(INDEXER_SIG, keys_desc="tensordesc<i32[1, 64, 32]>") if tma else INDEXER_SIG
+    return compile_for(_indexer_logits_kernel, sig, {
+        "S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True, "HW_FP8": hw,
+        "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0, "KEYS_AS_ROWS": keys_as_rows,
+        "ROWS_ALIGNED": True, "PREFETCH": not tma and heads >= PREFETCH_MIN_HEADS, "TMA": tma},
+        cc, num_stages=INDEXER_TMA_STAGES if tma else INDEXER_STAGES, aligned=True)
 
 
 def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
@@ -428,12 +445,14 @@ def sparse_mma8_compile(direct=False, heads=8, stages=None, qk8=None, timeline=F
 def compile_target(cc):
     """All kernels for one target; returns JSON lines."""
     lines = []
-    hw = cc >= 89
     for fmt, fid in FORMAT_IDS.items():
         for heads, s_q in DECODE_SHAPES:
             cfg = decode_config(cc, fmt, heads, s_q)
-            lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc,
-                             *fitted_decode(cc, fmt, cfg, s_q, False, cfg.tma)))
+            kernel, fit = fitted_decode(cc, fmt, cfg, s_q, False, cfg.tma)
+            lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}", cc, kernel, fit))
+            # a pool not 16-byte aligned: the same config, every tile gathered from it
+            lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}-misaligned", cc, decode_compile(
+                cc, fmt, fit[0], s_q, False, False, misaligned_pool=True), fit))
             if cfg.tma and cc == GATHER_CC:  # pages shorter than a tile: every tile gathered
                 lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc,
                                  *fitted_decode(cc, fmt, cfg, s_q, False, False)))
@@ -502,15 +521,8 @@ def compile_target(cc):
         {"BLOCK": 2048}, cc)))
     lines.append(row("store/index_keys", cc, compile_for(_store_index_keys_kernel, KEYS_SIG,
                                                          {"DIM": 128, "POW2": False}, cc)))
-    tma = cc >= 90  # pages of 64 keys: TMA copies from SM90 on
-    sig = dict(INDEXER_SIG, keys_desc="tensordesc<i32[1, 64, 32]>") if tma else INDEXER_SIG
     for heads in (32, 64):  # GLM-5, DeepSeek-V3.2 index heads; fp8 q, paged keys (decode)
-        lines.append(row(f"indexer/Hi{heads}", cc, compile_for(_indexer_logits_kernel,
-            sig, {"S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True,
-                  "HW_FP8": hw, "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0,
-                  "KEYS_AS_ROWS": KEYS_AS_ROWS, "ROWS_ALIGNED": True,
-                  "PREFETCH": not tma and heads >= PREFETCH_MIN_HEADS, "TMA": tma},
-            cc, num_stages=INDEXER_TMA_STAGES if tma else INDEXER_STAGES, aligned=True)))
+        lines.append(row(f"indexer/Hi{heads}", cc, indexer_compile(cc, heads)))
     lines.append(row("rms_norm", cc, compile_for(_rms_norm_kernel, NORM_SIG, {"BLOCK": 2048},
                                                  cc)))
     lines.append(row("quant_rows", cc, compile_for(_quant_rows_kernel, QUANT_SIG, {
