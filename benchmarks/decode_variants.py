@@ -116,7 +116,16 @@ GATHER = dict(tma=False)  # every tile gathered row by row (cp.async), as before
 
 B1_SPLITS = [("128 splits", None, 128), ("default again", None, None),
              ("128 splits again", None, 128)]
-PLAN = [(DecodeCase(1, 131072, 8), "fp8", B1_SPLITS)]
+# Session 42: bf16 rows at 64 rows a program (128 heads) in 64-token tiles at 2 stages (221 KB,
+# one program an SM as the default's 32 × 3 at 184 KB): offline sm_90, 968 loop instructions a
+# 64-token tile against 784 a 32-token one on triton 3.6 (15.1 against 24.5 a token); on 3.9
+# 1,259 (224 B of stack) against 1,042 (96 B). ABAB, and the same tile copied by TMA.
+BF16_TILE64 = [("64 tokens, 2 stages", dict(block_n=64, num_stages=2), None),
+               ("default again", None, None),
+               ("64 tokens, 2 stages again", dict(block_n=64, num_stages=2), None),
+               ("64 tokens by TMA, 2 stages", dict(block_n=64, tma=True, tma_stages=2), None)]
+PLAN = [(DecodeCase(64, 8192, 128), "bf16", BF16_TILE64),
+        (DecodeCase(64, 8192, 128, s_q=2), "bf16", BF16_TILE64)]
 
 
 def variants(case: DecodeCase, fmt: str, extra):

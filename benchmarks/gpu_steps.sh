@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call of the named steps, in order: `tests` (every GPU-marked test), `decode` /
-# `sparse` (`fp8mla bench`), `compat` (benchmarks/compat_overhead.py). NAME names the folder
+# `sparse` (`fp8mla bench`), `compat` (benchmarks/compat_overhead.py), `variants`
+# (benchmarks/decode_variants.py: its PLAN). NAME names the folder
 # under $OUT (default "steps"); TRITON_TAR runs them on a packed Triton (gpu_common.sh).
 # Usage: [NAME=t38] [TRITON_TAR=.t38/triton-3.8.0.tar.xz] bash benchmarks/gpu_steps.sh STEP...
 set -uo pipefail
@@ -12,6 +13,8 @@ for step in "$@"; do
     tests) run gpu_tests 300 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -m gpu tests -rA ;;
     decode|sparse) run "$step" 240 python3 -m fp8mla.cli bench "$step" --out "$W/$step.json" ;;
     compat) run compat 100 python3 benchmarks/compat_overhead.py "$W/compat.json" ;;
+    variants) run decode_variants 200 python3 benchmarks/decode_variants.py \
+      "$W/decode-variants.json" ;;
     *) echo "unknown step: $step"; exit 2 ;;
   esac
 done
