@@ -758,20 +758,27 @@ def test_tma_where_it_pays_and_tiles_lie_in_pages(device):
     assert on.tma == (on.target.cc >= 90)
     assert [decode_config(cc, "fp8", 8, 1).tma for cc in (80, 89, 90, 100, 120)] == [
         False, False, True, True, True]
-    # measured slower where the kernel then spills: folded fp8_ds_mla scales, bf16
+    # measured slower where the kernel then spills: folded fp8_ds_mla scales, bf16 at 16 rows
     assert not decode_config(90, "fp8_ds_mla", 8, 1).tma
     assert decode_config(90, "fp8_ds_mla", 128, 1).tma
     assert not decode_config(90, "bf16", 8, 1).tma
+    assert decode_config(90, "bf16", 128, 1).tma  # 64 rows: one program an SM either way
 
 
 def test_gathered_stages_where_measured():
-    """3 stages (the next tile's slots carried) for SM90's dense and 64-row sparse programs; 2
-    for 16-row sparse programs (measured slower carried) and on targets not measured; entries
+    """3 stages (the next tile's slots carried) for SM90's dense and 64-row sparse programs
+    (bar dense bf16 at 64 rows: 64-token tiles, 2 stages); 2 for 16-row sparse programs
+    (measured slower carried) and on targets not measured; entries
     two tiles ahead only for bf16 at 16 rows (measured faster there, slower elsewhere)."""
     from fp8mla.runtime import decode_config, slots_ahead
 
     assert {decode_config(90, fmt, h, 1).num_stages for fmt in ("fp8", "fp8_ds_mla", "bf16")
-            for h in (1, 8, 64, 128)} == {3}
+            for h in (1, 8, 64, 128) if fmt != "bf16" or h < 64} == {3}
+    # bf16 at 64 rows: 64-token tiles, by TMA or gathered at 2 stages (3 would not fit)
+    assert {(c.block_n, c.num_stages, c.tma, c.tma_stages) for c in (
+        decode_config(90, "bf16", h, s_q) for h, s_q in ((64, 1), (128, 1), (32, 2), (128, 2)))
+    } == {(64, 2, True, 2)}
+    assert decode_config(90, "bf16", 128, 1, sparse=True).block_n == 32
     assert decode_config(90, "fp8_ds_mla", 64, 1, sparse=True).num_stages == 3
     assert decode_config(90, "fp8_ds_mla", 8, 1, sparse=True).num_stages == 2
     assert {decode_config(cc, "fp8", h, 1).num_stages for cc in (80, 89, 100, 120)

@@ -160,8 +160,9 @@ def _tma_pays(kv_format: str, block_m: int) -> bool:
     h200-20261129-s6-decode-variants-*.json): fp8 16 heads 163 → 139 µs, 128 heads 702 → 611,
     B=1 × 128K 57.6 → 46.9; fp8_ds_mla at 64 rows 746 → 588. Slower where the kernel then
     spills: fp8_ds_mla with folded scales (≤ 16 rows: 196 → 222 µs, 56 spilled registers) and
-    bf16 (its tiles are twice the bytes: 172 → 380 µs, one program per SM). `decode_config`
-    overrides it for 32-row FP8 programs on SM90 (128-token tiles, gathered)."""
+    bf16 at 16 rows (its tiles are twice the bytes: 172 → 380 µs, one program per SM).
+    `decode_config` overrides it for 32-row FP8 programs on SM90 (128-token tiles, gathered)
+    and 64-row bf16 ones there (64-token tiles by TMA: one program an SM either way)."""
     return kv_format == "fp8" or (kv_format == "fp8_ds_mla" and not folds_scales(kv_format,
                                                                                   block_m))
 
@@ -185,6 +186,14 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     # TMA: those compiles spill 160 / 928 B per thread (gathered: 8 / 24). 64 tokens × 8 warps
     # measured between (fp8 slower, fp8_ds_mla 270 µs); bf16 32-row programs ±7%: unchanged
     wide = cc == 90 and fp8 and not sparse and block_m == 32
+    # 64-row bf16 programs on SM90 (128 heads): 64-token tiles copied whole by TMA, 2 deep
+    # (221 KB; one program an SM, as the 32 gathered tokens at 3 stages it replaces: 184 KB),
+    # gathered at 2 stages where pages are shorter. H200, B=64 ctx 8K, µs, triton 3.6 / 3.8 /
+    # 3.9 (h200-20261205-s42-8f7c82f-triton3*-decode-variants.json): s_q 1 646 → 566 / 647 →
+    # 549 / 810 → 722, gathered 582 / 574 / 745; s_q 2 1287 → 1067 / 1293 → 1073 / 1800 →
+    # 1378, gathered 1105 / 1112 / 1371. Offline sm_90 (3.6): 15 loop instructions a token
+    # against 25; both forms spill (the TMA one ~100 B, the gathered ≤ 4), faster all the same
+    bf16_64 = cc == 90 and not fp8 and not sparse and block_m == 64
     num_warps = 8 if block_m >= 64 or wide else 4
     # block_n / words_2d: the best of the H200 sweeps in benchmarks/results (B=64 ctx=8K, 4
     # splits: fp8 H16 180 us with 64 vs 188 with 32; bf16 175 vs 224; H128 fp8 707 vs 1338 at
@@ -192,14 +201,14 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     if wide:
         block_n = 128
     else:
-        block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) else 32
+        block_n = 64 if block_m <= 16 or (fp8 and block_m == 64 and cc == 90) or bf16_64 else 32
     # gathered tiles at 3 stages carry the next tile's slots (two shared buffers for the rows,
     # `_mla_decode_kernel`'s CARRY); H200, B=64 (h200-20261130-s8-carry-*.json): dense ctx 8K
     # H16 fp8_ds_mla 195 → 176 µs, bf16 172 → 163, fp8 without TMA 163 → 147; sparse topk 2048
     # H64 215 → 209, H128 559 → 543, but H8 68.0 → 69.8 (2 stages there). SM90 only: measured
     # there (sparse 64 rows needs 231 KB of its shared memory at 3 stages); other targets keep
     # the 2 stages they had, untimed
-    num_stages = 3 if cc == 90 and (not sparse or s_q_p2 * heads >= 64) else 2
+    num_stages = 3 if cc == 90 and (not sparse or s_q_p2 * heads >= 64) and not bf16_64 else 2
     # entries two tiles ahead: bf16 at 16 rows (H200, B=64 ctx 8K H16: 165.2 → 159.7 µs, and
     # 163.1 → 157.2 in another call: h200-20261130-s9-*); slower wherever the kernel then
     # spills more — fp8_ds_mla H16 170 → 223, sparse H64 131 → 146, sparse H8 forced to 3
@@ -216,8 +225,9 @@ def decode_config(cc: int, kv_format: str, num_heads: int, s_q: int,
     lazy = cc == 90 and fp8 and not sparse and block_m <= 32
     return DecodeConfig(block_n=block_n, heads_per_block=heads, num_warps=num_warps,
                         num_stages=num_stages, words_2d=kv_format == "fp8",
-                        tma=cc >= 90 and _tma_pays(kv_format, block_m) and not wide,
-                        lookahead=lookahead, lazy_rescale=lazy, late_sum=lazy)
+                        tma=cc >= 90 and (_tma_pays(kv_format, block_m) or bf16_64) and not wide,
+                        tma_stages=2 if bf16_64 else 3, lookahead=lookahead,
+                        lazy_rescale=lazy, late_sum=lazy)
 
 
 def block_shared_limit(cc: int) -> int:
