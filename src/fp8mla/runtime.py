@@ -264,8 +264,10 @@ def fit_shared(cfg: DecodeConfig, tma: bool, compile_fn: Callable, limit: int, *
     copies whole tiles by TMA; compile_fn: config → a compiled kernel (``.metadata.shared``).
     fixed: ``cfg`` was asked for by name (a tuning hook), so it is taken as it is or refused
     with a ValueError, never changed. (Spills matter only past the tuned config: triton 3.8's
-    32-row fp8 config at 2 stages on sm_90 spills 224 B a thread and ran 1.8× slower on an
-    H100 than 3.6's at 3; half its tile at 3 stages fits without spilling.)"""
+    32-row fp8 config at 2 stages on sm_90 spills 224 B a thread; half its tile at 3 stages
+    fits without spilling — though on the H200 that ran as slowly, 308 µs against 3.6's 169:
+    3.8 stages converted FP8 operands through shared memory, spills or not; BENCHMARKS.md,
+    session 42.)"""
     need, fitting = None, None
     for i, candidate in enumerate([cfg] if fixed else smaller_configs(cfg, tma)):
         kernel = compile_fn(candidate)
