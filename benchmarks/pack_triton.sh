@@ -18,9 +18,9 @@ unzip -q "$tmp"/triton-*.whl 'triton/*' 'triton-*.dist-info/*' -d "$tmp/pkg"
 t=$tmp/pkg/triton
 rm -rf "$t"/backends/nvidia/lib/cupti* "$t"/instrumentation "$t"/_C/libproton.so \
   "$t"/backends/amd
-# one ptxas: the one that compiles for Hopper — `ptxas` (CUDA 12.9) up to 3.8, `ptxas-blackwell`
-# (CUDA 13) from 3.9, which takes it for every arch >= 90 (`get_ptxas` in its nvidia backend);
-# the other name points at it
+# one ptxas: the one that compiles for Hopper — `ptxas` (CUDA 12.8 / 12.9) up to 3.8,
+# `ptxas-blackwell` (CUDA 13) from 3.9, which takes it for every arch >= 90 (`get_ptxas` in its
+# nvidia backend); the other name points at it
 bin=$t/backends/nvidia/bin
 if grep -q "arch < 90" "$t"/backends/nvidia/compiler.py; then
   ln -sf ptxas-blackwell "$bin"/ptxas

@@ -768,8 +768,8 @@ def test_tma_where_it_pays_and_tiles_lie_in_pages(device):
 def test_gathered_stages_where_measured():
     """3 stages (the next tile's slots carried) for SM90's dense and 64-row sparse programs
     (bar dense bf16 at 64 rows: 64-token tiles, 2 stages); 2 for 16-row sparse programs
-    (measured slower carried) and on targets not measured; entries
-    two tiles ahead only for bf16 at 16 rows (measured faster there, slower elsewhere)."""
+    (measured slower carried) and on targets not measured; entries two tiles ahead only for
+    bf16 at 16 rows (measured faster there, slower elsewhere)."""
     from fp8mla.runtime import decode_config, slots_ahead
 
     assert {decode_config(90, fmt, h, 1).num_stages for fmt in ("fp8", "fp8_ds_mla", "bf16")
