@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call of the named steps, in order: `tests` (every GPU-marked test), `decode` /
 # `sparse` (`fp8mla bench`), `compat` (benchmarks/compat_overhead.py), `variants`
-# (benchmarks/decode_variants.py: its PLAN). NAME names the folder
+# (benchmarks/decode_variants.py: its PLAN), `indexer` (its GPU tests, then
+# benchmarks/indexer_variants.py). NAME names the folder
 # under $OUT (default "steps"); TRITON_TAR runs them on a packed Triton (gpu_common.sh).
 # Usage: [NAME=t38] [TRITON_TAR=.t38/triton-3.8.0.tar.xz] bash benchmarks/gpu_steps.sh STEP...
 set -uo pipefail
@@ -15,6 +16,10 @@ for step in "$@"; do
     compat) run compat 100 python3 benchmarks/compat_overhead.py "$W/compat.json" ;;
     variants) run decode_variants 200 python3 benchmarks/decode_variants.py \
       "$W/decode-variants.json" ;;
+    indexer) run indexer_tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rA \
+        tests/test_indexer_gpu.py tests/test_indexer_topk.py
+      run indexer_variants 200 python3 benchmarks/indexer_variants.py \
+      "$W/indexer-variants.json" ;;
     *) echo "unknown step: $step"; exit 2 ;;
   esac
 done

@@ -12,7 +12,8 @@ import tempfile
 import pytest
 import torch
 
-from fp8mla.cache import PagedKVCache, build_block_table
+from fp8mla import reference
+from fp8mla.cache import IndexKeyCache, PagedKVCache, build_block_table
 
 POISON_PAD = 1 << 30  # block-table padding: a page id far past any pool
 
@@ -188,3 +189,41 @@ def start_portability_compile(workers: int):
     script = os.path.join(os.path.dirname(__file__), "portability_compile.py")
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     return subprocess.Popen([sys.executable, script], env=env, stdout=out, stderr=err), out, err
+
+
+def index_cache(lens, page_size, device, seed=0, policy="fp32"):
+    """An `IndexKeyCache` holding random keys for requests of ``lens`` tokens on shuffled pages
+    (free pages and scales NaN-poisoned, block-table padding past the pool) → (cache,
+    block table)."""
+    g = torch.Generator().manual_seed(seed)
+    need = [-(-n // page_size) for n in lens]
+    cache = IndexKeyCache(sum(need) + 2, page_size, scale_policy=policy, device=device)
+    cache.pool.fill_(0x7F)  # e4m3 NaN bytes and NaN scales: a stray read shows
+    perm = torch.randperm(cache.num_pages, generator=g).tolist()
+    tables, k = [], 0
+    for n in need:
+        tables.append(perm[k:k + n])
+        k += n
+    table = build_block_table(tables, max_pages=max(need) + 1, pad=POISON_PAD, device=device)
+    for b, n in enumerate(lens):
+        pos = torch.arange(n, device=device)
+        slots = table[b, pos // page_size].long() * page_size + pos % page_size
+        cache.store(0, torch.randn(n, 128, generator=g).bfloat16().to(device), slots)
+    return cache, table
+
+
+def indexer_reference_paged(cache, table, lens, q, w, s_q, max_len):
+    """The float32 reference logits of `index_cache`'s requests: float32 [len(lens) · s_q,
+    max_len], row b · s_q + i query i of request b (q: [len(lens), s_q, heads, 128])."""
+    keys = cache.dequantize(0)
+    rows = []
+    for b, n in enumerate(lens):
+        pos = torch.arange(n, device=keys.device)
+        kb = torch.zeros(max_len, 128, device=keys.device)
+        kb[:n] = keys[table[b, pos // cache.page_size].long() * cache.page_size + pos % cache.page_size]
+        for i in range(s_q):
+            hi = max(0, n - s_q + 1 + i)
+            rows.append(reference.indexer_logits(
+                q[b, i:i + 1].float(), w[b * s_q + i:b * s_q + i + 1], kb,
+                torch.tensor([0]), torch.tensor([hi])))
+    return torch.cat(rows)

@@ -274,6 +274,27 @@ def indexer_compile(cc, heads, keys_as_rows=KEYS_AS_ROWS):
         cc, num_stages=INDEXER_TMA_STAGES if tma else INDEXER_STAGES, aligned=True)
 
 
+def indexer_sm90_compile(heads, paged=True, s_q=1):
+    """The Gluon SM90 indexer (`fp8mla.kernels.indexer_sm90`) for sm_90 as the launcher takes
+    it for fp8 q (``heads`` padded as it pads them; ``paged``: the decode form's pages, else
+    contiguous keys); None where this Triton has no (such) Gluon."""
+    from fp8mla.kernels import indexer_sm90 as ki
+
+    if not ki.AVAILABLE:
+        return None
+    lay = ki.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    sig = {"q_ptr": "*u8", "w_ptr": "*fp32",
+           "keys_desc": f"tensordesc<fp8e4nv[{ki.BLOCK_S}, 128],{lay!r}>",
+           "k_f32_ptr": "*fp32", "k_scale_ptr": "*fp32", "block_table_ptr": "*i32",
+           "lo_ptr": "*i32", "hi_ptr": "*i32", "out_ptr": "*fp32", "stride_qr": "i32",
+           "stride_wr": "i32", "stride_bt": "i32", "stride_or": "i32", "num_heads": "i32",
+           "max_len": "i32", "page_shift": "i32", "page_rows": "i32", "span": "i32"}
+    return _gluon_sm90_compile(ki._indexer_sm90_kernel, sig, {
+        "S_Q": s_q, "H": max(16, triton.next_power_of_2(heads)), "PAGED": paged, "NS": ki.NS},
+        pointers=("q_ptr", "w_ptr", "out_ptr", "stride_qr", "stride_wr", "stride_or"),
+        num_warps=ki.NUM_WARPS)
+
+
 def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
     """A `fp8mla.kernels.decode_sm90` kernel for sm_90: ``sig`` its runtime arguments, ``consts``
     its constexprs, ``pointers`` those marked 16-byte aligned."""
@@ -515,6 +536,12 @@ def compile_target(cc):
                 k = compile_fn(direct, **kw)
                 if k is not None:
                     lines.append(row(f"{name}{'-direct' * direct}", cc, k))
+        for heads in (16, 32, 64):  # fp8 q: the paged decode form and the contiguous keys'
+            for paged in (True, False):
+                k = indexer_sm90_compile(heads, paged)
+                if k is not None:
+                    lines.append(row(f"indexer_sm90/Hi{heads}{'' if paged else '-ragged'}", cc,
+                                     k))
     lines.append(row("compact_indices", cc, compile_for(_compact_indices_kernel, {
         "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*i32", "count_ptr": "*i32",
         "stride_idx": "i32", "stride_out": "i32", "topk": "i32", "num_slots": "i32"},

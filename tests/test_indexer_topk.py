@@ -5,47 +5,14 @@ import torch
 
 from fp8mla import indexer as indexer_mod
 from fp8mla import reference, topk
-from fp8mla.cache import IndexKeyCache, build_block_table
+from fp8mla.cache import IndexKeyCache
 from fp8mla.dsa import dsa_decode_step
 from fp8mla.formats import dequantize_index_keys, quantize_index_keys
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.kernels.topk_chunked import ST_CAND, ST_CURSOR, ST_NVALID, ST_PREFIX
 from fp8mla.testing import assert_close
 from fp8mla.topk import compact_capacity, topk_indices
-from helpers import POISON_PAD, paged_cache
-
-
-def _index_cache(lens, page_size, device, seed=0, policy="fp32"):
-    g = torch.Generator().manual_seed(seed)
-    need = [-(-n // page_size) for n in lens]
-    cache = IndexKeyCache(sum(need) + 2, page_size, scale_policy=policy, device=device)
-    cache.pool.fill_(0x7F)  # e4m3 NaN bytes and NaN scales: a stray read shows
-    perm = torch.randperm(cache.num_pages, generator=g).tolist()
-    tables, k = [], 0
-    for n in need:
-        tables.append(perm[k:k + n])
-        k += n
-    table = build_block_table(tables, max_pages=max(need) + 1, pad=POISON_PAD, device=device)
-    for b, n in enumerate(lens):
-        pos = torch.arange(n, device=device)
-        slots = table[b, pos // page_size].long() * page_size + pos % page_size
-        cache.store(0, torch.randn(n, 128, generator=g).bfloat16().to(device), slots)
-    return cache, table
-
-
-def _ref_paged(cache, table, lens, q, w, s_q, max_len):
-    keys = cache.dequantize(0)
-    rows = []
-    for b, n in enumerate(lens):
-        pos = torch.arange(n, device=keys.device)
-        kb = torch.zeros(max_len, 128, device=keys.device)
-        kb[:n] = keys[table[b, pos // cache.page_size].long() * cache.page_size + pos % cache.page_size]
-        for i in range(s_q):
-            hi = max(0, n - s_q + 1 + i)
-            rows.append(reference.indexer_logits(
-                q[b, i:i + 1].float(), w[b * s_q + i:b * s_q + i + 1], kb,
-                torch.tensor([0]), torch.tensor([hi])))
-    return torch.cat(rows)
+from helpers import index_cache, indexer_reference_paged, paged_cache
 
 
 @pytest.fixture(params=["fill", "span-prefetch", "span-pipelined"])
@@ -54,10 +21,12 @@ def tiles_per_program(request, monkeypatch):
     program walks up to three tiles (as long rows do on a GPU, up to MAX_TILES_PER_PROGRAM:
     the prefetching loop's lookups two tiles ahead meet real pages), programs starting past
     position 0, windows starting and ending inside their spans, with either tile loop
-    (registers carrying the next tile, or the compiler's pipeline) at every head count."""
+    (registers carrying the next tile, or the compiler's pipeline) at every head count — and on
+    an SM90 GPU, fp8 q over pages of ≥ 64 keys, the Gluon kernel's spans of three tiles."""
     if request.param.startswith("span"):
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
         monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 3)  # 12 from 64 heads
+        monkeypatch.setattr(indexer_mod, "SM90_TILES_PER_PROGRAM", 3)
         always = request.param == "span-prefetch"
         monkeypatch.setattr(indexer_mod, "PREFETCH_MIN_HEADS", 0 if always else 1 << 30)
     return request.param
@@ -69,7 +38,7 @@ def tiles_per_program(request, monkeypatch):
                                                       (32, 1, [200, 64], 128)])
 def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page_size,
                                          tiles_per_program):
-    cache, table = _index_cache(lens, page_size, device, seed=heads)
+    cache, table = index_cache(lens, page_size, device, seed=heads)
     g = torch.Generator().manual_seed(heads + 1)
     q = torch.randn(len(lens), s_q, heads, 128, generator=g).to(q_dtype).to(device)
     w = torch.rand(len(lens) * s_q, heads, generator=g).to(device)
@@ -77,7 +46,7 @@ def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page
     out = indexer_logits_paged(q, w, cache.layer(0), table,
                                torch.tensor(lens, dtype=torch.int32, device=device),
                                max_len=max_len)
-    ref = _ref_paged(cache, table, lens, q, w, s_q, max_len)
+    ref = indexer_reference_paged(cache, table, lens, q, w, s_q, max_len)
     assert_close(out, ref, atol=1e-3, rtol=1e-3)
 
 
@@ -95,7 +64,7 @@ def test_indexer_ragged_windows(device, tiles_per_program):
 
 
 def test_indexer_bad_input(device):
-    cache, table = _index_cache([20], 16, device)
+    cache, table = index_cache([20], 16, device)
     q = torch.randn(1, 1, 65, 128).to(torch.float8_e4m3fn).to(device)
     lens = torch.tensor([20], dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match=r"index heads \(q.shape\[-2\]\): expected an int in \[1, 64\], got 65"):
@@ -415,7 +384,7 @@ def test_dsa_decode_step_matches_reference_pipeline(device, fmt):
     out, lse, slots = dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table,
                                       seqlens, kv_format=fmt, topk=topk)
     # reference pipeline: indexer → top-k (positions → slots) → sparse attention
-    logits = _ref_paged(index_cache, table, lens, q_index, w, s_q, table.shape[1] * ps)
+    logits = indexer_reference_paged(index_cache, table, lens, q_index, w, s_q, table.shape[1] * ps)
     ref_pos = reference.topk_indices(logits.cpu(), topk)
     kvf = kv.dequantize(0).reshape(-1, 576)
     for r in range(2 * s_q):

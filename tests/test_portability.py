@@ -74,6 +74,9 @@ def _expected():
                          "sparse_mma8/fp8_ds_mla/H8", "sparse_mma8_qk8/fp8_ds_mla/H8"):
                 yield what, cc
                 yield f"{what}-direct", cc
+            for heads in (16, 32, 64):
+                yield f"indexer_sm90/Hi{heads}", cc
+                yield f"indexer_sm90/Hi{heads}-ragged", cc
         if cc >= pc.PDL_CC:
             yield "combine/D512-pdl", cc
             if cc == pc.GATHER_CC:
@@ -100,6 +103,8 @@ def test_kernel_fits_target(compiled, what, cc):
         assert not row["tma"] or cc >= 90, "TMA only on SM90+"
     if what.startswith(("indexer/", "decode_sm90/")):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
+    if what.startswith("indexer_sm90/"):  # FP8 wgmma on the copied bytes: nothing converted
+        assert row["tma"] and not row["hw_cvt"], "keys by TMA, no e4m3 conversion"
     if what.startswith(("sparse_sm90/", "paged_sm90/")):
         assert not row["tma"], "rows are gathered one token at a time (cp.async)"
     # the Gluon SM90 kernels signal the combine wherever one follows (bar the fp8 wide form:

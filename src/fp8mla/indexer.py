@@ -46,19 +46,61 @@ NUM_WARPS = 4
 # then unused.
 USE_TMA = True
 TMA_STAGES = 3
+# fp8 q on SM90 (and Gluon): `fp8mla.kernels.indexer_sm90` — each key tile's e4m3 bytes, as
+# the TMA copies them, against q's by FP8 wgmma (nothing converted; q staged by the kernel, not
+# left to the compiler, which triton 3.8 / 3.9 re-stage every tile). Programs of up to
+# SM90_TILES_PER_PROGRAM tiles (q costs one 8 KB copy, not a conversion).
+USE_SM90 = True
+SM90_TILES_PER_PROGRAM = 8
 
 
-def tiles_per_program(rows: int, tiles: int, num_sms: int, heads: int = 32) -> int:
+def tiles_per_program(rows: int, tiles: int, num_sms: int, heads: int = 32,
+                      most: int | None = None) -> int:
     """Key tiles (BLOCK_S positions) per program: the most, up to MAX_TILES_PER_PROGRAM (four
     times that from 64 padded heads, whose q costs twice as much to convert), that still leave
     PROGRAMS_PER_SM programs per SM (q is converted once per program; a B=1 decode row of 4K
     keys keeps one tile per program). H200, B=64 × 32K, TMA copies: 64 heads 97.0 / 92.5 /
     90.1 µs at 8 / 16 / 32 tiles; 32 heads 86.2 / 88.6 at 8 / 16
-    (h200-20261129-s6-indexer-variants-*.json)."""
-    n = MAX_TILES_PER_PROGRAM * (4 if heads >= 64 else 1)
+    (h200-20261129-s6-indexer-variants-*.json). ``most``: another cap (the SM90 kernel's)."""
+    n = most or MAX_TILES_PER_PROGRAM * (4 if heads >= 64 else 1)
     while n > 1 and rows * triton.cdiv(tiles, n) < PROGRAMS_PER_SM * num_sms:
         n //= 2
     return n
+
+
+def _sm90_serves(target, q: torch.Tensor, keys: torch.Tensor, paged: bool,
+                 page_size: int) -> bool:
+    """Whether `fp8mla.kernels.indexer_sm90` (FP8 wgmma on the keys as copied) serves: fp8 q,
+    a GPU of compute capability 9.0, a Triton with Gluon, keys 16-byte aligned and, paged,
+    pages of whole 64-key tiles."""
+    if not (USE_SM90 and q.dtype == torch.float8_e4m3fn and target.cc == 90
+            and not target.interpreted and keys.data_ptr() % 16 == 0
+            and (not paged or page_size >= BLOCK_S)):
+        return False
+    from fp8mla.kernels import indexer_sm90  # imports Gluon: only where it may serve
+
+    return indexer_sm90.AVAILABLE
+
+
+def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, target,
+                 rows_per_req, page_size, paged):
+    """`_launch` through `fp8mla.kernels.indexer_sm90`; keys_u8: the pool's (paged) or the
+    keys' bytes, flat uint8."""
+    from fp8mla.kernels import indexer_sm90 as ki
+
+    rows, heads = q.shape[0], q.shape[1]
+    tiles = triton.cdiv(out.shape[1], BLOCK_S)
+    per_program = tiles_per_program(rows, tiles, target.num_sms, most=SM90_TILES_PER_PROGRAM)
+    page_rows = page_size * INDEX_ROW_BYTES // INDEX_HEAD_DIM if paged else 1
+    keys = keys_u8.view(torch.float8_e4m3fn).view(-1, INDEX_HEAD_DIM)
+    q8 = q.view(torch.uint8)
+    fast(ki._indexer_sm90_kernel)[(rows, triton.cdiv(tiles, per_program))](
+        q8, weights, ki.descriptor(keys), key_scales, key_scales, block_table, lo, hi, out,
+        q8.stride(0), weights.stride(0), block_table.stride(0), out.stride(0), heads,
+        out.shape[1], page_size.bit_length() - 1, page_rows, per_program * BLOCK_S,
+        S_Q=rows_per_req, H=max(16, triton.next_power_of_2(heads)), PAGED=paged, NS=ki.NS,
+        num_warps=ki.NUM_WARPS)
+    return out
 
 
 def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -68,15 +110,23 @@ def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return q, False
 
 
-def _launch(q, weights, keys_u32, keys_f32, key_scales, block_table, lo, hi, out, *,
+def _launch(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *,
             rows_per_req, page_size, paged):
-    """lo / hi: int32 per-row windows, or (paged) both the int32 per-request context lengths."""
+    """keys_u8: the pool's (paged) or the keys' bytes, flat uint8; key_scales: float32, the
+    pool seen as float32 words (paged) or the keys' scales; lo / hi: int32 per-row windows, or
+    (paged) both the int32 per-request context lengths."""
     rows, heads = q.shape[0], q.shape[1]
     target = target_for(q.device)
-    qv, q_fp8 = _q_view(q)
-    sw = 1.0 if target.hw_fp8 else SW_DEQUANT_SCALE
     if rows == 0 or out.shape[1] == 0:
         return out
+    if _sm90_serves(target, q, keys_u8, paged, page_size):
+        return _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out,
+                            target=target, rows_per_req=rows_per_req, page_size=page_size,
+                            paged=paged)
+    keys_u32 = keys_u8.view(torch.int32)
+    keys_f32 = keys_u8.view(torch.float32)
+    qv, q_fp8 = _q_view(q)
+    sw = 1.0 if target.hw_fp8 else SW_DEQUANT_SCALE
     tiles = triton.cdiv(out.shape[1], BLOCK_S)
     h_p2 = max(16, triton.next_power_of_2(heads))
     per_program = tiles_per_program(rows, tiles, target.num_sms, h_p2)
@@ -155,10 +205,9 @@ def indexer_logits_paged(
     out = torch.empty(b * s_q, max_len, dtype=torch.float32, device=q.device)
     flat = pages.view(-1)
     # the kernel derives each row's window from its request's context length
-    return _launch(q.reshape(b * s_q, q.shape[2], INDEX_HEAD_DIM), weights,
-                   flat.view(torch.int32), flat.view(torch.float32), flat.view(torch.float32),
-                   block_table, context_lens, context_lens, out, rows_per_req=s_q,
-                   page_size=page_size, paged=True)
+    return _launch(q.reshape(b * s_q, q.shape[2], INDEX_HEAD_DIM), weights, flat,
+                   flat.view(torch.float32), block_table, context_lens, context_lens, out,
+                   rows_per_req=s_q, page_size=page_size, paged=True)
 
 
 def indexer_logits_ragged(
@@ -187,7 +236,6 @@ def indexer_logits_ragged(
         if int(starts.min()) < 0 or int(ends.max()) > seq or bool((ends < starts).any()):
             raise ValueError(f"starts, ends: expected 0 <= start <= end <= {seq} per row")
     out = torch.empty(t, seq, dtype=torch.float32, device=q.device)
-    k32 = keys.view(torch.uint8).view(torch.int32)
     dummy_table = torch.zeros(1, 1, dtype=torch.int32, device=q.device)
-    return _launch(q, weights, k32, key_scales, key_scales, dummy_table, starts, ends, out,
-                   rows_per_req=1, page_size=1, paged=False)
+    return _launch(q, weights, keys.view(torch.uint8).view(-1), key_scales, dummy_table,
+                   starts, ends, out, rows_per_req=1, page_size=1, paged=False)
