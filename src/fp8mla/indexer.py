@@ -1,4 +1,5 @@
-"""Lightning-indexer logits over FP8 keys (launchers; the math is in fp8mla.kernels.indexer).
+"""Lightning-indexer logits over FP8 keys (launchers; the math is in fp8mla.kernels.indexer,
+and for fp8 q on SM90 in fp8mla.kernels.indexer_sm90: FP8 wgmma over the keys as copied).
 
 `indexer_logits_paged` is the decode form (DeepGEMM's ``fp8_paged_mqa_logits`` layout: a paged
 132-byte key cache, s_q 1–4 queries per request, causal among them); `indexer_logits_ragged` the
