@@ -290,7 +290,8 @@ def indexer_sm90_compile(heads, paged=True, s_q=1):
            "stride_wr": "i32", "stride_bt": "i32", "stride_or": "i32", "num_heads": "i32",
            "max_len": "i32", "page_shift": "i32", "page_rows": "i32", "span": "i32"}
     return _gluon_sm90_compile(ki._indexer_sm90_kernel, sig, {
-        "S_Q": s_q, "H": max(16, triton.next_power_of_2(heads)), "PAGED": paged, "NS": ki.NS},
+        "S_Q": s_q, "H": max(16, triton.next_power_of_2(heads)), "PAGED": paged, "NS": ki.NS,
+        "KSPLIT": ki.KSPLIT},
         pointers=("q_ptr", "w_ptr", "out_ptr", "stride_qr", "stride_wr", "stride_or"),
         num_warps=ki.NUM_WARPS)
 
@@ -536,7 +537,7 @@ def compile_target(cc):
                 k = compile_fn(direct, **kw)
                 if k is not None:
                     lines.append(row(f"{name}{'-direct' * direct}", cc, k))
-        for heads in (16, 32, 64):  # fp8 q: the paged decode form and the contiguous keys'
+        for heads in (64,):  # fp8 q from SM90_MIN_HEADS (33: 64 padded): paged, contiguous
             for paged in (True, False):
                 k = indexer_sm90_compile(heads, paged)
                 if k is not None:

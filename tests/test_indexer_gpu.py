@@ -31,13 +31,14 @@ def sm90_launches(monkeypatch):
 
 
 @pytest.mark.parametrize("heads,s_q,page_size,lens", [
-    (64, 1, 64, [0, 1, 63, 64, 65, 4097]), (32, 2, 128, [5000, 130, 2]),
-    (7, 3, 256, [777, 256]), (1, 4, 64, [300]), (33, 1, 64, [2049, 1])])
+    (64, 1, 64, [0, 1, 63, 64, 65, 4097]), (64, 2, 128, [5000, 130, 2]),
+    (48, 3, 256, [777, 256]), (64, 4, 64, [300]), (33, 1, 64, [2049, 1])])
 @pytest.mark.parametrize("tiles", [None, 3])
 def test_sm90_indexer_paged_matches_reference(sm90_launches, monkeypatch, heads, s_q,
                                               page_size, lens, tiles):
     """Lengths 0, inside a tile, at and past tile and page ends; the launcher's spans and spans
-    of three tiles (programs starting mid-row); NaN in every byte no request owns."""
+    of three tiles (programs starting mid-row); NaN in every byte no request owns. Heads from
+    `fp8mla.indexer.SM90_MIN_HEADS` (33: padded to 64), where the launcher serves it."""
     if tiles:
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
         monkeypatch.setattr(indexer_mod, "SM90_TILES_PER_PROGRAM", tiles)
@@ -55,7 +56,7 @@ def test_sm90_indexer_paged_matches_reference(sm90_launches, monkeypatch, heads,
     assert torch.isneginf(out[:s_q]).all() == (lens[0] == 0)
 
 
-@pytest.mark.parametrize("heads,seq", [(64, 1000), (16, 64), (3, 129)])
+@pytest.mark.parametrize("heads,seq", [(64, 1000), (40, 64), (33, 129)])
 @pytest.mark.parametrize("tiles", [None, 3])
 def test_sm90_indexer_ragged_matches_reference(sm90_launches, monkeypatch, heads, seq, tiles):
     """Each row its own window, starting and ending inside tiles, empty, the whole sequence;
@@ -82,13 +83,15 @@ def test_sm90_indexer_ragged_matches_reference(sm90_launches, monkeypatch, heads
 
 
 def test_sm90_indexer_serves_only_where_it_can(sm90_launches):
-    """bf16 q, pages under 64 keys and a pool not 16-byte aligned take the Triton kernel."""
+    """bf16 q, fewer than SM90_MIN_HEADS heads (the Triton kernel's exact products, as fast),
+    pages under 64 keys and a pool not 16-byte aligned take the Triton kernel."""
     lens = [200]
-    for q_dtype, page_size, offset in ((torch.bfloat16, 64, 0), (torch.float8_e4m3fn, 16, 0),
-                                       (torch.float8_e4m3fn, 64, 4)):
+    fp8 = torch.float8_e4m3fn
+    for q_dtype, heads, page_size, offset in ((torch.bfloat16, 64, 64, 0), (fp8, 32, 64, 0),
+                                              (fp8, 64, 16, 0), (fp8, 64, 64, 4)):
         cache, table = index_cache(lens, page_size, "cuda")
-        q = torch.randn(1, 1, 8, 128).to(q_dtype).cuda()
-        w = torch.rand(1, 8).cuda()
+        q = torch.randn(1, 1, heads, 128).to(q_dtype).cuda()
+        w = torch.rand(1, heads).cuda()
         pool = cache.layer(0)
         if offset:  # the same pages seen 4 bytes into a larger buffer
             big = torch.empty(pool.numel() + offset, dtype=torch.uint8, device="cuda")

@@ -74,9 +74,8 @@ def _expected():
                          "sparse_mma8/fp8_ds_mla/H8", "sparse_mma8_qk8/fp8_ds_mla/H8"):
                 yield what, cc
                 yield f"{what}-direct", cc
-            for heads in (16, 32, 64):
-                yield f"indexer_sm90/Hi{heads}", cc
-                yield f"indexer_sm90/Hi{heads}-ragged", cc
+            yield "indexer_sm90/Hi64", cc  # from SM90_MIN_HEADS (33) heads, padded to 64
+            yield "indexer_sm90/Hi64-ragged", cc
         if cc >= pc.PDL_CC:
             yield "combine/D512-pdl", cc
             if cc == pc.GATHER_CC:

@@ -1,5 +1,6 @@
 """Lightning-indexer logits over FP8 keys (launchers; the math is in fp8mla.kernels.indexer,
-and for fp8 q on SM90 in fp8mla.kernels.indexer_sm90: FP8 wgmma over the keys as copied).
+and for fp8 q of 33+ heads on SM90 in fp8mla.kernels.indexer_sm90: FP8 wgmma over the keys
+as copied, to ~14 bits — `SM90_MIN_HEADS`).
 
 `indexer_logits_paged` is the decode form (DeepGEMM's ``fp8_paged_mqa_logits`` layout: a paged
 132-byte key cache, s_q 1–4 queries per request, causal among them); `indexer_logits_ragged` the
@@ -47,12 +48,19 @@ NUM_WARPS = 4
 # then unused.
 USE_TMA = True
 TMA_STAGES = 3
-# fp8 q on SM90 (and Gluon): `fp8mla.kernels.indexer_sm90` — each key tile's e4m3 bytes, as
-# the TMA copies them, against q's by FP8 wgmma (nothing converted; q staged by the kernel, not
-# left to the compiler, which triton 3.8 / 3.9 re-stage every tile). Programs of up to
-# SM90_TILES_PER_PROGRAM tiles (q costs one 8 KB copy, not a conversion).
+# fp8 q from SM90_MIN_HEADS heads on SM90 (and Gluon): `fp8mla.kernels.indexer_sm90` — each
+# key tile's e4m3 bytes, as the TMA copies them, against q's by FP8 wgmma (nothing converted;
+# q staged by the kernel, not left to the compiler, which triton 3.8 / 3.9 re-stage every
+# tile). Programs of up to SM90_TILES_PER_PROGRAM tiles (q costs one 8 KB copy, not a
+# conversion). H100, B=64 × 32K, graph-timed (h100-20261207-s44-*-indexer-variants.json):
+# 64 heads 112.9 µs against the Triton kernel's 114.3 on triton 3.6, 113.2 against 141.3 on
+# 3.9; 32 heads 110.8 / 112.1 and 111.8 / 113.5 — no gain there. The wgmma's FP8 sums keep
+# ~14 bits (the kernel's docstring): within 2.7e-4 of a logit at 64 heads against the Triton
+# kernel's exact fp16 products, 5.6e-4 at 32, past 1e-3 at 7 (fewer heads average fewer
+# errors) — so under 33 heads the Triton kernel serves, as fast and exact.
 USE_SM90 = True
 SM90_TILES_PER_PROGRAM = 8
+SM90_MIN_HEADS = 33
 
 
 def tiles_per_program(rows: int, tiles: int, num_sms: int, heads: int = 32,
@@ -71,11 +79,11 @@ def tiles_per_program(rows: int, tiles: int, num_sms: int, heads: int = 32,
 
 def _sm90_serves(target, q: torch.Tensor, keys: torch.Tensor, paged: bool,
                  page_size: int) -> bool:
-    """Whether `fp8mla.kernels.indexer_sm90` (FP8 wgmma on the keys as copied) serves: fp8 q,
-    a GPU of compute capability 9.0, a Triton with Gluon, keys 16-byte aligned and, paged,
-    pages of whole 64-key tiles."""
-    if not (USE_SM90 and q.dtype == torch.float8_e4m3fn and target.cc == 90
-            and not target.interpreted and keys.data_ptr() % 16 == 0
+    """Whether `fp8mla.kernels.indexer_sm90` (FP8 wgmma on the keys as copied) serves: fp8 q
+    of SM90_MIN_HEADS heads or more, a GPU of compute capability 9.0, a Triton with Gluon, keys
+    16-byte aligned and, paged, pages of whole 64-key tiles."""
+    if not (USE_SM90 and q.dtype == torch.float8_e4m3fn and q.shape[1] >= SM90_MIN_HEADS
+            and target.cc == 90 and not target.interpreted and keys.data_ptr() % 16 == 0
             and (not paged or page_size >= BLOCK_S)):
         return False
     from fp8mla.kernels import indexer_sm90  # imports Gluon: only where it may serve
@@ -100,6 +108,7 @@ def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, t
         q8.stride(0), weights.stride(0), block_table.stride(0), out.stride(0), heads,
         out.shape[1], page_size.bit_length() - 1, page_rows, per_program * BLOCK_S,
         S_Q=rows_per_req, H=max(16, triton.next_power_of_2(heads)), PAGED=paged, NS=ki.NS,
+        KSPLIT=ki.KSPLIT,
         num_warps=ki.NUM_WARPS)
     return out
 

@@ -9,11 +9,18 @@ both to fp16 lanes (four K = 32 products a tile) and leaves q's shared-memory st
 compiler, which triton 3.8 and 3.9 place inside the tile loop (`BENCHMARKS.md`, session 42:
 3.9 at 64 index heads 91.5 → 138.1 µs); here q's staging is the kernel's own.
 
-The wgmma keeps its FP8 sums to ~14 bits (as DeepSeek-V3 reports for the H800); a chain is
-128 products long, so each score is within ~2^-13 of its largest partial sum, far inside the
-logits' float32 tolerance against the reference (1e-3). Scores land as [64 keys, heads], so
-the ReLU-weighted sum over heads stays within each quad of lanes; the keys' float32 scales are
-loaded a tile ahead in the same row layout.
+Precision: the wgmma keeps its FP8 sums to ~14 bits (DeepSeek-V3's report, of the H800);
+a chain is 128 products, the interval after which DeepSeek-V3's training and DeepGEMM's FP8
+GEMMs promote such sums to float32. Against the Triton kernel's exact fp16 products
+(H100, B=64 × 32K, `benchmarks/indexer_variants.py`): at most 2.7e-4 of a logit at 64 heads
+and 5.6e-4 at 32; at 7 heads (the GPU tests) 0.016 absolute on logits of ~2.7, past the tests' 1e-3 — the
+heads' ReLU-weighted sum averages the errors, so the launcher serves this kernel from
+`fp8mla.indexer.SM90_MIN_HEADS` heads. Chains split into fresh accumulators (``KSPLIT``) cut
+the error only ~3× at four (each k32 wgmma alone: the rounding is inside the instruction)
+and cost 64 heads 113 → 122 µs (3.6) and → 133 (3.9): one chain it is.
+
+Scores land as [64 keys, heads], so the ReLU-weighted sum over heads stays within each quad
+of lanes; the keys' float32 scales are loaded a tile ahead in the same row layout.
 
 Per program: one query row and ``span`` key positions, as `_indexer_logits_kernel` (tiles
 outside the row's window are written −inf without a copy). Keys:
@@ -33,6 +40,8 @@ from fp8mla.kernels.decode_sm90 import AVAILABLE
 BLOCK_S = 64  # keys per tile
 NUM_WARPS = 4  # one warpgroup: each wgmma's 64 rows
 NS = 4  # ring stages: three tiles in flight while one is scored
+KSPLIT = 1  # wgmma chains a tile, each into a fresh float32 accumulator, summed in registers:
+# 1 = one chain of 128 products; 4 = every k32 wgmma alone (the module docstring: precision)
 
 
 def descriptor(keys):
@@ -97,11 +106,29 @@ if AVAILABLE:
         _tma_load(keys_desc, [row0, 0], bar, k_s.index(stage), pred=pred)
 
     @gluon.jit
+    def _scores(k_tile, q_s, zero, KSPLIT: gl.constexpr):
+        """q · k of a tile's 64 keys, [64 keys, H] float32: KSPLIT wgmma chains, each over
+        128 / KSPLIT dims into a fresh accumulator, summed in float32 registers."""
+        KC: gl.constexpr = 128 // KSPLIT
+        s = zero
+        for c in gl.static_range(KSPLIT):
+            part = warpgroup_mma(k_tile.slice(c * KC, KC, dim=1),
+                                 q_s.slice(c * KC, KC, dim=1).permute((1, 0)), zero,
+                                 use_acc=False, is_async=True)
+            part = warpgroup_mma_wait(0, deps=[part])
+            if c == 0:
+                s = part
+            else:
+                s = s + part
+        return s
+
+    @gluon.jit
     def _indexer_sm90_kernel(
         q_ptr, w_ptr, keys_desc, k_f32_ptr, k_scale_ptr, block_table_ptr, lo_ptr, hi_ptr,
         out_ptr, stride_qr, stride_wr, stride_bt, stride_or, num_heads, max_len, page_shift,
         page_rows, span,
         S_Q: gl.constexpr, H: gl.constexpr, PAGED: gl.constexpr, NS: gl.constexpr,
+        KSPLIT: gl.constexpr,
     ):
         """q_ptr: uint8 [rows, num_heads · 128] (e4m3 bytes, row stride ``stride_qr``);
         w_ptr: float32 [rows, num_heads]; out_ptr: float32 [rows, max_len]. Grid: (rows,
@@ -169,9 +196,7 @@ if AVAILABLE:
                 scale_next = _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, s0 + BS, t_hi,
                                           page_shift, PAGED, KEYS)
                 mbarrier.wait(bars.index(stage), (i // NS) & 1)
-                s = warpgroup_mma(k_s.index(stage), q_s.permute((1, 0)), zero, use_acc=False,
-                                  is_async=True)
-                s = warpgroup_mma_wait(0, deps=[s])
+                s = _scores(k_s.index(stage), q_s, zero, KSPLIT)
                 logit = gl.sum(gl.maximum(s, 0.0) * w[None, :], axis=1) * k_scale
                 pos = s0 + offs
                 gl.store(out_row + pos, gl.where((pos >= lo) & (pos < t_hi), logit,
