@@ -22,7 +22,8 @@ def tiles_per_program(request, monkeypatch):
     the prefetching loop's lookups two tiles ahead meet real pages), programs starting past
     position 0, windows starting and ending inside their spans, with either tile loop
     (registers carrying the next tile, or the compiler's pipeline) at every head count — and on
-    an SM90 GPU, fp8 q over pages of ≥ 64 keys, the Gluon kernel's spans of three tiles."""
+    an SM90 GPU, fp8 q of 33+ heads over pages of ≥ 64 keys, the Gluon kernel's spans of three
+    tiles."""
     if request.param.startswith("span"):
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
         monkeypatch.setattr(indexer_mod, "MAX_TILES_PER_PROGRAM", 3)  # 12 from 64 heads
@@ -61,6 +62,32 @@ def test_indexer_ragged_windows(device, tiles_per_program):
     ref = reference.indexer_logits(q.float(), w, dequantize_index_keys(kb, ks), starts, ends)
     assert_close(out, ref, atol=1e-3, rtol=1e-3)
     assert torch.isinf(out[2]).all()
+
+
+def test_sm90_gluon_indexer_serves_fp8_q_from_33_heads():
+    """Which kernel an SM90 GPU's launch takes (host logic, no launch): the Gluon FP8-wgmma
+    kernel for fp8 q of `SM90_MIN_HEADS` heads or more over 16-byte aligned keys (paged: pages
+    of ≥ 64 keys); the exact Triton kernel for fewer heads, bf16 q, short pages, unaligned
+    keys, other GPUs and the interpreter."""
+    from fp8mla.kernels import decode_sm90
+    from fp8mla.runtime import Target
+
+    keys, h100 = torch.empty(4 * 64 * 132, dtype=torch.uint8), Target(90, 132)
+
+    def serves(heads=64, dtype=torch.float8_e4m3fn, target=h100, keys=keys, paged=True,
+               page_size=64):
+        q = torch.empty(3, heads, 128, dtype=dtype)
+        return indexer_mod._sm90_serves(target, q, keys, paged, page_size)
+
+    gluon = decode_sm90.AVAILABLE  # a Triton with Gluon
+    assert indexer_mod.SM90_MIN_HEADS == 33
+    assert serves() == serves(heads=33) == serves(paged=False, page_size=1) == gluon
+    assert not serves(heads=32)
+    assert not serves(dtype=torch.bfloat16)
+    assert not serves(page_size=16)
+    assert not serves(keys=keys[4:])
+    assert not serves(target=Target(100, 148))
+    assert not serves(target=Target(90, 4, interpreted=True))
 
 
 def test_indexer_bad_input(device):
