@@ -33,12 +33,14 @@ def sm90_launches(monkeypatch):
 @pytest.mark.parametrize("heads,s_q,page_size,lens", [
     (64, 1, 64, [0, 1, 63, 64, 65, 4097]), (64, 2, 128, [5000, 130, 2]),
     (48, 3, 256, [777, 256]), (64, 4, 64, [300]), (33, 1, 64, [2049, 1])])
-@pytest.mark.parametrize("tiles", [None, 3])
+@pytest.mark.parametrize("tiles", [None, 3, 17])
 def test_sm90_indexer_paged_matches_reference(sm90_launches, monkeypatch, heads, s_q,
                                               page_size, lens, tiles):
-    """Lengths 0, inside a tile, at and past tile and page ends; the launcher's spans and spans
-    of three tiles (programs starting mid-row); NaN in every byte no request owns. Heads from
-    `fp8mla.indexer.SM90_MIN_HEADS` (33: padded to 64), where the launcher serves it."""
+    """Lengths 0, inside a tile, at and past tile and page ends; the launcher's spans (one
+    tile a program at these sizes), spans of three tiles (programs starting mid-row) and of 17
+    (the ring's stages reused: its barriers' later phases); NaN in every byte no request owns.
+    Heads from `fp8mla.indexer.SM90_MIN_HEADS` (33: padded to 64), where the launcher serves
+    it."""
     if tiles:
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
         monkeypatch.setattr(indexer_mod, "SM90_TILES_PER_PROGRAM", tiles)
@@ -56,11 +58,12 @@ def test_sm90_indexer_paged_matches_reference(sm90_launches, monkeypatch, heads,
     assert torch.isneginf(out[:s_q]).all() == (lens[0] == 0)
 
 
-@pytest.mark.parametrize("heads,seq", [(64, 1000), (40, 64), (33, 129)])
-@pytest.mark.parametrize("tiles", [None, 3])
+@pytest.mark.parametrize("heads,seq", [(64, 1000), (40, 64), (33, 129), (48, 50)])
+@pytest.mark.parametrize("tiles", [None, 3, 17])
 def test_sm90_indexer_ragged_matches_reference(sm90_launches, monkeypatch, heads, seq, tiles):
     """Each row its own window, starting and ending inside tiles, empty, the whole sequence;
-    the last tile's copy past the keys' end (the TMA's zeros, scored −inf)."""
+    the last tile's copy past the keys' end (the TMA's zeros, scored −inf), 50 keys in all
+    (fewer than one 64-row copy)."""
     if tiles:
         monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
         monkeypatch.setattr(indexer_mod, "SM90_TILES_PER_PROGRAM", tiles)
@@ -80,6 +83,29 @@ def test_sm90_indexer_ragged_matches_reference(sm90_launches, monkeypatch, heads
     ref = reference.indexer_logits(q.float(), w, dequantize_index_keys(kb, ks), starts, ends)
     assert_close(out.cpu(), ref, atol=1e-3, rtol=1e-3)
     assert torch.isneginf(out[1]).all()
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_sm90_indexer_rings_of_two_and_three_stages(sm90_launches, monkeypatch, stages):
+    """Rings shorter than the default's (`indexer_sm90.NS`): 17-tile spans wrap them many
+    times, each stage refilled as soon as its tile is scored."""
+    from fp8mla.kernels import indexer_sm90
+
+    monkeypatch.setattr(indexer_sm90, "NS", stages)
+    monkeypatch.setattr(indexer_mod, "PROGRAMS_PER_SM", 0)
+    monkeypatch.setattr(indexer_mod, "SM90_TILES_PER_PROGRAM", 17)
+    lens = [3000, 1089, 64]
+    cache, table = index_cache(lens, 64, "cuda", seed=stages)
+    g = torch.Generator().manual_seed(stages)
+    q = (2 * torch.randn(len(lens), 2, 64, 128, generator=g)).to(torch.float8_e4m3fn)
+    w = torch.rand(len(lens) * 2, 64, generator=g)
+    max_len = table.shape[1] * 64
+    out = indexer_logits_paged(q.cuda(), w.cuda(), cache.layer(0), table,
+                               torch.tensor(lens, dtype=torch.int32, device="cuda"),
+                               max_len=max_len)
+    assert sm90_launches == [True]
+    ref = indexer_reference_paged(cache, table, lens, q.cuda(), w.cuda(), 2, max_len)
+    assert_close(out, ref, atol=1e-3, rtol=1e-3)
 
 
 def test_sm90_indexer_serves_only_where_it_can(sm90_launches):
