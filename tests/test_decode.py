@@ -617,6 +617,23 @@ def test_rejects_lengths_beyond_block_table(small):
         plan.run(q, cache.layer(0), table, too_long)
 
 
+def test_rejects_strided_lengths_or_block_table(small):
+    """The kernels read cache_seqlens and block-table rows with unit stride: a strided view
+    (every other element of a larger tensor) is refused, not misread."""
+    cache, table, seqlens, plan, q = small
+    spaced = torch.zeros(4, dtype=torch.int32, device=q.device)
+    spaced[::2] = seqlens
+    with pytest.raises(ValueError, match=r"cache_seqlens: expected a contiguous last dimension"):
+        plan.run(q, cache.layer(0), table, spaced[::2])
+    with pytest.raises(ValueError, match=r"cache_seqlens: expected a contiguous last dimension"):
+        dense_decode(q, cache.layer(0), table, spaced[::2], kv_format="fp8",
+                     fp8_scale=cache.scale(0))
+    wide = torch.zeros(table.shape[0], 2 * table.shape[1], dtype=torch.int32, device=q.device)
+    wide[:, ::2] = table
+    with pytest.raises(ValueError, match=r"block_table: expected a contiguous last dimension"):
+        plan.run(q, cache.layer(0), wide[:, ::2], seqlens)
+
+
 def test_fast_path_reads_no_further_than_the_block_table(device):
     """check=False trusts the lengths but never reads past a block-table row: a length beyond
     the row's pages attends to those pages only (here every entry is a real page, so reading

@@ -90,6 +90,42 @@ def test_sm90_gluon_indexer_serves_fp8_q_from_33_heads():
     assert not serves(target=Target(90, 4, interpreted=True))
 
 
+def test_strided_index_tensors_are_refused(device):
+    """The kernels read lengths, windows, key scales and block-table rows with unit stride: a
+    strided view (every other element of a larger tensor) is refused with an error naming it,
+    not misread."""
+    def spaced(t):  # the same values, every other element of a tensor twice as long
+        wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+        wide[..., ::2] = t
+        return wide[..., ::2]
+
+    def refused(name, call):
+        with pytest.raises(ValueError, match=rf"{name}: expected a contiguous last dimension"):
+            call()
+
+    cache, table = index_cache([70, 30], 16, device)
+    q = torch.randn(2, 1, 4, 128).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(2, 4, device=device)
+    lens = torch.tensor([70, 30], dtype=torch.int32, device=device)
+    refused("block_table", lambda: indexer_logits_paged(q, w, cache.layer(0), spaced(table),
+                                                        lens, max_len=80))
+    refused("context_lens", lambda: indexer_logits_paged(q, w, cache.layer(0), table,
+                                                         spaced(lens), max_len=80))
+    kb, ks = quantize_index_keys(torch.randn(40, 128))
+    kb, ks = kb.to(device), ks.to(device)
+    q = torch.randn(3, 4, 128).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(3, 4, device=device)
+    starts = torch.tensor([0, 5, 10], dtype=torch.int32, device=device)
+    ends = torch.tensor([40, 20, 10], dtype=torch.int32, device=device)
+    refused("key_scales", lambda: indexer_logits_ragged(q, w, kb, spaced(ks), starts, ends))
+    refused("starts", lambda: indexer_logits_ragged(q, w, kb, ks, spaced(starts), ends))
+    refused("ends", lambda: indexer_logits_ragged(q, w, kb, ks, starts, spaced(ends)))
+    logits = torch.randn(2, 300, device=device)
+    refused("lengths", lambda: topk_indices(logits, 16, lengths=spaced(lens)))
+    refused("block_table", lambda: topk_indices(logits, 16, lengths=lens,
+                                                block_table=spaced(table), page_size=16))
+
+
 def test_indexer_bad_input(device):
     cache, table = index_cache([20], 16, device)
     q = torch.randn(1, 1, 65, 128).to(torch.float8_e4m3fn).to(device)

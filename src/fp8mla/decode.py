@@ -411,7 +411,8 @@ def check_paged_inputs(block_table: torch.Tensor, cache_seqlens: torch.Tensor, b
         raise ValueError(f"block_table: expected {batch} rows (batch), got {block_table.shape[0]}")
     if block_table.stride(1) != 1:
         raise ValueError("block_table: expected a contiguous last dimension")
-    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(batch,), device=device)
+    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(batch,), device=device,
+                 contiguous_last=True)
     if not validate or batch == 0:
         return
     lens = cache_seqlens.cpu()
@@ -1129,7 +1130,8 @@ def dense_decode(
                                       softmax_scale=softmax_scale, fp8_scale=fp8_scale,
                                       check=check)
     b, s_q, h, _ = q.shape
-    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(b,), device=q.device)
+    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(b,), device=q.device,
+                 contiguous_last=True)
     plan = DecodePlan(batch=b, num_heads=h, s_q=s_q, kv_format=fmt, page_size=rows.shape[1],
                       cache_seqlens=cache_seqlens, softmax_scale=softmax_scale, device=q.device)
     return plan.run(q, rows, block_table, cache_seqlens, fp8_scale=fp8_scale, check=check)

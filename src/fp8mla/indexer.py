@@ -198,8 +198,10 @@ def indexer_logits_paged(
         raise ValueError(f"key_cache: expected contiguous uint8 [num_pages, page_size · "
                          f"{INDEX_ROW_BYTES}], got {list(key_cache.shape)}")
     check_page_size(page_size)
-    check_tensor("block_table", block_table, dtype=torch.int32, shape=(b, None), device=q.device)
-    check_tensor("context_lens", context_lens, dtype=torch.int32, shape=(b,), device=q.device)
+    check_tensor("block_table", block_table, dtype=torch.int32, shape=(b, None), device=q.device,
+                 contiguous_last=True)
+    check_tensor("context_lens", context_lens, dtype=torch.int32, shape=(b,), device=q.device,
+                 contiguous_last=True)
     check_int("max_len", max_len, lo=0)
     if check and b:
         lens = context_lens.cpu()
@@ -239,9 +241,12 @@ def indexer_logits_ragged(
     if not keys.is_contiguous():
         raise ValueError("keys: expected a contiguous [seq, 128] tensor")
     seq = keys.shape[0]
-    check_tensor("key_scales", key_scales, dtype=torch.float32, shape=(seq,), device=q.device)
-    check_tensor("starts", starts, dtype=torch.int32, shape=(t,), device=q.device)
-    check_tensor("ends", ends, dtype=torch.int32, shape=(t,), device=q.device)
+    check_tensor("key_scales", key_scales, dtype=torch.float32, shape=(seq,), device=q.device,
+                 contiguous_last=True)
+    check_tensor("starts", starts, dtype=torch.int32, shape=(t,), device=q.device,
+                 contiguous_last=True)
+    check_tensor("ends", ends, dtype=torch.int32, shape=(t,), device=q.device,
+                 contiguous_last=True)
     if check and t:
         if int(starts.min()) < 0 or int(ends.max()) > seq or bool((ends < starts).any()):
             raise ValueError(f"starts, ends: expected 0 <= start <= end <= {seq} per row")

@@ -124,7 +124,8 @@ class SparsePlan(DecodePlan):
             lengths = self._full_length
         else:
             lengths = check_tensor("topk_length", topk_length, dtype=torch.int32,
-                                   shape=(self.batch,), device=self.device)
+                                   shape=(self.batch,), device=self.device,
+                                   contiguous_last=True)
         if check:
             self._validate(indices, lengths, rows.shape[0])
         if fp8_scale is not None:

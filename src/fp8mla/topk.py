@@ -122,11 +122,12 @@ def topk_indices(
     if lengths is None:
         lengths = _full_lengths(rows, length, logits.device)
     else:
-        check_tensor("lengths", lengths, dtype=torch.int32, shape=(rows,), device=logits.device)
+        check_tensor("lengths", lengths, dtype=torch.int32, shape=(rows,), device=logits.device,
+                     contiguous_last=True)
     to_slots = block_table is not None
     if to_slots:
         check_tensor("block_table", block_table, dtype=torch.int32, ndim=2,
-                     device=logits.device)
+                     device=logits.device, contiguous_last=True)
         if page_size is None:
             raise ValueError("page_size: expected the block table's page size, got None")
         check_page_size(page_size)
