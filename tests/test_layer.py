@@ -197,6 +197,40 @@ def test_step_inputs_bad_input(device):
         layer.step_inputs(pos, table[:1], 4)
 
 
+def test_mtp_step_of_requests_at_different_lengths(device):
+    """An S = 2 decode step of two requests at different positions: the indexer's decode form
+    (paged keys, each request's length from `StepInputs`) gives each request its own window —
+    the same logits top-k as the prefill form over each request alone (before session 44 the
+    second request read the first's length: a strided view the kernel read with unit
+    stride)."""
+    cfg, attn = _hf(index_topk=4, seed=2)
+    layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()),
+                                 rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    ic = IndexKeyCache(8, 4, device=device)
+    table = build_block_table([[5, 1, 6], [0, 7, 2]], device=device)
+    x = torch.randn(2, 11, 128, device=device)
+    ends = (7, 11)  # request 0 holds 7 tokens after the step, request 1 holds 11
+    with torch.no_grad():
+        q_resid = _rms_norm(layer.q_a_proj(x), layer.q_a_layernorm, layer.eps)
+        alone = []
+        for r, n in enumerate(ends):  # the prefill form, one request at a time: all its tokens
+            pos = torch.arange(n, device=device)[None]
+            cos, sin = rope_cos_sin(pos, layer.cfg)
+            slots = table[r:r + 1].gather(1, pos // 4).long() * 4 + pos % 4
+            alone.append(layer._indexer(x[r:r + 1, :n], q_resid[r:r + 1, :n], cos, sin, ic, 0,
+                                        slots, table[r:r + 1], pos).cpu()[0, -2:])
+        pos = torch.tensor([[5, 6], [9, 10]], device=device)  # the last two tokens of each
+        step = layer.step_inputs(pos, table, 4)
+        assert step.lengths.tolist() == [7, 11] and step.lengths.stride() == (1,)
+        cos, sin = rope_cos_sin(pos, layer.cfg)
+        rows = torch.stack([x[0, 5:7], x[1, 9:11]])
+        q_rows = torch.stack([q_resid[0, 5:7], q_resid[1, 9:11]])
+        both = layer._indexer(rows, q_rows, cos, sin, ic, 0, step.slots, table, pos,
+                              step=step).cpu()
+    assert torch.equal(both[0], alone[0]) and torch.equal(both[1], alone[1])
+
+
 def test_forward_bad_input_names_the_argument(device):
     cfg, attn = _hf(index_topk=8)
     layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), dtype=torch.float32,

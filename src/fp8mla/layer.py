@@ -389,8 +389,11 @@ class DSAAttention(nn.Module):
         slots = (block_table.gather(1, (positions // page_size).long()).long() * page_size
                  + positions.long() % page_size)
         visible = (positions + 1).to(torch.int32)
+        # lengths: a [B] tensor of its own — the kernels read it with unit stride, and the last
+        # column of [B, S] has stride S (an S ≥ 2 step's requests past the first read their
+        # neighbours' lengths until session 44)
         return StepInputs(self.cfg, positions, block_table, page_size, cos, sin, slots,
-                          visible[:, -1], visible.reshape(-1))
+                          visible[:, -1].contiguous(), visible.reshape(-1))
 
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, kv_cache: PagedKVCache,
                 index_cache: IndexKeyCache | None, layer: int, block_table: torch.Tensor,
