@@ -634,6 +634,26 @@ def test_rejects_strided_lengths_or_block_table(small):
         plan.run(q, cache.layer(0), wide[:, ::2], seqlens)
 
 
+def test_rejects_strided_q_and_a_misaligned_pool_on_every_backend(small):
+    """The baselines launch the decode kernel without a plan's checks: q with a strided last
+    dimension is refused up front (it was read as contiguous), as is a pool whose start is not
+    4-byte aligned (its rows are read as 32-bit words) — each error naming the argument."""
+    cache, table, seqlens, _, q = small
+    wide = torch.zeros(*q.shape[:-1], 2 * q.shape[-1], dtype=q.dtype, device=q.device)
+    wide[..., ::2] = q
+    pool = cache.layer(0)
+    buf = torch.zeros(pool.numel() + 2, dtype=torch.uint8, device=q.device)
+    buf[2:].copy_(pool.reshape(-1))
+    shifted = buf[2:].view(pool.shape)
+    for backend in ("fp8mla", "full_cast", "gather_cast"):
+        call = functools.partial(dense_decode, block_table=table, cache_seqlens=seqlens,
+                                 kv_format="fp8", fp8_scale=cache.scale(0), backend=backend)
+        with pytest.raises(ValueError, match=r"q: expected a contiguous last dimension"):
+            call(wide[..., ::2], pool)
+        with pytest.raises(ValueError, match=r"kv_cache: expected a start 4-byte aligned"):
+            call(q, shifted)
+
+
 def test_fast_path_reads_no_further_than_the_block_table(device):
     """check=False trusts the lengths but never reads past a block-table row: a length beyond
     the row's pages attends to those pages only (here every entry is a real page, so reading

@@ -124,6 +124,11 @@ def test_strided_index_tensors_are_refused(device):
     refused("lengths", lambda: topk_indices(logits, 16, lengths=spaced(lens)))
     refused("block_table", lambda: topk_indices(logits, 16, lengths=lens,
                                                 block_table=spaced(table), page_size=16))
+    # fp8 q is read as 32-bit words: a start off a 4-byte boundary is refused, naming q
+    buf = torch.randn(1, 4 * 128 + 1).to(torch.float8_e4m3fn).to(device)
+    with pytest.raises(ValueError, match=r"q: expected fp8 rows on 4-byte boundaries"):
+        indexer_logits_ragged(buf[:, 1:].view(1, 4, 128), torch.rand(1, 4, device=device), kb,
+                              ks, starts[:1], ends[:1])
 
 
 def test_indexer_bad_input(device):
@@ -446,6 +451,13 @@ def test_dsa_decode_step_matches_reference_pipeline(device, fmt):
     w = torch.rand(2 * s_q, 32, generator=g).to(device)
     out, lse, slots = dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table,
                                       seqlens, kv_format=fmt, topk=topk)
+    spaced = torch.stack([seqlens, seqlens], 1)[:, 0]  # the same lengths, stride 2
+    with pytest.raises(ValueError, match=r"cache_seqlens: expected a contiguous last dimension"):
+        dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table, spaced,
+                        kv_format=fmt, topk=topk)
+    with pytest.raises(ValueError, match=r"q_index: expected shape \[2, 2, \*, \*\]"):
+        dsa_decode_step(q, q_index[:1], w, kv.layer(0), index_cache.layer(0), table, seqlens,
+                        kv_format=fmt, topk=topk)
     # reference pipeline: indexer → top-k (positions → slots) → sparse attention
     logits = indexer_reference_paged(index_cache, table, lens, q_index, w, s_q, table.shape[1] * ps)
     ref_pos = reference.topk_indices(logits.cpu(), topk)

@@ -431,7 +431,15 @@ def test_fused_row_quantization_matches_torch(device):
 
 
 def test_fused_row_helpers_reject_bad_input(device):
-    from fp8mla.layer import quantize_rows_e4m3, rope_rows
+    from fp8mla.layer import quantize_rows_e4m3, rms_norm, rope_rows
+
+    x = torch.randn(3, 128, device=device)  # rms_norm reads rows and weight with unit stride
+    with pytest.raises(ValueError, match=r"x: expected a contiguous last dimension"):
+        rms_norm(x.t().contiguous().t(), torch.ones(3, device=device), 1e-6)
+    with pytest.raises(ValueError, match=r"weight: expected a contiguous last dimension"):
+        rms_norm(x, torch.ones(256, device=device)[::2], 1e-6)
+    with pytest.raises(ValueError, match=r"weight: expected shape \[128\], got \[64\]"):
+        rms_norm(x, torch.ones(64, device=device), 1e-6)
 
     cos = sin = torch.zeros(2, 32, device=device)
     with pytest.raises(ValueError, match=r"x: expected \[\.\.\., n, 64\] or \[\.\.\., n, 128\], got"):

@@ -398,6 +398,9 @@ def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None =
     if rows.stride(2) != 1 or rows.stride(1) != fmt.row_bytes or rows.stride(0) != rows.shape[1] * fmt.row_bytes:
         raise ValueError("kv_cache: expected contiguous pages (one layer's pool, e.g. "
                          "PagedKVCache.layer(i))")
+    if rows.storage_offset() % 4:  # the kernels see rows as 32-bit words (scales, fp8 lanes)
+        raise ValueError(f"kv_cache: expected a start 4-byte aligned in its storage, got a byte "
+                         f"offset of {rows.storage_offset()}")
     return rows
 
 
@@ -1122,7 +1125,9 @@ def dense_decode(
     """
     from fp8mla import baselines
 
-    check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
+    check_tensor("q", q, dtype=torch.bfloat16, ndim=4, contiguous_last=True)
+    if q.shape[-1] != KV_DIM:  # (the plan checks it too; the baselines launch without it)
+        raise ValueError(f"q: expected [batch, s_q, heads, {KV_DIM}], got {list(q.shape)}")
     fmt = formats.kv_format(kv_format)
     rows = as_cache_rows(kv_cache, fmt)
     if backend != "fp8mla":

@@ -116,6 +116,9 @@ def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, t
 def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """q as the kernel reads it: fp8 → int32 words [..., 32]; 16-bit as is."""
     if q.dtype == torch.float8_e4m3fn:
+        if q.storage_offset() % 4 or any(st % 4 for st in q.stride()[:-1]):
+            raise ValueError(f"q: expected fp8 rows on 4-byte boundaries (read as 32-bit words), "
+                             f"got byte offset {q.storage_offset()} and strides {q.stride()}")
         return q.view(torch.int32), True
     return q, False
 

@@ -161,7 +161,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     dim contiguous) and weight [n] of one dtype; returns [..., n] in that dtype."""
     if x.dtype != weight.dtype:
         return _rms_norm(x, weight, eps)
+    check_tensor("x", x, contiguous_last=True)
     n = x.shape[-1]
+    check_tensor("weight", weight, shape=(n,), contiguous_last=True)
     rows = x.reshape(-1, n)
     out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     if rows.shape[0]:
