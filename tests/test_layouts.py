@@ -128,3 +128,24 @@ def test_the_property_catches_a_layout_misread():
 
     with pytest.raises(AssertionError, match="x given spaced: a different result"):
         _check_views(misreads, dict(x=torch.arange(12.0).view(3, 4)), ("x",))
+
+
+def test_dsa_decode_step_any_layout(device):
+    from fp8mla.cache import IndexKeyCache
+    from fp8mla.dsa import dsa_decode_step
+
+    kv, table, seqlens = paged_cache("fp8_ds_mla", [40, 21], 16, device=device, seed=13)
+    index_cache = IndexKeyCache(kv.num_pages, 16, device=device)
+    g = torch.Generator().manual_seed(14)
+    for b, n in enumerate([40, 21]):
+        pos = torch.arange(n, device=device)
+        index_cache.store(0, torch.randn(n, 128, generator=g).bfloat16().to(device),
+                          table[b, pos // 16].long() * 16 + pos % 16)
+    q = torch.randn(2, 2, 3, 576, generator=g).bfloat16().to(device)
+    q_index = torch.randn(2, 2, 4, 128, generator=g).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(4, 4, generator=g).to(device)
+    call = functools.partial(dsa_decode_step, kv_cache=kv.layer(0),
+                             index_cache=index_cache.layer(0), kv_format="fp8_ds_mla", topk=8)
+    _check_views(call, dict(q=q, q_index=q_index, index_weights=w, block_table=table,
+                            cache_seqlens=seqlens),
+                 ("q", "q_index", "index_weights", "block_table", "cache_seqlens"))
