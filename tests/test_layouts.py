@@ -149,3 +149,29 @@ def test_dsa_decode_step_any_layout(device):
     _check_views(call, dict(q=q, q_index=q_index, index_weights=w, block_table=table,
                             cache_seqlens=seqlens),
                  ("q", "q_index", "index_weights", "block_table", "cache_seqlens"))
+
+
+def test_engine_entry_points_any_layout(device):
+    """The FlashMLA- and DeepGEMM-shaped entry points engines call (`fp8mla.compat`)."""
+    from fp8mla.compat import deep_gemm, flash_mla
+
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [70, 5], 16, device=device, seed=15)
+    g = torch.Generator().manual_seed(16)
+
+    def dense(q, block_table, cache_seqlens):  # a fresh schedule a call: plans are per shape
+        meta, _ = flash_mla.get_mla_metadata()
+        return flash_mla.flash_mla_with_kvcache(q, cache.layer(0).unsqueeze(2), block_table,
+                                                cache_seqlens, 512, meta, causal=True,
+                                                is_fp8_kvcache=True)
+
+    q = torch.randn(2, 2, 3, 576, generator=g).bfloat16().to(device)
+    _check_views(dense, dict(q=q, block_table=table, cache_seqlens=seqlens),
+                 ("q", "block_table", "cache_seqlens"))
+    keys, ktable = index_cache([70, 30], 16, device, seed=17)
+    q8 = torch.randn(2, 1, 4, 128, generator=g).to(torch.float8_e4m3fn).to(device)
+    lens = torch.tensor([70, 30], dtype=torch.int32, device=device)
+    call = functools.partial(deep_gemm.fp8_paged_mqa_logits, kv_cache_fp8=keys.deep_gemm_view(0),
+                             schedule_meta=None, max_context_len=80)
+    _check_views(call, dict(q_fp8=q8, weights=torch.rand(2, 4, generator=g).to(device),
+                            context_lens=lens, block_table=ktable),
+                 ("q_fp8", "weights", "context_lens", "block_table"))

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
+
+
+@contextmanager
+def argument_names(names: dict[str, str]) -> Iterator[None]:
+    """Re-raise a TypeError / ValueError from inside whose message starts with an argument's
+    name (``name: ...``) under the caller's name for it (``names``: callee's → caller's), so a
+    wrapper's errors name what its own caller passed."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        head, sep, rest = str(e).partition(":")
+        if sep and head in names:
+            raise type(e)(f"{names[head]}{sep}{rest}") from None
+        raise
 
 
 def check_tensor(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from fp8mla._checks import check_tensor
+from fp8mla._checks import argument_names, check_tensor
 from fp8mla.formats import KVFormat
 from fp8mla.indexer import indexer_logits_paged
 from fp8mla.sparse import sparse_decode
@@ -21,12 +21,6 @@ __all__ = ["dsa_decode_step"]
 # the indexer's arguments as `dsa_decode_step` names them
 INDEXER_NAMES = {"q": "q_index", "weights": "index_weights", "key_cache": "index_cache",
                  "context_lens": "cache_seqlens"}
-
-
-def _renamed(message: str, names: dict[str, str]) -> str:
-    """An error message whose leading argument name (``name:``) is renamed per ``names``."""
-    head, sep, rest = message.partition(":")
-    return f"{names[head]}{sep}{rest}" if sep and head in names else message
 
 
 def dsa_decode_step(
@@ -59,11 +53,9 @@ def dsa_decode_step(
         raise ValueError(f"index_cache: expected pages of {page_size} keys (the latent cache's "
                          f"page size), got shape {list(index_cache.shape)}")
     max_len = block_table.shape[1] * page_size
-    try:
+    with argument_names(INDEXER_NAMES):
         logits = indexer_logits_paged(q_index, index_weights, index_cache, block_table,
                                       cache_seqlens, max_len=max_len, check=check)
-    except ValueError as e:  # the indexer's argument names, as this function's caller knows them
-        raise ValueError(_renamed(str(e), INDEXER_NAMES)) from None
     i = torch.arange(s_q, device=q.device, dtype=torch.int32)
     visible = (cache_seqlens[:, None] - s_q + 1 + i[None, :]).clamp_min(0).reshape(-1)
     slots = topk_indices(logits, topk, lengths=visible, block_table=block_table,

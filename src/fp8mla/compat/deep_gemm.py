@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from fp8mla._checks import argument_names
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 
 __all__ = ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "fp8_mqa_logits"]
@@ -32,8 +33,9 @@ def fp8_paged_mqa_logits(
     132] (per page: keys, then scales); weights: float32 [B · next_n, H]; context_lens: int32 [B];
     block_table: int32 [B, max_pages]. Query i of next_n sees s < context_lens[b] − next_n + 1 + i.
     Returns float32 [B · next_n, max_context_len]."""
-    return indexer_logits_paged(q_fp8, weights, kv_cache_fp8, block_table, context_lens,
-                                max_len=max_context_len, check=False)
+    with argument_names({"q": "q_fp8", "key_cache": "kv_cache_fp8"}):
+        return indexer_logits_paged(q_fp8, weights, kv_cache_fp8, block_table, context_lens,
+                                    max_len=max_context_len, check=False)
 
 
 def fp8_mqa_logits(
@@ -44,5 +46,7 @@ def fp8_mqa_logits(
     [seq_len_kv]); weights: float32 [seq_len, H]; cu_seqlen_ks / cu_seqlen_ke: int32 [seq_len],
     row t's window [ks[t], ke[t]). Returns float32 [seq_len, seq_len_kv]."""
     keys, scales = kv
-    return indexer_logits_ragged(q, weights, keys, scales, cu_seqlen_ks, cu_seqlen_ke,
-                                 check=False)
+    with argument_names({"keys": "kv[0]", "key_scales": "kv[1]", "starts": "cu_seqlen_ks",
+                         "ends": "cu_seqlen_ke"}):
+        return indexer_logits_ragged(q, weights, keys, scales, cu_seqlen_ks, cu_seqlen_ke,
+                                     check=False)

@@ -21,6 +21,7 @@ import dataclasses
 
 import torch
 
+from fp8mla._checks import argument_names
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, LATENT_DIM
 from fp8mla.sparse import SparsePlan
@@ -98,6 +99,9 @@ def _apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | 
     return (out.float() * torch.sigmoid(lse - attn_sink).unsqueeze(-1)).to(out.dtype)
 
 
+K_CACHE = {"kv_cache": "k_cache"}  # the plans' name for it, as FlashMLA's callers name it
+
+
 def flash_mla_with_kvcache(
     q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor | None,
     cache_seqlens: torch.Tensor | None, head_dim_v: int,
@@ -164,12 +168,14 @@ def flash_mla_with_kvcache(
             lengths = topk_length if s_q == 1 else topk_length.repeat_interleave(s_q)
         flat_out = out.view(b * s_q, h_q, LATENT_DIM)
         if s_q == 1:  # lse [b, h_q, 1] is the plan's [queries, h_q]
-            meta.plan.run(q[:, 0], k_cache, indices[:, 0], lengths,
-                          check=False, out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
+            with argument_names(K_CACHE):
+                meta.plan.run(q[:, 0], k_cache, indices[:, 0], lengths,
+                              check=False, out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
         else:  # queries b·s_q do not map onto [b, h_q, s_q] with strides: one transpose
-            _, plan_lse = meta.plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
-                                        indices.reshape(b * s_q, -1), lengths, check=False,
-                                        out=flat_out, empty_lse=inf)
+            with argument_names(K_CACHE):
+                _, plan_lse = meta.plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
+                                            indices.reshape(b * s_q, -1), lengths, check=False,
+                                            out=flat_out, empty_lse=inf)
             lse.copy_(plan_lse.view(b, s_q, h_q).transpose(1, 2))
     else:
         if topk_length is not None or attn_sink is not None:
@@ -181,8 +187,9 @@ def flash_mla_with_kvcache(
                                    page_size=k_cache.shape[1],
                                    max_seqlen=block_table.shape[1] * k_cache.shape[1],
                                    softmax_scale=scale, device=q.device, causal=causal or s_q == 1)
-        meta.plan.run(q, k_cache, block_table, cache_seqlens, check=False, out=out,
-                      lse=lse.transpose(1, 2), empty_lse=inf)
+        with argument_names(K_CACHE):
+            meta.plan.run(q, k_cache, block_table, cache_seqlens, check=False, out=out,
+                          lse=lse.transpose(1, 2), empty_lse=inf)
     meta.have_initialized, meta.config = True, cfg
     return _apply_sink(out, lse.transpose(1, 2), attn_sink, h_q), lse
 
@@ -213,6 +220,8 @@ def flash_mla_sparse_fwd(
     s_q, h_q = q.shape[0], q.shape[1]
     plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1], kv_format=fmt,
                       softmax_scale=sm_scale, device=q.device)
-    out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=False, empty_lse=float("inf"))
+    with argument_names({"kv_cache": "kv"}):
+        out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=False,
+                            empty_lse=float("inf"))
     # the plan is this call's own: its buffers are fresh tensors
     return _apply_sink(out, lse, attn_sink, h_q), plan.max_logits[:, 0], lse
