@@ -11,6 +11,7 @@ small configuration runs through the Triton interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -93,6 +94,22 @@ def decode_step(layers, kv, ic, table, hidden, context):
     return hidden
 
 
+@contextlib.contextmanager
+def _native_stderr_muted():
+    """The process's stderr (file descriptor 2) sent to /dev/null for the block: torch 2.13's
+    profiler writes a line from C++ at each start and stop ("USDT: ... profiler_start"), past
+    Python's sys.stderr, into the demo's report."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def profile_step(fn) -> dict[str, float]:
     """Per-category self time (µs, CPU + device) of one call of ``fn`` from torch.profiler.
     Categories come from fp8mla's record_function ranges; everything else (projections, norms,
@@ -103,10 +120,16 @@ def profile_step(fn) -> dict[str, float]:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
+    prof = profile(activities=activities)
+    with _native_stderr_muted():
+        prof.start()
+    try:
         fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+    finally:
+        with _native_stderr_muted():
+            prof.stop()
     totals = dict.fromkeys(CATEGORIES, 0.0)
     device_time = torch.cuda.is_available()
     for evt in prof.events():
