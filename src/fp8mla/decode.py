@@ -407,7 +407,8 @@ def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None =
 def check_paged_inputs(block_table: torch.Tensor, cache_seqlens: torch.Tensor, batch: int,
                        page_size: int, num_pages: int, device: torch.device, *,
                        validate: bool) -> None:
-    """Dtype/shape checks always; with ``validate`` (a host sync) also: lengths in
+    """block_table: int32 [batch, max_pages] (last dim contiguous); cache_seqlens: int32
+    [batch]. Dtype/shape checks always; with ``validate`` (a host sync) also: lengths in
     [0, max_pages · page_size], and every block-table entry a length uses inside the pool."""
     check_tensor("block_table", block_table, dtype=torch.int32, ndim=2, device=device)
     if block_table.shape[0] != batch:
@@ -460,7 +461,7 @@ class DecodePlan:
         batch, num_heads, s_q: problem shape (q is [batch, s_q, num_heads, 576]); s_q 1–4.
         kv_format: ``bf16`` / ``fp8`` / ``fp8_ds_mla`` (or a `KVFormat`).
         page_size: power of two, 1–256.
-        cache_seqlens: int [batch] lengths the schedule is sized for (read once, on the host),
+        cache_seqlens: int32 [batch] lengths the schedule is sized for (read once, on the host),
             or ``max_seqlen``: an int bound instead.
         softmax_scale: defaults to 576^-0.5; pass `MLAConfig.softmax_scale` for a model.
         num_splits / config: overrides of the scheduler and tile configuration (benchmarks).

@@ -37,7 +37,8 @@ def dsa_decode_step(
     per-token scale folded in); kv_cache: latent pool of one layer, uint8
     [num_pages, page_size, row_bytes]; index_cache: `IndexKeyCache.layer(i)`, uint8
     [num_pages, page_size · 132]; block_table: int32 [batch, max_pages]; cache_seqlens: int32
-    [batch] (the new tokens included). Query i sees tokens s < cache_seqlens − s_q + 1 + i.
+    [batch] (the new tokens included); fp8_scale: float32 [1], the ``fp8`` format's
+    per-tensor scale (others ignore it). Query i sees tokens s < cache_seqlens − s_q + 1 + i.
     Returns (out bfloat16 [batch, s_q, heads, 512], lse float32 [batch, s_q, heads], the chosen
     slots int32 [batch, s_q, topk], −1 padded).
     """

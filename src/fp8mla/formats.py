@@ -87,7 +87,8 @@ def kv_format(name: str | KVFormat, scale_policy: str | None = None) -> KVFormat
 
 
 def compute_scale(amax: torch.Tensor, policy: str) -> torch.Tensor:
-    """float32 dequantization scale for a block whose absolute maximum is ``amax``."""
+    """float32 dequantization scales, the shape of ``amax`` (any float dtype, any shape: each
+    element a block's absolute maximum), under ``policy`` ("pow2" or "fp32")."""
     amax = amax.float().clamp_min(AMAX_FLOOR)
     # a tensor divisor: PyTorch's CUDA kernels multiply by the reciprocal of a scalar one,
     # which can differ from the IEEE quotient (what the store kernels compute) by an ulp
@@ -125,8 +126,8 @@ def quantize_kv(
     """Reference encoder: rows of ``fmt`` bytes.
 
     latent: [tokens, 512], rope: [tokens, 64], any float dtype (rounded to bf16 first, as a
-    server's cache writes receive bf16). scale: the per-tensor scale of ``fp8`` (ignored
-    otherwise). Returns uint8 [tokens, fmt.row_bytes].
+    server's cache writes receive bf16). scale: the per-tensor scale of ``fp8``, a float or a
+    float32 [1] tensor (ignored otherwise). Returns uint8 [tokens, fmt.row_bytes].
     """
     fmt = kv_format(fmt)
     _check_rows(latent, rope)
@@ -152,7 +153,8 @@ def quantize_kv(
 def dequantize_kv(
     rows: torch.Tensor, fmt: str | KVFormat, scale: float | torch.Tensor = 1.0
 ) -> torch.Tensor:
-    """Reference decoder. rows: uint8 [..., fmt.row_bytes] → float32 [..., 576]."""
+    """Reference decoder. rows: uint8 [..., fmt.row_bytes] → float32 [..., 576]; scale: the
+    per-tensor scale of ``fp8``, a float or a float32 [1] tensor (ignored otherwise)."""
     fmt = kv_format(fmt)
     if rows.dtype != torch.uint8 or rows.shape[-1] != fmt.row_bytes:
         raise ValueError(

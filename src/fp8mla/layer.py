@@ -103,7 +103,8 @@ def _hadamard(n: int, device) -> torch.Tensor:
 
 
 def rope_cos_sin(positions: torch.Tensor, cfg: MLAConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [..., 32] for the 64 RoPE dims (one angle per dim pair), YaRN included."""
+    """cos, sin, float32 [..., 32], for the 64 RoPE dims (one angle per dim pair) of tokens at
+    ``positions`` (int32 / int64 [...]), YaRN included."""
     inv, attention = _inv_freq(cfg, positions.device)
     ang = positions.float()[..., None] * inv
     if attention == 1.0:
@@ -112,7 +113,8 @@ def rope_cos_sin(positions: torch.Tensor, cfg: MLAConfig) -> tuple[torch.Tensor,
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
-    """Rotate the last dim (64) of x [..., n, 64] by angles [..., 32] (broadcast over n).
+    """Rotate the last dim (64) of x (any float dtype) [..., n, 64] by angles cos / sin
+    (float32 [..., 32], broadcast over n); returns [..., n, 64] in the promoted dtype.
     interleave: pairs (2i, 2i+1), output [rotated evens | rotated odds] (transformers' layout);
     otherwise pairs (i, i+32) (rotate-half)."""
     c, s = cos[..., None, :], sin[..., None, :]
@@ -125,10 +127,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
 
 def rope_rows(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool,
               out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """`apply_rope` fused into one kernel, which also copies the rest of the row: x [..., n, D]
-    (D = 64, or 128 with the rope dims first — the indexer's q and k; last dim contiguous),
-    cos / sin [..., 32] per token. Returns out_dtype (float32 or bfloat16, computed in
-    float32 and rounded to nearest even) [..., n, D]."""
+    """`apply_rope` fused into one kernel, which also copies the rest of the row: x bf16 / fp16
+    / float32 [..., n, D] (D = 64, or 128 with the rope dims first — the indexer's q and k;
+    last dim contiguous), cos / sin float32 [..., 32] per token. Returns out_dtype (float32
+    or bfloat16, computed in float32 and rounded to nearest even) [..., n, D]."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"out_dtype: expected torch.float32 or torch.bfloat16, got {out_dtype}")
     check_tensor("x", x, contiguous_last=True)
@@ -216,7 +218,9 @@ class StepInputs:
     computed once per step (`DSAAttention.step_inputs`) instead of in each layer (~15 small
     kernels per layer at B=1). All layers of one model share it: same config, same page size.
 
-    cos / sin: float32 [B, S, 32] RoPE; slots: int64 [B, S] cache slots of the new tokens;
+    positions: int32 / int64 [B, S] and block_table: int32 [B, max_pages], as given to
+    `step_inputs`; cos / sin: float32 [B, S, 32] RoPE; slots: int64 [B, S] cache slots of the
+    new tokens;
     lengths: int32 [B] request lengths after the step; visible: int32 [B·S] tokens each new
     token sees (position + 1).
     """
@@ -403,11 +407,12 @@ class DSAAttention(nn.Module):
                 step: StepInputs | None = None) -> torch.Tensor:
         """Attend S new tokens per request (prefill when the context is empty, decode after).
 
-        hidden: [B, S, hidden_size]; positions: int [B, S], absolute and consecutive per
-        request (the request's length after this call is positions[:, -1] + 1); kv_cache /
-        index_cache: the model's caches (``layer`` selects this layer's pools); block_table:
-        int32 [B, max_pages] covering the new tokens. topk_override: int [B, S, k] token
-        positions to attend instead of the indexer's choice (tests compare given the same set).
+        hidden: bf16 / fp16 / float32 [B, S, hidden_size]; positions: int32 / int64 [B, S],
+        absolute and consecutive per request (the request's length after this call is
+        positions[:, -1] + 1); kv_cache / index_cache: the model's caches (``layer`` selects
+        this layer's pools); block_table: int32 [B, max_pages] covering the new tokens.
+        topk_override: int32 / int64 [B, S, k] token positions to attend instead of the
+        indexer's choice (tests compare given the same set).
         check: validate cache slots on the host (off for CUDA-graph capture: a decode step of
         S <= 4 tokens then runs without host synchronisation).
         step: `step_inputs(positions, block_table, kv_cache.page_size)`, shared by the layers

@@ -66,8 +66,10 @@ def _first_bad(t: torch.Tensor) -> list[int] | None:
 
 def check_attention_inputs(op: str, q: torch.Tensor, rows: torch.Tensor, fmt: KVFormat,
                            slots: list[torch.Tensor], fp8_scale: torch.Tensor | None) -> None:
-    """q: [requests, ..., 576]; rows: uint8 [num_slots, row_bytes]; slots[r]: the slots request
-    (or query) r reads, in its own order. Raises NumericsError at the first bad value."""
+    """q: any float dtype (bf16 from the kernels' callers) [requests, ..., 576]; rows: uint8
+    [num_slots, row_bytes]; slots[r]: int32 / int64 [n_r], the slots request (or query) r
+    reads, in its own order; fp8_scale: float32 [1] (the ``fp8`` format's) or None. Raises
+    NumericsError at the first bad value."""
     where = _where(op)
     bad = _first_bad(q.float())
     if bad is not None:
@@ -97,7 +99,8 @@ def check_attention_inputs(op: str, q: torch.Tensor, rows: torch.Tensor, fmt: KV
 
 
 def check_attention_outputs(op: str, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """out: [requests, ..., 512]; lse: [requests, ...] (−inf allowed: nothing attended)."""
+    """out: bf16 (any float dtype) [requests, ..., 512]; lse: float32 [requests, ...] (−inf
+    allowed: nothing attended)."""
     where = _where(op)
     bad = _first_bad(out.float())
     if bad is not None:

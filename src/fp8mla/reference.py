@@ -31,8 +31,8 @@ def dense_mla_decode(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Absorbed MLA decode over a paged cache.
 
-    q: [batch, s_q, heads, 576]; kv: float32 [num_pages, page_size, 576]; block_table: int
-    [batch, max_pages]; cache_seqlens: int [batch]. Query i of s_q sees tokens
+    q: any float dtype (computed in float32) [batch, s_q, heads, 576]; kv: float32 [num_pages,
+    page_size, 576]; block_table: int [batch, max_pages]; cache_seqlens: int [batch]. Query i of s_q sees tokens
     s < cache_seqlens[b] − s_q + 1 + i. Returns out float32 [batch, s_q, heads, 512] and lse
     float32 [batch, s_q, heads].
     """
@@ -56,7 +56,8 @@ def sparse_mla(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MLA over listed slots.
 
-    q: [tokens, heads, 576]; kv: float32 [num_slots, 576] (a paged cache flattened by slot);
+    q: any float dtype (computed in float32) [tokens, heads, 576]; kv: float32 [num_slots,
+    576] (a paged cache flattened by slot);
     indices: int [tokens, topk], −1 = skip, duplicates attended as listed; topk_length: int
     [tokens] (only the first topk_length[t] entries count), optional. Returns out float32
     [tokens, heads, 512], lse float32 [tokens, heads].
@@ -79,9 +80,10 @@ def indexer_logits(
 ) -> torch.Tensor:
     """Lightning-indexer logits: Σ_j w[t,j] · ReLU(q[t,j] · k[s]) for start[t] <= s < end[t].
 
-    q: [tokens, index_heads, dim] (dequantized, its per-token scale folded into weights);
-    weights: [tokens, index_heads]; keys: float32 [seq, dim] (dequantized: key scale applied);
-    starts, ends: int [tokens]. Returns float32 [tokens, seq], −inf outside each row's window.
+    q: any float dtype [tokens, index_heads, dim] (dequantized, its per-token scale folded
+    into weights); weights: any float dtype [tokens, index_heads]; keys: float32 [seq, dim]
+    (dequantized: key scale applied); starts, ends: int [tokens]. Returns float32
+    [tokens, seq], −inf outside each row's window.
     """
     t_sz, seq = q.shape[0], keys.shape[0]
     logits = torch.full((t_sz, seq), float("-inf"), dtype=torch.float32, device=q.device)

@@ -179,8 +179,10 @@ def sparse_prefill(
     check: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA prefill. q: [tokens, heads, 576] bfloat16; indices: int32 [tokens, topk]
-    (slots, −1 = skip); topk_length: int32 [tokens], optional. Returns (out bfloat16
-    [tokens, heads, 512], lse float32 [tokens, heads])."""
+    (slots, −1 = skip); topk_length: int32 [tokens], optional; kv_cache: the pool, uint8
+    [num_pages, page_size, row_bytes] or [num_slots, row_bytes] (bf16 caches also as bf16
+    [..., 576]); fp8_scale: float32 [1], the ``fp8`` format's per-tensor scale (other formats
+    ignore it). Returns (out bfloat16 [tokens, heads, 512], lse float32 [tokens, heads])."""
     check_tensor("q", q, dtype=torch.bfloat16, ndim=3)
     check_tensor("indices", indices, dtype=torch.int32, ndim=2)
     fmt = formats.kv_format(kv_format)
@@ -197,8 +199,8 @@ def sparse_decode(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA decode. q: [batch, s_q, heads, 576] bfloat16; indices: int32
     [batch, s_q, topk] (slots, −1 = skip); topk_length: int32 [batch], optional (applies to
-    every query of the request). Returns (out bfloat16 [batch, s_q, heads, 512], lse float32
-    [batch, s_q, heads])."""
+    every query of the request); kv_cache, fp8_scale: as `sparse_prefill`'s. Returns (out
+    bfloat16 [batch, s_q, heads, 512], lse float32 [batch, s_q, heads])."""
     check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
     b, s_q, h, _ = q.shape
     check_tensor("indices", indices, dtype=torch.int32, shape=(b, s_q, None))

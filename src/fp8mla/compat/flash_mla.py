@@ -11,7 +11,8 @@ Intended differences (where FlashMLA refuses, fp8mla serves):
   1), BF16 sparse decode with ``is_fp8_kvcache=False``;
 - a schedule object is reusable while the shapes stay the same — ``cache_seqlens`` values may
   change between calls (FlashMLA asks that they stay the same);
-- ``extra_k_cache`` / ``extra_indices_in_kvcache`` / ``indexer_topk`` are not supported (error).
+- ``extra_k_cache`` / ``extra_indices_in_kvcache`` / ``extra_topk_length`` / ``indexer_topk``
+  are not supported (an error unless None / 0).
 Lonely queries (nothing to attend) return out 0 and lse +inf, as FlashMLA does.
 """
 
@@ -118,8 +119,8 @@ def flash_mla_with_kvcache(
     1-byte rows [.., 1, 656] (fp8_ds_mla) / [.., 1, 576] (per-tensor e4m3, scale 1) with
     is_fp8_kvcache; block_table: int32 [b, max_blocks] and cache_seqlens: int32 [b] (dense);
     indices: int32 [b, s_q, topk] slots, −1 invalid (sparse); topk_length: int32 [b];
-    attn_sink: float32 [h_q]. Returns (out bfloat16 [b, s_q, h_q, 512], lse float32
-    [b, h_q, s_q]).
+    attn_sink: float32 [h_q]; extra_k_cache / extra_indices_in_kvcache / extra_topk_length:
+    not supported (None). Returns (out bfloat16 [b, s_q, h_q, 512], lse float32 [b, h_q, s_q]).
     """
     meta = tile_scheduler_metadata
     if not isinstance(meta, FlashMLASchedMeta):
