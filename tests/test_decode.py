@@ -652,6 +652,14 @@ def test_rejects_strided_q_and_a_misaligned_pool_on_every_backend(small):
             call(wide[..., ::2], pool)
         with pytest.raises(ValueError, match=r"kv_cache: expected a start 4-byte aligned"):
             call(q, shifted)
+    # bf16 rows are read as 16-bit values: a pool 2 bytes into a buffer serves as it is
+    cache16, table16, seqlens16 = paged_cache("bf16", [20, 9], 16, device=q.device)
+    pool16 = cache16.layer(0)
+    buf = torch.zeros(pool16.numel() + 2, dtype=torch.uint8, device=q.device)
+    buf[2:].copy_(pool16.reshape(-1))
+    out = dense_decode(q, buf[2:].view(pool16.shape), table16, seqlens16, kv_format="bf16")
+    want = dense_decode(q, pool16, table16, seqlens16, kv_format="bf16")
+    assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
 
 
 def test_fast_path_reads_no_further_than_the_block_table(device):

@@ -50,7 +50,8 @@ def _same(a, b):
 
 
 def _check_views(call, args, names):
-    """call(**args) against call(**args with args[name] re-laid-out) for each name and view."""
+    """call(**args) against call(**args with args[name] re-laid-out) for each name and view;
+    an offset view (contiguous, aligned) must be accepted."""
     want = call(**args)
     for name in names:
         for label, view in VIEWS.items():
@@ -60,6 +61,7 @@ def _check_views(call, args, names):
             try:
                 got = call(**{**args, name: view(t)})
             except ValueError as e:
+                assert label != "offset", f"{name} {label}: refused: {e}"
                 assert str(e).startswith(f"{name}:"), f"{name} {label}: {e}"
                 continue
             assert _same(got, want), f"{name} given {label}: a different result, no error"
@@ -91,6 +93,19 @@ def test_sparse_decode_any_layout(device):
                  ("q", "indices", "topk_length"))
 
 
+def test_sparse_prefill_any_layout(device):
+    from fp8mla.sparse import sparse_prefill
+
+    g = torch.Generator().manual_seed(18)
+    cache, live = sparse_pool("fp8", None, 8, 16, device, g)
+    idx = sparse_lists(live, 3, 24, g).to(device)
+    q = torch.randn(3, 2, 576, generator=g).bfloat16().to(device)
+    lengths = torch.tensor([24, 9, 0], dtype=torch.int32, device=device)
+    call = functools.partial(sparse_prefill, kv_format="fp8", fp8_scale=cache.scale(0))
+    _check_views(call, dict(q=q, kv_cache=cache.layer(0), indices=idx, topk_length=lengths),
+                 ("q", "kv_cache", "indices", "topk_length"))
+
+
 def test_indexer_any_layout(device):
     cache, table = index_cache([70, 30], 16, device, seed=10)
     g = torch.Generator().manual_seed(11)
@@ -119,6 +134,30 @@ def test_topk_any_layout(device):
     call = functools.partial(topk_indices, k=16, page_size=16, rows_per_request=2)
     _check_views(call, dict(logits=logits, lengths=lengths, block_table=table),
                  ("logits", "lengths", "block_table"))
+
+
+def test_wrapper_errors_keep_their_type_and_traceback():
+    """`argument_names` renames in place: a subclass stays itself, the raising frame stays in
+    the traceback, and a name inside a head ("index heads (q.shape[-2])") is renamed too."""
+    import traceback
+
+    from fp8mla._checks import argument_names
+
+    class Refused(ValueError):
+        def __init__(self, message, code):
+            super().__init__(message)
+            self.code = code
+
+    def inner():
+        raise Refused("q: bad", 7)
+
+    with pytest.raises(Refused) as info, argument_names({"q": "q_index"}):
+        inner()
+    assert str(info.value) == "q_index: bad" and info.value.code == 7
+    assert "inner" in "".join(traceback.format_tb(info.value.__traceback__))
+    with pytest.raises(ValueError, match=r"^index heads \(q_fp8\.shape\[-2\]\): expected"):
+        with argument_names({"q": "q_fp8"}):
+            raise ValueError("index heads (q.shape[-2]): expected an int in [1, 64], got 65")
 
 
 def test_the_property_catches_a_layout_misread():

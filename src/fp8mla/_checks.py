@@ -15,10 +15,15 @@ def argument_names(names: dict[str, str]) -> Iterator[None]:
     wrapper's errors name what its own caller passed."""
     try:
         yield
-    except (TypeError, ValueError) as e:
-        head, sep, rest = str(e).partition(":")
-        if sep and head in names:
-            raise type(e)(f"{names[head]}{sep}{rest}") from None
+    except (TypeError, ValueError) as e:  # renamed in place: type, traceback and chain kept
+        if len(e.args) == 1 and isinstance(e.args[0], str):
+            head, sep, rest = e.args[0].partition(":")
+            if sep and head in names:  # "q: ..."
+                e.args = (f"{names[head]}{sep}{rest}",)
+            elif sep:  # "index heads (q.shape[-2]): ..."
+                for old, new in names.items():
+                    head = head.replace(f"({old}.", f"({new}.")
+                e.args = (f"{head}{sep}{rest}",)
         raise
 
 

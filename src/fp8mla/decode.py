@@ -398,9 +398,10 @@ def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None =
     if rows.stride(2) != 1 or rows.stride(1) != fmt.row_bytes or rows.stride(0) != rows.shape[1] * fmt.row_bytes:
         raise ValueError("kv_cache: expected contiguous pages (one layer's pool, e.g. "
                          "PagedKVCache.layer(i))")
-    if rows.storage_offset() % 4:  # the kernels see rows as 32-bit words (scales, fp8 lanes)
-        raise ValueError(f"kv_cache: expected a start 4-byte aligned in its storage, got a byte "
-                         f"offset of {rows.storage_offset()}")
+    align = 2 if fmt.name == "bf16" else 4  # fp8 rows are read as 32-bit words (lanes, scales)
+    if rows.data_ptr() % align:
+        raise ValueError(f"kv_cache: expected a start {align}-byte aligned for {fmt.name} rows, "
+                         f"got an address {rows.data_ptr() % align} bytes past that")
     return rows
 
 

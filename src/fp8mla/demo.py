@@ -98,9 +98,15 @@ def decode_step(layers, kv, ic, table, hidden, context):
 def _native_stderr_muted():
     """The process's stderr (file descriptor 2) sent to /dev/null for the block: torch 2.13's
     profiler writes a line from C++ at each start and stop ("USDT: ... profiler_start"), past
-    Python's sys.stderr, into the demo's report."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    Python's sys.stderr, into the demo's report. Where fd 2 cannot be duplicated (closed, or
+    no such descriptor) the block runs unmuted."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
@@ -122,14 +128,14 @@ def profile_step(fn) -> dict[str, float]:
         activities.append(ProfilerActivity.CUDA)
     prof = profile(activities=activities)
     with _native_stderr_muted():
-        prof.start()
+        prof.__enter__()
     try:
         fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     finally:
         with _native_stderr_muted():
-            prof.stop()
+            prof.__exit__(None, None, None)
     totals = dict.fromkeys(CATEGORIES, 0.0)
     device_time = torch.cuda.is_available()
     for evt in prof.events():

@@ -115,10 +115,7 @@ def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, t
 
 def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """q as the kernel reads it: fp8 → int32 words [..., 32]; 16-bit as is."""
-    if q.dtype == torch.float8_e4m3fn:
-        if q.storage_offset() % 4 or any(st % 4 for st in q.stride()[:-1]):
-            raise ValueError(f"q: expected fp8 rows on 4-byte boundaries (read as 32-bit words), "
-                             f"got byte offset {q.storage_offset()} and strides {q.stride()}")
+    if q.dtype == torch.float8_e4m3fn:  # (`_check_q_w`: on 4-byte boundaries)
         return q.view(torch.int32), True
     return q, False
 
@@ -172,6 +169,10 @@ def _check_q_w(q: torch.Tensor, weights: torch.Tensor, rows: int) -> None:
         raise ValueError(f"q: expected index_head_dim {INDEX_HEAD_DIM}, got {q.shape[-1]}")
     if q.stride(-1) != 1 or q.stride(-2) != INDEX_HEAD_DIM:
         raise ValueError("q: expected contiguous [heads, 128] per token")
+    if q.dtype == torch.float8_e4m3fn and (q.data_ptr() % 4 or any(s % 4 for s in q.stride()[:-1])):
+        raise ValueError(f"q: expected fp8 rows on 4-byte boundaries (both kernels read them as "
+                         f"32-bit words), got address % 4 = {q.data_ptr() % 4} and strides "
+                         f"{q.stride()}")
     check_tensor("weights", weights, dtype=torch.float32, shape=(rows, heads), device=q.device)
     if weights.stride(1) != 1:
         raise ValueError("weights: expected a contiguous last dimension")
