@@ -246,6 +246,16 @@ def test_forward_bad_input_names_the_argument(device):
         layer(x, torch.arange(3, device=device)[None], kv, ic, 0, table)
     with pytest.raises(TypeError, match=r"block_table: expected dtype int32, got int64"):
         layer(x, pos, kv, ic, 0, table.long())
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 8\) .*got 8"):
+        layer(x, pos + 7, kv, ic, 0, table)  # past the table's two pages of 4
+    with torch.no_grad():  # a 4-token prefill, then a decode step (its token on page 1)
+        layer(torch.randn(1, 4, 128, device=device), torch.arange(4, device=device)[None], kv,
+              ic, 0, table)
+    bad = table.clone()  # whose old context's page is outside the pool: refused, never read
+    bad[0, 0] = 10**7
+    with pytest.raises(ValueError, match=r"block_table: a page within context_lens"), \
+            torch.no_grad():
+        layer(x[:, :1], torch.tensor([[4]], device=device), kv, ic, 0, bad)
 
 
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.0,

@@ -431,6 +431,12 @@ class DSAAttention(nn.Module):
             raise TypeError(f"kv_cache: expected a PagedKVCache, got {type(kv_cache).__name__}")
         h, nope = cfg.num_heads, cfg.qk_nope_head_dim
         ps = kv_cache.page_size
+        if check and positions.numel():  # (a host sync, as the slot checks below)
+            cover = block_table.shape[1] * ps
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0 or hi >= cover:
+                raise ValueError(f"positions: expected values in [0, {cover}) (the block "
+                                 f"table's pages × page_size {ps}), got {lo if lo < 0 else hi}")
         if step is None:
             step = self.step_inputs(positions, block_table, ps)
         elif (step.positions is not positions or step.block_table is not block_table
@@ -570,7 +576,8 @@ class DSAAttention(nn.Module):
                 step = self.step_inputs(positions, block_table, index_cache.page_size)
             return self._indexer_paged(q, w_index, w_mult, index_cache, layer, block_table,
                                        positions, step,
-                                       slots_too=kv_page_size == index_cache.page_size)
+                                       slots_too=kv_page_size == index_cache.page_size,
+                                       check=check)
         w = w_index.float() * w_mult
         keys, key_scales = index_cache.read(layer)
         out = torch.full((b, s, cfg.index_topk), -1, dtype=torch.int64, device=hidden.device)
@@ -601,8 +608,9 @@ class DSAAttention(nn.Module):
         return out
 
     def _indexer_paged(self, q, w_index, w_mult, index_cache, layer, block_table, positions,
-                       step, slots_too):
-        """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe).
+                       step, slots_too, check=False):
+        """Decode form (s_q <= 4): paged keys, no host synchronisation (CUDA-graph safe) unless
+        ``check`` (the indexer validates the block table's pages within the lengths).
         slots_too: return slots (int32) instead of positions (int64)."""
         cfg = self.cfg
         b, s = positions.shape
@@ -614,7 +622,7 @@ class DSAAttention(nn.Module):
             w = w_index.view(q_scale.shape) * (q_scale * w_mult)
             logits = indexer_logits_paged(q8, w.view(b * s, -1),
                                           index_cache.layer(layer), block_table, lengths,
-                                          max_len=max_len, check=False)
+                                          max_len=max_len, check=check)
         with torch.profiler.record_function("fp8mla::topk"):
             top = topk_indices(logits, cfg.index_topk, lengths=visible,
                                block_table=block_table if slots_too else None,
