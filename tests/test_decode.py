@@ -617,6 +617,23 @@ def test_rejects_lengths_beyond_block_table(small):
         plan.run(q, cache.layer(0), table, too_long)
 
 
+@pytest.mark.parametrize("value", [0.0, -0.03, float("nan"), float("inf")])
+def test_rejects_a_bad_fp8_scale_on_every_path(small, value):
+    """A zero, negative or non-finite fp8 scale is refused where the plan validates (before,
+    it decoded garbage silently); so are the baselines' scales of the wrong dtype."""
+    cache, table, seqlens, plan, q = small
+    bad = torch.tensor([value], device=q.device)
+    with pytest.raises(ValueError, match=r"fp8_scale: expected a finite value > 0, got"):
+        plan.run(q, cache.layer(0), table, seqlens, fp8_scale=bad)
+    for backend in ("fp8mla", "full_cast", "gather_cast"):
+        with pytest.raises(ValueError, match=r"fp8_scale: expected a finite value > 0, got"):
+            dense_decode(q, cache.layer(0), table, seqlens, kv_format="fp8", fp8_scale=bad,
+                         backend=backend)
+    with pytest.raises(TypeError, match=r"fp8_scale: expected dtype float32, got float64"):
+        dense_decode(q, cache.layer(0), table, seqlens, kv_format="fp8", backend="full_cast",
+                     fp8_scale=torch.tensor([0.03], dtype=torch.float64, device=q.device))
+
+
 def test_rejects_strided_lengths_or_block_table(small):
     """The kernels read cache_seqlens and block-table rows with unit stride: a strided view
     (every other element of a larger tensor) is refused, not misread."""

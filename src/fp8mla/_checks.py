@@ -63,6 +63,20 @@ def check_tensor(
     return t
 
 
+def check_fp8_scale(fp8_scale: torch.Tensor | None, device: torch.device,
+                    validate: bool) -> None:
+    """fp8_scale, where given: float32 [1] on ``device``; with ``validate`` (a host sync; the
+    callers pass it for the ``fp8`` format, whose scale it is) also finite and > 0 (a zero,
+    negative or NaN scale turns every value into garbage)."""
+    if fp8_scale is None:
+        return
+    check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,), device=device)
+    if validate:
+        value = float(fp8_scale)
+        if not 0.0 < value < float("inf"):
+            raise ValueError(f"fp8_scale: expected a finite value > 0, got {value}")
+
+
 def same_device(a: torch.device, b: torch.device) -> bool:
     """Equal devices, with an index-less ``cuda`` meaning the current CUDA device."""
     if a.type != b.type:

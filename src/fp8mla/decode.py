@@ -21,7 +21,7 @@ from triton.runtime import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fp8mla import formats, numerics
-from fp8mla._checks import check_int, check_page_size, check_tensor, same_device
+from fp8mla._checks import check_fp8_scale, check_int, check_page_size, check_tensor, same_device
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 from fp8mla.kernels.decode import (
     FMT_BF16,
@@ -640,9 +640,7 @@ class DecodePlan:
             raise ValueError(f"kv_cache: expected device {self.device}, got {rows.device}")
         check_paged_inputs(block_table, cache_seqlens, self.batch, self.page_size, rows.shape[0],
                            self.device, validate=check)
-        if fp8_scale is not None:
-            check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
-                         device=self.device)
+        check_fp8_scale(fp8_scale, self.device, validate=check and self.fmt.name == "fp8")
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
         self._check_timeline()
         outputs = self._outputs(out, lse, empty_lse)
@@ -1132,6 +1130,8 @@ def dense_decode(
         raise ValueError(f"q: expected [batch, s_q, heads, {KV_DIM}], got {list(q.shape)}")
     fmt = formats.kv_format(kv_format)
     rows = as_cache_rows(kv_cache, fmt)
+    # (the baselines take it unchecked)
+    check_fp8_scale(fp8_scale, q.device, validate=check and fmt.name == "fp8")
     if backend != "fp8mla":
         return baselines.dense_decode(backend, q, rows, block_table, cache_seqlens, fmt=fmt,
                                       softmax_scale=softmax_scale, fp8_scale=fp8_scale,

@@ -23,7 +23,7 @@ import torch
 import triton
 
 from fp8mla import formats, numerics
-from fp8mla._checks import check_int, check_slot_range, check_tensor
+from fp8mla._checks import check_fp8_scale, check_int, check_slot_range, check_tensor
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, KVFormat
 from fp8mla.kernels.compact import _compact_indices_kernel
@@ -128,9 +128,7 @@ class SparsePlan(DecodePlan):
                                    contiguous_last=True)
         if check:
             self._validate(indices, lengths, rows.shape[0])
-        if fp8_scale is not None:
-            check_tensor("fp8_scale", fp8_scale, dtype=torch.float32, shape=(1,),
-                         device=self.device)
+        check_fp8_scale(fp8_scale, self.device, validate=check and self.fmt.name == "fp8")
         scale = fp8_scale if fp8_scale is not None and self.fmt.name == "fp8" else self._unit_scale
         diagnose = numerics.enabled()
         if diagnose:
