@@ -131,6 +131,22 @@ def test_strided_index_tensors_are_refused(device):
                               ks, starts[:1], ends[:1])
 
 
+@pytest.mark.parametrize("chunk", [0, 1024])
+def test_topk_slots_never_past_the_block_table(device, chunk):
+    """A row scanned past its block table's pages (lengths or logits wider than max_pages ·
+    page_size) picks only positions the table maps: the same slots as the top-k of the
+    covered prefix (before, such positions read past the table row: garbage slots)."""
+    g = torch.Generator().manual_seed(30)
+    logits = torch.randn(2, 300, generator=g).to(device)
+    lens = torch.tensor([300, 40], dtype=torch.int32, device=device)
+    table = torch.randperm(10, generator=g).to(torch.int32).view(2, 5).to(device)  # 80 tokens
+    got = topk_indices(logits, 8, lengths=lens, block_table=table, page_size=16, chunk=chunk)
+    pos = topk_indices(logits[:, :80].contiguous(), 8, lengths=lens.clamp(max=80), chunk=chunk)
+    want = torch.where(pos >= 0, table.gather(1, pos.clamp(min=0).long() // 16) * 16 + pos % 16,
+                       -1)
+    assert torch.equal(got, want)
+
+
 def test_indexer_bad_input(device):
     cache, table = index_cache([20], 16, device)
     q = torch.randn(1, 1, 65, 128).to(torch.float8_e4m3fn).to(device)

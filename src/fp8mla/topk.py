@@ -103,7 +103,8 @@ def topk_indices(
     optional: only positions < lengths[r] are scanned (what lies past them is ignored; a
     length beyond the row counts as the row's length).
     block_table: int32 [requests, max_pages] with page_size: emit slots instead of positions;
-    row r belongs to request r // rows_per_request (s_q for decode rows).
+    row r belongs to request r // rows_per_request (s_q for decode rows); positions at or past
+    the table's max_pages · page_size have no slot and are never chosen.
     chunk: logits per program (a power of two, 1024–8192) to spread each row over several
     programs (`fp8mla.kernels.topk_chunked`); 0: one program per row; None (default):
     `default_chunk`. Either path selects the same positions in the same order. The
@@ -135,6 +136,9 @@ def topk_indices(
         if block_table.shape[0] < need:
             raise ValueError(f"block_table: expected at least {need} rows, got "
                              f"{block_table.shape[0]}")
+        cover = block_table.shape[1] * page_size
+        if cover < length:  # positions past the table have no slot: never candidates
+            logits, length = logits[:, :cover], cover
     else:
         block_table = lengths.view(1, -1)  # unused
     out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
