@@ -78,6 +78,29 @@ def test_index_key_store_layout(device, policy):
     assert cache.deep_gemm_view(0).shape == (3, 16, 1, 132)
 
 
+@pytest.mark.parametrize("fmt", ["fp8_ds_mla", "fp8", "bf16"])
+def test_stored_nan_stays_nan_where_it_was(device, fmt):
+    """A NaN written into the cache reads back as NaN in that element alone (e4m3fn's 0x7F;
+    before, the fp8 encoders' clamp turned it into a finite value no check could see); the
+    index keys likewise."""
+    cache = PagedKVCache(2, 4, fmt, device=device)
+    lat, rope = torch.randn(3, 512), torch.randn(3, 64)
+    lat[1, 5] = rope[2, 3] = float("nan")
+    cache.store(0, lat.bfloat16().to(device), rope.bfloat16().to(device),
+                torch.tensor([0, 1, 2], device=device))
+    nan = cache.dequantize(0).reshape(-1, 576)[:3].isnan().cpu()
+    want = torch.zeros(3, 576, dtype=torch.bool)
+    want[1, 5] = want[2, 512 + 3] = True
+    assert torch.equal(nan, want)
+    keys = IndexKeyCache(2, 4, device=device)
+    k = torch.randn(3, 128)
+    k[1, 7] = float("nan")
+    keys.store(0, k.bfloat16().to(device), torch.tensor([0, 1, 2], device=device))
+    want = torch.zeros(3, 128, dtype=torch.bool)
+    want[1, 7] = True
+    assert torch.equal(keys.dequantize(0)[:3].isnan().cpu(), want)
+
+
 def test_rejected_store_leaves_cache_unchanged(device):
     cache = PagedKVCache(2, 16, "fp8_ds_mla", device=device)
     before = cache.pool.clone()

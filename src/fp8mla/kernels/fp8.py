@@ -72,11 +72,13 @@ def e4m3x4_to_f16(words, HW_FP8: tl.constexpr):
 
 @triton.jit
 def e4m3_encode(x):
-    """float32 → e4m3fn bits (int32 in [0, 255]); round to nearest even, saturating at ±448.
+    """float32 → e4m3fn bits (int32 in [0, 255]); round to nearest even, saturating at ±448;
+    NaN → 0x7F (e4m3fn's NaN: a NaN stored stays visible, not clamped into a finite value).
 
     Pure integer/float ops, so every target (SM80 included) and the interpreter agree bit for
     bit with ``torch.Tensor.to(torch.float8_e4m3fn)`` on clamped input.
     """
+    nan = x != x
     x = tl.minimum(tl.maximum(x, -448.0), 448.0)
     bits = x.to(tl.int32, bitcast=True)
     sign = (bits >> 24) & 0x80
@@ -88,7 +90,7 @@ def e4m3_encode(x):
     # subnormal range: multiples of 2^-9, rounded half-to-even by the 2^23 trick
     sub = ((a * 512.0 + 8388608.0) - 8388608.0).to(tl.int32)
     code = tl.where(a < 0.015625, sub, normal)
-    return sign | code
+    return tl.where(nan, 0x7F, sign | code)
 
 
 @triton.jit
