@@ -7,7 +7,7 @@ from fp8mla import reference
 from fp8mla.compat import deep_gemm, flash_mla
 from fp8mla.formats import dequantize_kv, quantize_index_keys, quantize_kv
 from fp8mla.testing import assert_close
-from helpers import paged_cache
+from helpers import index_cache, paged_cache
 
 
 def _flashmla_fp8_cache(num_blocks, page, device, seed=0):
@@ -161,3 +161,30 @@ def test_deep_gemm_paged_and_ragged(device):
     keys = kbytes.view(torch.float8_e4m3fn).float() * kscales[:, None]
     assert_close(out, reference.indexer_logits(qr.float(), wr, keys, ks, ke), atol=1e-3,
                  rtol=1e-3)
+
+
+def test_compat_calls_validate_lengths_and_tables_in_check_mode(device):
+    """FlashMLA / DeepGEMM trust lengths and block tables (no host sync, graph-capturable): so
+    do the compat entry points, unless the diagnosis mode is on (`FP8MLA_CHECK=1`), when a
+    length past its table or a page outside the pool is an error naming it."""
+    from fp8mla import numerics
+
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [70, 5], 16, device=device, seed=4)
+    q = torch.randn(2, 1, 3, 576).bfloat16().to(device)
+    too_long = torch.tensor([70, 10**4], dtype=torch.int32, device=device)
+    keys, ktable = index_cache([70, 30], 16, device, seed=5)
+    q8 = torch.randn(2, 1, 4, 128).to(torch.float8_e4m3fn).to(device)
+    bad = ktable.clone()
+    bad[0, 0] = 10**6
+    lens = torch.tensor([70, 30], dtype=torch.int32, device=device)
+    numerics.enable(True)
+    try:
+        meta, _ = flash_mla.get_mla_metadata()
+        with pytest.raises(ValueError, match=r"cache_seqlens: expected lengths in"):
+            flash_mla.flash_mla_with_kvcache(q, cache.layer(0).unsqueeze(2), table, too_long,
+                                             512, meta, is_fp8_kvcache=True)
+        with pytest.raises(ValueError, match=r"block_table: a page within context_lens"):
+            deep_gemm.fp8_paged_mqa_logits(q8, keys.deep_gemm_view(0),
+                                           torch.rand(2, 4, device=device), lens, bad, None, 80)
+    finally:
+        numerics.enable(None)

@@ -2,6 +2,9 @@
 attention call validates its inputs — q, the cache rows it will read, the fp8 scales — and its
 outputs, and raises `NumericsError` naming the op, the layer (inside `layer_scope`), the request
 and the position, instead of letting a NaN surface later as a device-side assert in sampling.
+The FlashMLA / DeepGEMM entry points (`fp8mla.compat`), which trust their lengths and block
+tables as those libraries do, then also validate them on the host (a length past its table or
+a page outside the pool: an error naming it, not a read outside the pool).
 
 Off by default; when off the cost is one environment lookup per call. When on, each call
 synchronises with the host and dequantizes the rows it reads (a debugging mode, not for CUDA

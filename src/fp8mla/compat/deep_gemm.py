@@ -14,6 +14,7 @@ import torch
 
 from fp8mla._checks import argument_names
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
+from fp8mla.numerics import enabled as validating
 
 __all__ = ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "fp8_mqa_logits"]
 
@@ -37,7 +38,7 @@ def fp8_paged_mqa_logits(
     [B · next_n, max_context_len]."""
     with argument_names({"q": "q_fp8", "key_cache": "kv_cache_fp8"}):
         return indexer_logits_paged(q_fp8, weights, kv_cache_fp8, block_table, context_lens,
-                                    max_len=max_context_len, check=False)
+                                    max_len=max_context_len, check=validating())
 
 
 def fp8_mqa_logits(
@@ -51,4 +52,4 @@ def fp8_mqa_logits(
     with argument_names({"keys": "kv[0]", "key_scales": "kv[1]", "starts": "cu_seqlen_ks",
                          "ends": "cu_seqlen_ke"}):
         return indexer_logits_ragged(q, weights, keys, scales, cu_seqlen_ks, cu_seqlen_ke,
-                                     check=False)
+                                     check=validating())

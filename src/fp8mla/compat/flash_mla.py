@@ -25,6 +25,7 @@ import torch
 from fp8mla._checks import argument_names
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, LATENT_DIM
+from fp8mla.numerics import enabled as validating
 from fp8mla.sparse import SparsePlan
 
 __all__ = ["FlashMLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache",
@@ -171,11 +172,11 @@ def flash_mla_with_kvcache(
         if s_q == 1:  # lse [b, h_q, 1] is the plan's [queries, h_q]
             with argument_names(K_CACHE):
                 meta.plan.run(q[:, 0], k_cache, indices[:, 0], lengths,
-                              check=False, out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
+                              check=validating(), out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
         else:  # queries b·s_q do not map onto [b, h_q, s_q] with strides: one transpose
             with argument_names(K_CACHE):
                 _, plan_lse = meta.plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
-                                            indices.reshape(b * s_q, -1), lengths, check=False,
+                                            indices.reshape(b * s_q, -1), lengths, check=validating(),
                                             out=flat_out, empty_lse=inf)
             lse.copy_(plan_lse.view(b, s_q, h_q).transpose(1, 2))
     else:
@@ -189,7 +190,7 @@ def flash_mla_with_kvcache(
                                    max_seqlen=block_table.shape[1] * k_cache.shape[1],
                                    softmax_scale=scale, device=q.device, causal=causal or s_q == 1)
         with argument_names(K_CACHE):
-            meta.plan.run(q, k_cache, block_table, cache_seqlens, check=False, out=out,
+            meta.plan.run(q, k_cache, block_table, cache_seqlens, check=validating(), out=out,
                           lse=lse.transpose(1, 2), empty_lse=inf)
     meta.have_initialized, meta.config = True, cfg
     return _apply_sink(out, lse.transpose(1, 2), attn_sink, h_q), lse
@@ -222,7 +223,7 @@ def flash_mla_sparse_fwd(
     plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1], kv_format=fmt,
                       softmax_scale=sm_scale, device=q.device)
     with argument_names({"kv_cache": "kv"}):
-        out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=False,
+        out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=validating(),
                             empty_lse=float("inf"))
     # the plan is this call's own: its buffers are fresh tensors
     return _apply_sink(out, lse, attn_sink, h_q), plan.max_logits[:, 0], lse
