@@ -188,3 +188,11 @@ def test_compat_calls_validate_lengths_and_tables_in_check_mode(device):
                                            torch.rand(2, 4, device=device), lens, bad, None, 80)
     finally:
         numerics.enable(None)
+
+
+def test_sparse_prefill_errors_name_flashmla_arguments(device):
+    q = torch.zeros(2, 3, 576, dtype=torch.bfloat16, device=device)
+    kv = torch.zeros(16, 1, 576, dtype=torch.bfloat16, device=device)
+    idx = torch.zeros(2, 1, 4, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"^sm_scale: "):
+        flash_mla.flash_mla_sparse_fwd(q, kv, idx, float("nan"))

@@ -471,6 +471,14 @@ def test_dsa_decode_step_matches_reference_pipeline(device, fmt):
     with pytest.raises(ValueError, match=r"cache_seqlens: expected a contiguous last dimension"):
         dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table, spaced,
                         kv_format=fmt, topk=topk)
+    with pytest.raises(ValueError, match=r"^topk: expected an int in \[1, 4096\], got 0"):
+        dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table, seqlens,
+                        kv_format=fmt, topk=0)
+    negative = seqlens.clone()
+    negative[0] = -3
+    with pytest.raises(ValueError, match=r"^cache_seqlens: expected values in \[0, \d+\].*got -3"):
+        dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table, negative,
+                        kv_format=fmt, topk=topk)
     with pytest.raises(ValueError, match=r"q_index: expected shape \[2, 2, \*, \*\]"):
         dsa_decode_step(q, q_index[:1], w, kv.layer(0), index_cache.layer(0), table, seqlens,
                         kv_format=fmt, topk=topk)

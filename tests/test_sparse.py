@@ -216,6 +216,8 @@ def test_bad_sparse_arguments(device):
         plan.run(q[:, :3].contiguous(), cache.layer(0), idx)
     with pytest.raises(ValueError, match=r"fp8_scale: expected a finite value > 0, got 0.0"):
         plan.run(q, cache.layer(0), idx, fp8_scale=torch.zeros(1, device=device))
+    with pytest.raises(ValueError, match=r"^num_queries: expected an int in \[1, inf\], got 0"):
+        SparsePlan(num_queries=0, num_heads=4, topk=8, kv_format="fp8", device=device)
     every_other = torch.tensor([8, 0, 8, 0], dtype=torch.int32, device=device)[::2]
     with pytest.raises(ValueError, match=r"topk_length: expected a contiguous last dimension"):
         plan.run(q, cache.layer(0), idx, every_other)  # the kernels read it with unit stride

@@ -59,8 +59,9 @@ def dsa_decode_step(
                                       cache_seqlens, max_len=max_len, check=check)
     i = torch.arange(s_q, device=q.device, dtype=torch.int32)
     visible = (cache_seqlens[:, None] - s_q + 1 + i[None, :]).clamp_min(0).reshape(-1)
-    slots = topk_indices(logits, topk, lengths=visible, block_table=block_table,
-                         page_size=page_size, rows_per_request=s_q)
+    with argument_names({"k": "topk"}):
+        slots = topk_indices(logits, topk, lengths=visible, block_table=block_table,
+                             page_size=page_size, rows_per_request=s_q)
     out, lse = sparse_decode(q, kv_cache, slots.view(b, s_q, topk), kv_format=kv_format,
                              softmax_scale=softmax_scale, fp8_scale=fp8_scale, check=check)
     return out, lse, slots.view(b, s_q, topk)

@@ -210,9 +210,10 @@ def indexer_logits_paged(
     if check and b:
         lens = context_lens.cpu()
         cover = min(block_table.shape[1] * page_size, max_len)
-        if int(lens.min()) < 0 or int(lens.max()) > cover:
+        lo, hi = int(lens.min()), int(lens.max())
+        if lo < 0 or hi > cover:
             raise ValueError(f"context_lens: expected values in [0, {cover}] (block table "
-                             f"coverage and max_len), got {int(lens.max())}")
+                             f"coverage and max_len), got {lo if lo < 0 else hi}")
         used = (torch.arange(block_table.shape[1]) * page_size)[None, :] < lens[:, None]
         ids = block_table.cpu()[used]
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pages.shape[0]):

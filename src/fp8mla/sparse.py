@@ -23,7 +23,13 @@ import torch
 import triton
 
 from fp8mla import formats, numerics
-from fp8mla._checks import check_fp8_scale, check_int, check_slot_range, check_tensor
+from fp8mla._checks import (
+    argument_names,
+    check_fp8_scale,
+    check_int,
+    check_slot_range,
+    check_tensor,
+)
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, KVFormat
 from fp8mla.kernels.compact import _compact_indices_kernel
@@ -81,10 +87,11 @@ class SparsePlan(DecodePlan):
                  config=None, fp8_scores: bool | None = None) -> None:
         self.topk = check_int("topk", topk, lo=1)
         self._compact_min_rows = COMPACT_MIN_ROWS  # fixed per plan
-        super().__init__(batch=num_queries, num_heads=num_heads, s_q=1, kv_format=kv_format,
-                         page_size=1, max_seqlen=topk, softmax_scale=softmax_scale,
-                         device=device, num_splits=num_splits, config=config,
-                         fp8_scores=fp8_scores)
+        with argument_names({"batch": "num_queries", "max_seqlen": "topk"}):  # (its names)
+            super().__init__(batch=num_queries, num_heads=num_heads, s_q=1,
+                             kv_format=kv_format, page_size=1, max_seqlen=topk,
+                             softmax_scale=softmax_scale, device=device, num_splits=num_splits,
+                             config=config, fp8_scores=fp8_scores)
         self._full_length = torch.full((num_queries,), topk, dtype=torch.int32,
                                        device=self.device)
         # the Gluon SM90 kernel checks the entries itself (compacted first, it measured 4–5 µs

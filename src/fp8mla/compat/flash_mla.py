@@ -220,8 +220,9 @@ def flash_mla_sparse_fwd(
                          f"{list(indices.shape)}")
     fmt = "bf16" if kv.dtype == torch.bfloat16 else _kv_format(kv, True)
     s_q, h_q = q.shape[0], q.shape[1]
-    plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1], kv_format=fmt,
-                      softmax_scale=sm_scale, device=q.device)
+    with argument_names({"softmax_scale": "sm_scale"}):
+        plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1],
+                          kv_format=fmt, softmax_scale=sm_scale, device=q.device)
     with argument_names({"kv_cache": "kv"}):
         out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=validating(),
                             empty_lse=float("inf"))
