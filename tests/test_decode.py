@@ -716,6 +716,17 @@ def test_rejects_bad_plan_arguments(device):
     with pytest.raises(ValueError, match=r"s_q: expected an int in \[1, 4\], got 5"):
         DecodePlan(batch=1, num_heads=8, s_q=5, kv_format="fp8", page_size=16, max_seqlen=1,
                    device=device)
+    for scale in ("0.1", True, [0.1]):  # (numpy and 0-d torch scalars are accepted)
+        with pytest.raises(TypeError, match=r"softmax_scale: expected a float, got"):
+            DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1,
+                       softmax_scale=scale, device=device)
+    for scale in (float("nan"), 0.0, -1.0):
+        with pytest.raises(ValueError, match=r"softmax_scale: expected a finite float > 0"):
+            DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1,
+                       softmax_scale=scale, device=device)
+    plan = DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1,
+                      softmax_scale=torch.tensor(0.125), device=device)
+    assert plan.softmax_scale == 0.125
 
 
 @pytest.mark.parametrize("field,value,error,message", [

@@ -509,7 +509,13 @@ class DecodePlan:
         self.fmt = formats.kv_format(kv_format)
         self.page_size = check_page_size(page_size)
         self.device = torch.device(device)
-        self.softmax_scale = KV_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
+        try:  # a real number (numpy / 0-d torch scalars too), not a string or a bool
+            if isinstance(softmax_scale, bool | str | bytes):
+                raise TypeError
+            self.softmax_scale = KV_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
+        except (TypeError, ValueError):
+            raise TypeError(f"softmax_scale: expected a float, got "
+                            f"{type(softmax_scale).__name__} {softmax_scale!r}") from None
         if not (math.isfinite(self.softmax_scale) and self.softmax_scale > 0):
             raise ValueError(f"softmax_scale: expected a finite float > 0, got {softmax_scale!r}")
         if cache_seqlens is not None:
