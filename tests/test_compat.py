@@ -196,3 +196,17 @@ def test_sparse_prefill_errors_name_flashmla_arguments(device):
     idx = torch.zeros(2, 1, 4, dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match=r"^sm_scale: "):
         flash_mla.flash_mla_sparse_fwd(q, kv, idx, float("nan"))
+
+
+def test_flashmla_sparse_semantics_hold_in_check_mode(device):
+    """In the diagnosis mode the sparse entry points keep FlashMLA's semantics: index entries
+    past the pool or past topk_length are skipped, not refused, and a query with nothing to
+    attend returns lse +inf without tripping the output check."""
+    from fp8mla import numerics
+
+    numerics.enable(True)
+    try:
+        test_sparse_decode_flashmla_layout(device)
+        test_sparse_prefill_flashmla_semantics(device)
+    finally:
+        numerics.enable(None)

@@ -660,7 +660,7 @@ class DecodePlan:
         numerics.check_attention_inputs("dense_decode", q, rows.view(-1, self.fmt.row_bytes),
                                         self.fmt, slots, scale)
         out, lse = self._launch(q, rows, block_table, cache_seqlens, scale, *outputs)
-        numerics.check_attention_outputs("dense_decode", out, lse)
+        numerics.check_attention_outputs("dense_decode", out, lse, empty_lse)
         return out, lse
 
     def _outputs(self, out, lse, empty_lse, per_query=False):

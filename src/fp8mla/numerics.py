@@ -101,15 +101,16 @@ def check_attention_inputs(op: str, q: torch.Tensor, rows: torch.Tensor, fmt: KV
                                 f"value {d} is {vals[i, d].item()}")
 
 
-def check_attention_outputs(op: str, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """out: bf16 (any float dtype) [requests, ..., 512]; lse: float32 [requests, ...] (−inf
-    allowed: nothing attended)."""
+def check_attention_outputs(op: str, out: torch.Tensor, lse: torch.Tensor,
+                            empty_lse: float = float("-inf")) -> None:
+    """out: bf16 (any float dtype) [requests, ..., 512]; lse: float32 [requests, ...]
+    (``empty_lse`` allowed — −inf, or FlashMLA's +inf: nothing attended)."""
     where = _where(op)
     bad = _first_bad(out.float())
     if bad is not None:
         raise NumericsError(f"{where}: output is {out[tuple(bad)].item()} at request {bad[0]}, "
                             f"index {bad[1:]}")
-    bad_lse = torch.isnan(lse) | (lse == float("inf"))
+    bad_lse = torch.isnan(lse) | ((lse == float("inf")) & (empty_lse != float("inf")))
     if bool(bad_lse.any()):
         pos = torch.nonzero(bad_lse)[0].tolist()
         raise NumericsError(f"{where}: lse is {lse[tuple(pos)].item()} at request {pos[0]}, "

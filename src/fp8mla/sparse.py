@@ -155,7 +155,7 @@ class SparsePlan(DecodePlan):
             indices, lengths = self._kept, self._kept_len
         out, lse = self._launch(q.unsqueeze(1), rows, indices, lengths, scale, *outputs)
         if diagnose:
-            numerics.check_attention_outputs("sparse_attention", out, lse)
+            numerics.check_attention_outputs("sparse_attention", out, lse, empty_lse)
         return out[:, 0], lse[:, 0]
 
     @property

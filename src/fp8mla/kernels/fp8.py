@@ -73,7 +73,8 @@ def e4m3x4_to_f16(words, HW_FP8: tl.constexpr):
 @triton.jit
 def e4m3_encode(x):
     """float32 → e4m3fn bits (int32 in [0, 255]); round to nearest even, saturating at ±448;
-    NaN → 0x7F (e4m3fn's NaN: a NaN stored stays visible, not clamped into a finite value).
+    NaN → 0x7F (e4m3fn's NaN: a NaN stored stays visible to the hardware conversion and
+    dequantize, not clamped into a finite value; `e4m3x4_to_f16`'s software path reads 480).
 
     Pure integer/float ops, so every target (SM80 included) and the interpreter agree bit for
     bit with ``torch.Tensor.to(torch.float8_e4m3fn)`` on clamped input.
