@@ -45,10 +45,8 @@ def dsa_decode_step(
     check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
     check_tensor("kv_cache", kv_cache, ndim=3)
     b, s_q = q.shape[0], q.shape[1]
-    # (named here: the indexer and decode below would name them q / context_lens)
+    # q_index against q's batch and s_q (the indexer takes them from q_index itself)
     check_tensor("q_index", q_index, ndim=4, shape=(b, s_q, None, None))
-    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(b,), device=q.device,
-                 contiguous_last=True)
     page_size = kv_cache.shape[1]
     if index_cache.shape[-1] != page_size * 132 and tuple(index_cache.shape[1:]) != (page_size, 1, 132):
         raise ValueError(f"index_cache: expected pages of {page_size} keys (the latent cache's "

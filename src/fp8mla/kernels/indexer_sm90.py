@@ -16,9 +16,9 @@ GEMMs promote such sums to float32. Against the Triton kernel's exact fp16 produ
 64 heads (4.1e-2 absolute: logits in the hundreds) and 5.6e-4 at 32; at 7 heads (the GPU
 tests) 6e-3 (0.016 on a logit of 2.7), past the tests' 1e-3 — the heads' ReLU-weighted sum
 averages the errors, so the launcher serves this kernel from `fp8mla.indexer.SM90_MIN_HEADS`
-heads. Chains split into fresh accumulators (``KSPLIT``) cut
-the error only ~3× at four (each k32 wgmma alone: the rounding is inside the instruction)
-and cost 64 heads 113 → 122 µs (3.6) and → 133 (3.9): one chain it is.
+heads. Chains split into fresh accumulators (``KSPLIT``) cut the error only ~3× at four (each
+k32 wgmma alone: the rounding is inside the instruction) and cost 64 heads 113 → 122 µs (3.6)
+and → 133 (3.9): one chain it is.
 
 Scores land as [64 keys, heads], so the ReLU-weighted sum over heads stays within each quad
 of lanes; the keys' float32 scales are loaded a tile ahead in the same row layout.
