@@ -124,8 +124,22 @@ BF16_TILE64 = [("64 tokens, 2 stages", dict(block_n=64, num_stages=2), None),
                ("default again", None, None),
                ("64 tokens, 2 stages again", dict(block_n=64, num_stages=2), None),
                ("64 tokens by TMA, 2 stages", dict(block_n=64, tma=True, tma_stages=2), None)]
-PLAN = [(DecodeCase(64, 8192, 128), "bf16", BF16_TILE64),
-        (DecodeCase(64, 8192, 128, s_q=2), "bf16", BF16_TILE64)]
+# Session 42's result: bf16 64-row programs take 64-token tiles by TMA, 2 deep (3173448;
+# h200-20261205-s42-8f7c82f-triton3{6,8,9}-decode-variants.json).
+# Session 45: fp8 plans of 17–32 query rows on the fp8 wide form in head blocks of 16 // s_q
+# heads (`SM90_MMA16_FP8_HEAD_BLOCKS`; the default since: on triton 3.8 only), ABAB against
+# the Triton kernel's 32-row program — on 3.8, which stages that program's converted FP8
+# operands through shared memory (H200, s_q 2 × 16: 307.8 µs against 3.6's 169.2), and on 3.6
+FP8_BLOCKS = [("triton kernel", None, None, {"SM90_MMA16_FP8_HEAD_BLOCKS": False}),
+              ("head blocks", None, None, {"SM90_MMA16_FP8_HEAD_BLOCKS": True}),
+              ("triton kernel again", None, None, {"SM90_MMA16_FP8_HEAD_BLOCKS": False}),
+              ("head blocks again", None, None, {"SM90_MMA16_FP8_HEAD_BLOCKS": True})]
+PLAN = [(DecodeCase(64, 8192, 16, s_q=2), "fp8", FP8_BLOCKS),
+        (DecodeCase(64, 8192, 32), "fp8", FP8_BLOCKS),
+        (DecodeCase(64, 8192, 8, s_q=4), "fp8", FP8_BLOCKS),
+        (DecodeCase(8, 32768, 16, s_q=2), "fp8", FP8_BLOCKS),
+        (DecodeCase(1, 131072, 32), "fp8", FP8_BLOCKS),
+        (DecodeCase(16, 4096, 16, s_q=2), "fp8", FP8_BLOCKS)]
 
 
 def variants(case: DecodeCase, fmt: str, extra):

@@ -112,8 +112,8 @@ def main() -> int:
         plain = graphed(fn)  # the replay without stamps, for what they cost
         plain_us = {mode: round(event_median_us(plain, modes[mode]), 2)
                     for mode in ("zero", "read")}
-        plan.timeline = torch.zeros(plan.batch * plan.num_splits, 12, dtype=torch.int64,
-                                    device="cuda")
+        programs = plan.head_blocks * plan.batch * plan.num_splits
+        plan.timeline = torch.zeros(programs, 12, dtype=torch.int64, device="cuda")
         replay = graphed(fn)
         for mode in ("zero", "read"):
             flush, runs, events, raw = modes[mode], [], [], None
@@ -132,7 +132,7 @@ def main() -> int:
                 raw = st
             gt = sorted(set(raw[:, 0:10:2].flatten().tolist()))
             row = {"case": name, "kernel": plan.kernel, "splits": plan.num_splits,
-                   "programs": plan.batch * plan.num_splits, "flush": mode,
+                   "programs": programs, "flush": mode,
                    "replay_us": round(statistics.median(events), 2),
                    "replay_us_without_stamps": plain_us[mode],
                    "timer_step_ns": min(b - a for a, b in zip(gt, gt[1:], strict=False) if b > a),

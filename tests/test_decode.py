@@ -338,6 +338,53 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense().kernel == "triton" and dense(heads=8).kernel == "mma8"
 
 
+def test_fp8_head_blocks_serve_where_documented(monkeypatch):
+    """Dense fp8 plans of 17–32 query rows (MTP s_q 2 × 16 heads, s_q 4 × 8, 32 heads) run the
+    fp8 wide form in head blocks of 16 // s_q heads on triton 3.8 (`fp8_head_blocks`: the
+    Triton kernel's 32-row fp8 program is 1.8× slower there), the Triton kernel elsewhere;
+    `SM90_MMA16_FP8_HEAD_BLOCKS` forces either. The blocks' grid, config and timeline follow
+    the head block."""
+    from fp8mla.kernels import decode_sm90_mma8 as k8
+    from fp8mla.runtime import Target
+
+    if not k8.AVAILABLE:
+        pytest.skip("this Triton has no (such) Gluon")
+    monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
+    dense = functools.partial(_dense_plan, heads=16, batch=64, ctx=8192, s_q=2)
+
+    assert decode_mod.SM90_MMA16_FP8_HEAD_BLOCKS is None  # the default: by Triton version
+    for version, blocks in (("3.6.0", False), ("3.8.0", True), ("3.8.1+git1", True),
+                            ("3.9.0", False), ("3.10.0", False)):
+        monkeypatch.setattr(decode_mod.triton, "__version__", version)
+        assert decode_mod.fp8_head_blocks() is blocks
+        assert dense().kernel == ("mma16" if blocks else "triton"), version
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", True)
+    mtp = dense()
+    assert mtp.kernel == "mma16" and mtp.head_blocks == 2 and mtp.mma_rows == 16
+    assert mtp.config == decode_mod.decode_config(90, "fp8", 8, 2)  # a 16-row program's
+    assert mtp.num_splits == decode_mod.choose_num_splits(64, 2, 8192, 264, k8.BLOCK_N)
+    assert dense(heads=32, s_q=1).head_blocks == 2 and dense(heads=8, s_q=4).head_blocks == 2
+    assert dense(heads=8, s_q=4).config.heads_per_block == 4
+    assert dense(fmt="fp8_ds_mla").head_blocks == 2  # its own switch
+    assert dense(heads=10, s_q=3).kernel == "triton"  # 16 % s_q ≠ 0
+    assert dense(heads=24, s_q=1).kernel == "triton"  # 24 % 16 heads ≠ 0
+    assert dense(heads=12).kernel == "triton"  # 12 % 8 heads ≠ 0
+    assert dense(heads=32).kernel != "mma16"  # 64 rows
+    assert dense(batch=1, ctx=4096).kernel == "triton"  # programs of 1 tile: the length rule
+    assert dense(page_size=32).kernel == "triton"  # a 64-token box would span pages
+    with pytest.raises(ValueError, match=r"timeline: expected shape \[256, 12\], got \[128, 12\]"):
+        mtp.timeline = torch.zeros(mtp.batch * mtp.num_splits, 12, dtype=torch.int64)
+        mtp._check_timeline()
+    mtp.timeline = torch.zeros(2 * mtp.batch * mtp.num_splits, 12, dtype=torch.int64)
+    mtp._check_timeline()
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", False)  # the wide form's own switch
+    assert dense().kernel == "triton"
+    monkeypatch.setattr(decode_mod, "SM90_MMA16", True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", False)
+    monkeypatch.setattr(decode_mod.triton, "__version__", "3.8.0")
+    assert dense().kernel == "triton"
+
+
 def test_mma8_ds_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 8-row Gluon kernel over fp8_ds_mla pages (`SM90_MMA8_DS`) serves dense plans of
     s_q × heads ≤ 8 over pages of ≥ 64 tokens, its programs per SM from its ring depth

@@ -378,6 +378,26 @@ def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, pol
     assert plan.kernel == "mma16" and plan.head_blocks == 2 and plan.qk8 == qk8
 
 
+@pytest.mark.parametrize("heads,s_q,lens,splits", [
+    (16, 2, [8192, 2, 4097, 0, 130], None),  # MTP: 32 rows in two blocks of 8 heads
+    (8, 4, [3000, 63, 64], 3),
+    (32, 1, [0, 70, 2000], 1),  # one split: the kernel writes lse and max_logits itself
+    (32, 1, [129, 20000], None),
+])
+@pytest.mark.parametrize("qk8", [False, True])
+def test_sm90_mma16_fp8_head_blocks_match_reference(heads, s_q, lens, splits, qk8,
+                                                    monkeypatch):
+    """fp8 plans of 17–32 query rows on the fp8 wide form in head blocks of 16 // s_q heads
+    (`SM90_MMA16_FP8_HEAD_BLOCKS` forced on; by default only on triton 3.8): each block's
+    rows, outputs, partials and max_logits addressed from its first head; both first
+    products; causal s_q > 1, empty requests, NaN page tails (requests hold ≥ s_q tokens, as
+    in the fp8_ds_mla case above)."""
+    _mma16_only(monkeypatch, qk8=qk8)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", True)
+    plan = _check_poisoned_tails(heads, s_q, lens, 64, splits, "fp8")
+    assert plan.kernel == "mma16" and plan.head_blocks == 2 and plan.qk8 == qk8
+
+
 @pytest.mark.parametrize("fmt,policy", [("fp8", None), ("fp8_ds_mla", "pow2"),
                                         ("fp8_ds_mla", "fp32")])
 def test_sm90_mma16_fp8_scores_any_q_magnitude(fmt, policy, monkeypatch):

@@ -22,6 +22,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fp8mla import formats, numerics
 from fp8mla._checks import check_fp8_scale, check_int, check_page_size, check_tensor, same_device
+from fp8mla._versions import triton_minor
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 from fp8mla.kernels.decode import (
     FMT_BF16,
@@ -213,6 +214,11 @@ SM90_MMA8_DS_QK8 = False
 # request's pages again, mostly from L2: the blocks of one request run side by side) instead
 # of the Triton kernel's 32-row program, where the heads split evenly
 SM90_MMA16_DS_HEAD_BLOCKS = True
+# fp8 plans of 17–32 query rows the same way, on the fp8 wide form (`decode_sm90_mma8`, R = 16;
+# `fp8_head_blocks`): True / False force it; None (the default) takes it on the Tritons that
+# stage the Triton kernel's converted FP8 operands through shared memory (3.8: its 32-row fp8
+# MTP plan 1.83× 3.6's time on the H200, BENCHMARKS.md session 42)
+SM90_MMA16_FP8_HEAD_BLOCKS: bool | None = None
 # (tried, not kept: 3 stages, one program per SM, where that schedule gives programs of ≤ 32
 # tiles — faster under
 # do_bench's flush (B=1 × 128K 42.4 against 44.2 / 44.1 µs, B=16 × 8K 43.4 against 45.0) but
@@ -263,6 +269,14 @@ SM90_MMA16_QK8_MIN_TILES = 32
 # 16.8 (s22-0fa10af-decode-variants.json)
 SM90_MMA16_DS = True
 SM90_MMA16_DS_MIN_TILES = 0
+
+
+def fp8_head_blocks() -> bool:
+    """Whether dense fp8 plans of 17–32 query rows run the fp8 wide form in head blocks
+    (`SM90_MMA16_FP8_HEAD_BLOCKS`; None: on triton 3.8)."""
+    if SM90_MMA16_FP8_HEAD_BLOCKS is not None:
+        return SM90_MMA16_FP8_HEAD_BLOCKS
+    return triton_minor(triton.__version__) == (3, 8)
 
 
 def mma8_stages(rows: int) -> int:
@@ -587,8 +601,8 @@ class DecodePlan:
             self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
         self._combine_launch = self._combine_shape() if self.num_splits > 1 else None
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
-        # debug: int64 [batch × num_splits, 12] on the plan's device that the dense fp8 ≤ 16-row
-        # kernel and the sparse ≤ 8-row one fill with each program's timeline when set before a
+        # debug: int64 [head_blocks × batch × num_splits, 12] on the plan's device that the dense
+        # fp8 ≤ 16-row kernel and the sparse ≤ 8-row one fill with each program's timeline when set before a
         # run (or a graph's capture; `benchmarks/timeline.py`); other kernels ignore it. None:
         # no stamps
         self.timeline: torch.Tensor | None = None
@@ -876,12 +890,14 @@ class DecodePlan:
         return self.config.block_n
 
     def _head_block(self) -> int:
-        """Heads per program where the fp8_ds_mla wide form serves this plan in head blocks
-        (`SM90_MMA16_DS_HEAD_BLOCKS`: dense, 17–32 query rows, s_q 1, 2 or 4 and heads a
-        multiple of 16 // s_q), else 0."""
+        """Heads per program where a wide form serves this plan in head blocks — fp8_ds_mla's
+        (`SM90_MMA16_DS_HEAD_BLOCKS`) or fp8's (`fp8_head_blocks`): dense, 17–32 query rows,
+        s_q 1, 2 or 4 and heads a multiple of 16 // s_q —, else 0."""
         heads = 16 // self.s_q
-        if (SM90_MMA16_DS_HEAD_BLOCKS and SM90_MMA16_DS and not self.sparse
-                and self.fmt.name == "fp8_ds_mla" and 16 % self.s_q == 0
+        fmt = self.fmt.name
+        blocks = ((fmt == "fp8_ds_mla" and SM90_MMA16_DS_HEAD_BLOCKS and SM90_MMA16_DS)
+                  or (fmt == "fp8" and fp8_head_blocks() and SM90_MMA16))
+        if (blocks and not self.sparse and 16 % self.s_q == 0
                 and 16 < self.s_q * self.num_heads <= 32
                 and self.num_heads % heads == 0):
             return heads
@@ -957,10 +973,11 @@ class DecodePlan:
         return schedule
 
     def _check_timeline(self) -> None:
-        """`timeline`, where set: int64 [batch × num_splits, 12] on the plan's device."""
+        """`timeline`, where set: int64 [head_blocks × batch × num_splits, 12] on the plan's
+        device."""
         if self.timeline is not None:
             check_tensor("timeline", self.timeline, dtype=torch.int64, device=self.device,
-                         shape=(self.batch * self.num_splits, 12))
+                         shape=(self.head_blocks * self.batch * self.num_splits, 12))
 
     def _qk8(self, max_seqlen: int, fp8_scores: bool | None) -> bool:
         """Whether the ≤ 16-row kernel serving this plan takes its first product as FP8 wgmma:
@@ -1050,8 +1067,9 @@ class DecodePlan:
                 block_table.stride(0), *out.stride()[:3], *lse.stride(), self.softmax_scale,
                 empty_lse, self.num_heads, self.num_splits, self.page_size.bit_length() - 1,
                 min(block_table.shape[1] * self.page_size, 2**31 - 1), self._len_hint,
-                DIRECT=direct, S_Q=self.s_q, HEADS=self.num_heads, CAUSAL=self.causal,
-                R=self.mma_rows, NS=self.ring_stages, stamp_ptr=self.timeline,
+                DIRECT=direct, S_Q=self.s_q, HEADS=self._block_heads or self.num_heads,
+                CAUSAL=self.causal, R=self.mma_rows, NS=self.ring_stages,
+                stamp_ptr=self.timeline,
                 TIMELINE=self.timeline is not None, QK8=self.qk8,
                 PDL=self._pdl_signal(direct) and self.mma_rows == k8.ROWS,
                 num_warps=k8.NUM_WARPS)

@@ -761,9 +761,22 @@ if AVAILABLE:
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         b = gl.program_id(0)
         split = gl.program_id(1)
-        if TIMELINE:
-            stamp_ptr += (b * num_splits + split).to(gl.int64) * 12
+        if TIMELINE:  # [head block, request, split] order: a plan of one block as before
+            stamp_ptr += ((gl.program_id(2) * gl.num_programs(0) + b) * num_splits
+                          + split).to(gl.int64) * 12
             _stamp(stamp_ptr, 0)
+        # head blocks (the wide form: `fp8mla.decode.DecodePlan._head_block`, heads a multiple
+        # of HEADS): this program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed
+        # from there (the rows' mask, head < num_heads, relies on that multiple: every block
+        # is full); h0 = 0 in a plan of one block
+        h0 = gl.program_id(2) * HEADS
+        q_ptr += h0 * stride_qh
+        out_ptr += h0 * stride_oh
+        lse_ptr += h0 * stride_lh
+        max_ptr += h0
+        part_out_ptr += h0 * 512
+        part_lse_ptr += h0
+        part_max_ptr += h0
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)
