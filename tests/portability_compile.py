@@ -523,6 +523,8 @@ def compile_target(cc):
                  ("sparse_sm90/fp8/H128", sparse_sm90_compile, {"ds": False}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
+                 ("decode_mma16/fp8/H8-sq2", decode_mma8_compile,  # (also MTP × 16 heads'
+                  {"heads": 8, "s_q": 2}),  # head blocks)
                  ("decode_mma16_qk8/fp8/H16", decode_mma8_compile,  # (fp8_scores=True)
                   {"heads": 16, "qk8": True}),
                  ("decode_mma8/fp8_ds_mla/H8", decode_mma8_ds_compile, {}),

@@ -340,10 +340,11 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
 
 def test_fp8_head_blocks_serve_where_documented(monkeypatch):
     """Dense fp8 plans of 17–32 query rows (MTP s_q 2 × 16 heads, s_q 4 × 8, 32 heads) run the
-    fp8 wide form in head blocks of 16 // s_q heads on triton 3.8 (`fp8_head_blocks`: the
-    Triton kernel's 32-row fp8 program is 1.8× slower there), the Triton kernel elsewhere;
-    `SM90_MMA16_FP8_HEAD_BLOCKS` forces either. The blocks' grid, config and timeline follow
-    the head block."""
+    fp8 wide form in head blocks of 16 // s_q heads on triton 3.8 (the Triton kernel's 32-row
+    fp8 program is 1.7× slower there) and, on other Tritons, where the blocks' schedule gives
+    each request at least `SM90_MMA16_FP8_HEAD_BLOCKS_MIN_SPLITS` splits (measured faster from
+    4; slower at 2); `SM90_MMA16_FP8_HEAD_BLOCKS` forces either. The blocks' grid, config and
+    timeline follow the head block."""
     from fp8mla.kernels import decode_sm90_mma8 as k8
     from fp8mla.runtime import Target
 
@@ -352,12 +353,20 @@ def test_fp8_head_blocks_serve_where_documented(monkeypatch):
     monkeypatch.setattr(decode_mod, "target_for", lambda device: Target(90, 132))
     dense = functools.partial(_dense_plan, heads=16, batch=64, ctx=8192, s_q=2)
 
-    assert decode_mod.SM90_MMA16_FP8_HEAD_BLOCKS is None  # the default: by Triton version
-    for version, blocks in (("3.6.0", False), ("3.8.0", True), ("3.8.1+git1", True),
-                            ("3.9.0", False), ("3.10.0", False)):
+    assert decode_mod.SM90_MMA16_FP8_HEAD_BLOCKS is None  # the default: the rule below
+    assert decode_mod.SM90_MMA16_FP8_HEAD_BLOCKS_MIN_SPLITS == 4
+    for version in ("3.6.0", "3.8.0", "3.8.1+git1", "3.9.0", "3.10.0"):
         monkeypatch.setattr(decode_mod.triton, "__version__", version)
-        assert decode_mod.fp8_head_blocks() is blocks
-        assert dense().kernel == ("mma16" if blocks else "triton"), version
+        on_38 = version.startswith("3.8")
+        # B=64 × 8K: 2 splits a request; B=32: 4; B=1 × 128K × 32 heads: 128
+        assert dense().kernel == ("mma16" if on_38 else "triton"), version
+        assert dense(splits=3).kernel == ("mma16" if on_38 else "triton"), version
+        assert dense(batch=32).kernel == dense(splits=4).kernel == "mma16", version
+        assert dense(batch=32).num_splits == 4 and dense(batch=32).head_blocks == 2
+        assert dense(batch=1, ctx=131072, heads=32, s_q=1).head_blocks == 2, version
+    monkeypatch.setattr(decode_mod.triton, "__version__", "3.9.0")
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS_MIN_SPLITS", 2)
+    assert dense().kernel == "mma16"
     monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", True)
     mtp = dense()
     assert mtp.kernel == "mma16" and mtp.head_blocks == 2 and mtp.mma_rows == 16

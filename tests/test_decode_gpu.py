@@ -436,14 +436,17 @@ def test_narrow_combine_programs(lens, splits):
                                               ("fp8_ds_mla", 8, "mma8"),
                                               ("fp8_ds_mla", 16, "mma16"), ("fp8", 128, "sm90"),
                                               ("bf16", 16, "triton"), ("fp8", 32, "triton"),
+                                              ("fp8", 32, "mma16"),  # head blocks
                                               ("fp8_ds_mla", 32, "mma16")])  # head blocks
 def test_bf16_partials_on_every_kernel(fmt, heads, kernel, monkeypatch):
     """Split partials in bfloat16 (`PARTIALS_BF16_MIN_SPLITS` 1, `PARTIALS_BF16_EVERYWHERE`:
     on the Triton kernel over FP8 rows too, whose default is float32) through the dense Gluon
     kernels' and the Triton kernel's partial stores (over bf16 and FP8 rows) and the combine:
     forced splits, NaN page tails (the sparse kernels': tests/test_sparse_gpu.py); the wide
-    forms with their FP8 first product."""
+    forms with their FP8 first product; fp8 at 32 heads on the Triton kernel or in head blocks
+    (`SM90_MMA16_FP8_HEAD_BLOCKS`, whose rule takes head blocks at these 5 splits)."""
     _mma16_only(monkeypatch, qk8=True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", kernel == "mma16")
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_MIN_SPLITS", 1)
     monkeypatch.setattr(decode_mod, "PARTIALS_BF16_EVERYWHERE", True)
     plan = _check_poisoned_tails(heads, 1, [8192, 1, 4097, 0, 130], 64, 5, fmt,

@@ -215,10 +215,20 @@ SM90_MMA8_DS_QK8 = False
 # of the Triton kernel's 32-row program, where the heads split evenly
 SM90_MMA16_DS_HEAD_BLOCKS = True
 # fp8 plans of 17–32 query rows the same way, on the fp8 wide form (`decode_sm90_mma8`, R = 16;
-# `fp8_head_blocks`): True / False force it; None (the default) takes it on the Tritons that
-# stage the Triton kernel's converted FP8 operands through shared memory (3.8: its 32-row fp8
-# MTP plan 1.83× 3.6's time on the H200, BENCHMARKS.md session 42)
+# `DecodePlan._head_block`): True / False force it; None (the default) takes it on triton 3.8,
+# which stages the Triton kernel's converted FP8 operands through shared memory (its 32-row
+# program 1.7× slower than 3.6's), and elsewhere where the blocks' schedule gives each request
+# at least `SM90_MMA16_FP8_HEAD_BLOCKS_MIN_SPLITS` splits. H100, ABAB, µs, do_bench's flush
+# (h100-20261207-s45-*-decode-variants.json; B=64 × 8K: 2 splits, B=32: 4, B=16 × 8K: 8, B=8
+# × 32K: 16, B=1 × 128K: 128):
+#   s_q 2 × 16 heads, B=64 × 8K: 3.8 296.4 → 177.4; 3.6 172.9 → 175.2; 3.9 168.0 → 179.7
+#   32 heads, B=64 × 8K: 3.8 293.7 → 177.7; 3.6 172.6 → 176.4; 3.9 168.6 → 178.8
+#   s_q 2 × 16, B=32 × 8K: 3.6 97.5 → 92.1; 3.9 95.2 → 91.6
+#   s_q 2 × 16, B=16 × 8K: 3.6 60.0 → 53.4; 3.9 59.1 → 53.0
+#   s_q 2 × 16, B=8 × 32K: 3.8 157.5 → 92.0; 3.6 97.5 → 92.5; 3.9 96.0 → 91.9
+#   32 heads, B=1 × 128K: 3.8 88.0 → 54.1; 3.6 60.8 → 54.8; 3.9 61.4 → 53.9
 SM90_MMA16_FP8_HEAD_BLOCKS: bool | None = None
+SM90_MMA16_FP8_HEAD_BLOCKS_MIN_SPLITS = 4
 # (tried, not kept: 3 stages, one program per SM, where that schedule gives programs of ≤ 32
 # tiles — faster under
 # do_bench's flush (B=1 × 128K 42.4 against 44.2 / 44.1 µs, B=16 × 8K 43.4 against 45.0) but
@@ -269,14 +279,6 @@ SM90_MMA16_QK8_MIN_TILES = 32
 # 16.8 (s22-0fa10af-decode-variants.json)
 SM90_MMA16_DS = True
 SM90_MMA16_DS_MIN_TILES = 0
-
-
-def fp8_head_blocks() -> bool:
-    """Whether dense fp8 plans of 17–32 query rows run the fp8 wide form in head blocks
-    (`SM90_MMA16_FP8_HEAD_BLOCKS`; None: on triton 3.8)."""
-    if SM90_MMA16_FP8_HEAD_BLOCKS is not None:
-        return SM90_MMA16_FP8_HEAD_BLOCKS
-    return triton_minor(triton.__version__) == (3, 8)
 
 
 def mma8_stages(rows: int) -> int:
@@ -548,6 +550,7 @@ class DecodePlan:
         # look up tile 0's page (entries) for it while the request's own length loads
         # (`decode_sm90_mma8._ring_start`; ≤ 2^30: the guessed chunk starts stay inside int32)
         self._len_hint = min(max_seqlen, 2**30)
+        self._splits_asked = num_splits  # (None: the scheduler's)
         schedule = None if config is not None else self._mma8_schedule(max_seqlen, num_splits)
         self.mma8 = schedule is not None
         # heads a program of the ≤ 16-row kernel holds where it runs in head blocks (else 0),
@@ -891,17 +894,27 @@ class DecodePlan:
 
     def _head_block(self) -> int:
         """Heads per program where a wide form serves this plan in head blocks — fp8_ds_mla's
-        (`SM90_MMA16_DS_HEAD_BLOCKS`) or fp8's (`fp8_head_blocks`): dense, 17–32 query rows,
-        s_q 1, 2 or 4 and heads a multiple of 16 // s_q —, else 0."""
+        (`SM90_MMA16_DS_HEAD_BLOCKS`) or fp8's (`SM90_MMA16_FP8_HEAD_BLOCKS`): dense, 17–32
+        query rows, s_q 1, 2 or 4 and heads a multiple of 16 // s_q —, else 0."""
         heads = 16 // self.s_q
-        fmt = self.fmt.name
-        blocks = ((fmt == "fp8_ds_mla" and SM90_MMA16_DS_HEAD_BLOCKS and SM90_MMA16_DS)
-                  or (fmt == "fp8" and fp8_head_blocks() and SM90_MMA16))
-        if (blocks and not self.sparse and 16 % self.s_q == 0
-                and 16 < self.s_q * self.num_heads <= 32
+        if not (not self.sparse and 16 % self.s_q == 0 and 16 < self.s_q * self.num_heads <= 32
                 and self.num_heads % heads == 0):
+            return 0
+        if self.fmt.name == "fp8_ds_mla":
+            return heads if SM90_MMA16_DS_HEAD_BLOCKS and SM90_MMA16_DS else 0
+        if self.fmt.name != "fp8" or not SM90_MMA16:
+            return 0
+        if SM90_MMA16_FP8_HEAD_BLOCKS is not None:
+            return heads if SM90_MMA16_FP8_HEAD_BLOCKS else 0
+        if triton_minor(triton.__version__) == (3, 8):
             return heads
-        return 0
+        from fp8mla.kernels import decode_sm90_mma8 as k8
+
+        rows = k8.WIDE_ROWS
+        splits = self._splits_asked or choose_num_splits(
+            self.batch, self.num_heads // heads, self._len_hint,
+            self.target.num_sms * k8.programs_per_sm(rows, mma8_stages(rows)), k8.BLOCK_N)
+        return heads if splits >= SM90_MMA16_FP8_HEAD_BLOCKS_MIN_SPLITS else 0
 
     def _mma_schedule(self) -> tuple[int, int, int]:
         """(program rows, ring stages, programs per SM) of the ≤ 16-row Gluon kernel for this
