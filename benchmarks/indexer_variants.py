@@ -36,7 +36,7 @@ VARIANTS = [  # (label, {constant: value}); the defaults first (session 44: the 
     ("sm90 four chains", dict(SM90, KSPLIT=4)),
     ("sm90 tiles 4", dict(SM90, SM90_TILES_PER_PROGRAM=4)),
     ("sm90 tiles 16", dict(SM90, SM90_TILES_PER_PROGRAM=16)),
-    ("sm90 3 stages", dict(SM90, NS=3)),
+    ("sm90 4 stages", dict(SM90, NS=4)),  # (the default until session 45; now 3)
     ("sm90 6 stages", dict(SM90, NS=6)),
     ("triton kernel (session 6)", dict(USE_SM90=False)),
     ("triton tiles÷2", dict(USE_SM90=False, MAX_TILES_PER_PROGRAM=4)),

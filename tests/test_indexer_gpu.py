@@ -85,10 +85,10 @@ def test_sm90_indexer_ragged_matches_reference(sm90_launches, monkeypatch, heads
     assert torch.isneginf(out[1]).all()
 
 
-@pytest.mark.parametrize("stages", [2, 3])
-def test_sm90_indexer_rings_of_two_and_three_stages(sm90_launches, monkeypatch, stages):
-    """Rings shorter than the default's (`indexer_sm90.NS`): 17-tile spans wrap them many
-    times, each stage refilled as soon as its tile is scored."""
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_sm90_indexer_rings_of_two_to_four_stages(sm90_launches, monkeypatch, stages):
+    """Rings of 2–4 stages (the default, `indexer_sm90.NS`, is 3; 4 was until session 45):
+    17-tile spans wrap them many times, each stage refilled as soon as its tile is scored."""
     from fp8mla.kernels import indexer_sm90
 
     monkeypatch.setattr(indexer_sm90, "NS", stages)

@@ -61,6 +61,16 @@ the launcher takes the wide form for programs of ≥ 16 tiles (`fp8mla.decode`; 
 against 53.4 µs, B=24 × 8K, s22-0fa10af). The fp8_ds_mla wide form has no such rule: its
 Triton kernel is further behind (`decode_sm90_mma8_ds`).
 
+Head blocks (`fp8mla.decode.SM90_MMA16_FP8_HEAD_BLOCKS`, as `decode_sm90_mma8_ds`'s): fp8
+plans of 17–32 query rows (MTP s_q 2 × 16 heads, s_q 4 × 8, 32 heads) run the wide form over
+``HEADS`` = 16 // s_q heads a program, the grid's third axis picking the block, each program
+addressing q, its outputs and partials from its first head; each block reads the request's pages
+again (from L2 mostly: a request's blocks run side by side). H100 (h100-20261207-s45-*): on
+triton 3.8, whose Triton kernel stages its converted operands through shared memory, B=64 × 8K ×
+s_q 2 × 16 heads 177.4 µs against that kernel's 296.4; on 3.6 / 3.9 level to 7% slower at B=64
+(2 splits a request) but 5–12% faster from 4 splits (B=32 × 8K 92.1 against 97.5 on 3.6; B=1 ×
+128K × 32 heads 54.8 against 60.8) — the launcher's rule.
+
 The wide form's first product as FP8 wgmma (``QK8``, off by default since session 25 for its
 precision — `DecodePlan(fp8_scores=True)` or `fp8mla.decode.SM90_MMA16_QK8`, programs of
 ≥ 32 tiles): a ring stage's bytes, as the TMA boxes wrote them (128-byte swizzle), are the
