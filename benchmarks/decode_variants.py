@@ -127,7 +127,8 @@ BF16_TILE64 = [("64 tokens, 2 stages", dict(block_n=64, num_stages=2), None),
 # Session 42's result: bf16 64-row programs take 64-token tiles by TMA, 2 deep (3173448;
 # h200-20261205-s42-8f7c82f-triton3{6,8,9}-decode-variants.json).
 # Session 45: fp8 plans of 17–32 query rows on the fp8 wide form in head blocks of 16 // s_q
-# heads (`SM90_MMA16_FP8_HEAD_BLOCKS`; the default since: on triton 3.8 only), ABAB against
+# heads (`SM90_MMA16_FP8_HEAD_BLOCKS`; the default since: on triton 3.8, and from 4 splits a
+# request on other Tritons, the rule these runs gave), ABAB against
 # the Triton kernel's 32-row program — on 3.8, which stages that program's converted FP8
 # operands through shared memory (H200, s_q 2 × 16: 307.8 µs against 3.6's 169.2), and on 3.6
 FP8_BLOCKS = [("triton kernel", None, None, {"SM90_MMA16_FP8_HEAD_BLOCKS": False}),

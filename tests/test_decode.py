@@ -325,7 +325,8 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(fmt="fp8_ds_mla", heads=24).kernel == "triton"  # 24 % 16 heads ≠ 0
     assert dense(fmt="fp8_ds_mla", heads=12, s_q=2).kernel == "triton"  # 12 % 8 heads
     assert dense(fmt="fp8_ds_mla", heads=64).kernel != "mma16"  # > 32 rows
-    assert dense(s_q=2).kernel == "triton"  # fp8 at 32 rows: the Triton kernel's
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", False)  # (on 3.8: blocks)
+    assert dense(s_q=2).kernel == "triton"  # fp8 at 32 rows, 2 splits: the Triton kernel's
     monkeypatch.setattr(decode_mod, "SM90_MMA16_DS_HEAD_BLOCKS", False)
     assert dense(fmt="fp8_ds_mla", s_q=2).kernel == "triton"
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)

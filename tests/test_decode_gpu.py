@@ -192,20 +192,23 @@ def test_sm90_mma8_kernel_matches_reference(heads, s_q, lens, page_size, splits,
     assert plan.mma8 and plan.sm90 and plan.kernel == "mma8"
 
 
-@pytest.mark.parametrize("heads", [8, 16])
+@pytest.mark.parametrize("heads", [8, 16, 32])
 def test_sm90_mma8_timeline_stamps_in_order(heads, monkeypatch):
     """`DecodePlan.timeline` (the debug stamps `benchmarks/timeline.py` reads): every program
-    of the fp8 ≤ 16-row kernel (none empty here) stamps entry ≤ loop start ≤ tile 0 landed ≤
-    loop end ≤ exit on the global timer, within a second of each other, and an SM id; the
-    outputs still match."""
+    of the fp8 ≤ 16-row kernel (none empty here; 32 heads: two head blocks, each program its
+    own row) stamps entry ≤ loop start ≤ tile 0 landed ≤ loop end ≤ exit on the global timer,
+    within a second of each other, and an SM id; the outputs still match."""
     _mma8_only(monkeypatch)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", True)
     cache, table, seqlens = paged_cache("fp8", [5000, 700, 1000], 64, device="cuda", seed=5)
     q = torch.randn(3, 1, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=3, num_heads=heads, s_q=1, kv_format=cache.fmt, page_size=64,
                       cache_seqlens=seqlens, device="cuda", num_splits=4)
     assert plan.kernel == ("mma8" if heads == 8 else "mma16")
-    plan.timeline = torch.full((3 * 4, 12), -1, dtype=torch.int64, device="cuda")
+    assert plan.head_blocks == (2 if heads == 32 else 1)
+    plan.timeline = torch.full((plan.head_blocks * 3 * 4, 12), -1, dtype=torch.int64,
+                               device="cuda")
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
     assert_close(out, ro, name="out")
@@ -388,7 +391,7 @@ def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, pol
 def test_sm90_mma16_fp8_head_blocks_match_reference(heads, s_q, lens, splits, qk8,
                                                     monkeypatch):
     """fp8 plans of 17–32 query rows on the fp8 wide form in head blocks of 16 // s_q heads
-    (`SM90_MMA16_FP8_HEAD_BLOCKS` forced on; by default only on triton 3.8): each block's
+    (`SM90_MMA16_FP8_HEAD_BLOCKS` forced on; by default on triton 3.8 and from 4 splits): each block's
     rows, outputs, partials and max_logits addressed from its first head; both first
     products; causal s_q > 1, empty requests, NaN page tails (requests hold ≥ s_q tokens, as
     in the fp8_ds_mla case above)."""
@@ -685,15 +688,17 @@ def _graph_replays(fmt, heads=16):
 
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8_ds_mla", 8, 1),
                                            ("fp8_ds_mla", 16, 2), ("fp8_ds_mla", 32, 1),
+                                           ("fp8", 16, 2), ("fp8", 32, 1),  # head blocks
                                            ("fp8", 128, 1), ("fp8_ds_mla", 128, 1)])
 def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     """A pool whose first row is not 16-byte aligned cannot be described for TMA nor copied
     16 bytes at a time: a plan of the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla
     head blocks) or of the 64-row kernels (4 splits: their bf16 partials then stored by the
     Triton kernel, which would have taken float32) hands that call to the Triton kernel with
-    its own config, and the result
+    its own config (fp8 head blocks forced: `SM90_MMA16_FP8_HEAD_BLOCKS`), and the result
     matches the reference; the same plan then serves the aligned pool on its own kernel."""
     _mma16_only(monkeypatch, qk8=True)
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", True)
     lens = [3000, 65, 0]
     cache, table, seqlens = paged_cache(fmt, lens, 64,
                                         policy="pow2" if fmt == "fp8_ds_mla" else None,

@@ -5,6 +5,8 @@ replaced by a recorder stands in, and the compiled kernel it returns records the
 calls the fast path makes. The GPU tests (test_launch_gpu.py) launch real kernels both ways.
 """
 
+import contextlib
+
 import pytest
 import torch
 import triton.language as tl
@@ -233,3 +235,45 @@ def test_the_key_is_as_fine_as_the_installed_tritons_specialization():
         spec = native(BaseBackend, v, False, True, True)
         groups.setdefault(launch._arg_key(v), set()).add(str(spec))
     assert all(len(specs) == 1 for specs in groups.values()), groups
+
+
+def test_launches_on_the_device_of_the_tensors(toy, monkeypatch):
+    """Triton launches on the current CUDA device: a call whose tensors are on another device
+    makes theirs current for the call — Triton's path and the fast path alike (the kernel kept
+    under that device, its stream taken there) — and restores the caller's after."""
+    launcher, triton_calls, kernels = toy
+    current, seen = [0], []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+
+    @contextlib.contextmanager
+    def device(index):
+        saved, current[0] = current[0], index
+        try:
+            yield
+        finally:
+            current[0] = saved
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    tensors_on = [1]
+    monkeypatch.setattr(launch, "_tensor_device", lambda args: tensors_on[0])
+    triton_path = launcher.fn.run
+    monkeypatch.setattr(launcher.fn, "run", lambda *a, **k: (seen.append(("triton", current[0])),
+                                                             triton_path(*a, **k))[1])
+    monkeypatch.setattr(launch, "_raw_stream", lambda d: seen.append(("fast", d, current[0])))
+    x = torch.zeros(16)
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert seen == [("triton", 1), ("fast", 1, 1)] and current[0] == 0
+    assert len(triton_calls) == 1 and launcher.hits == 1 and len(kernels[0].calls) == 1
+    tensors_on[0] = 0  # the current device's tensors: no switch, and another key
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert seen[-1] == ("triton", 0) and len(triton_calls) == 2
+    tensors_on[0] = -1  # CPU tensors (the interpreter's): no switch either
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert seen[-1] == ("fast", 0, 0) and launcher.hits == 2
+
+
+def test_tensor_device_is_the_first_tensors():
+    x = torch.zeros(2)
+    assert launch._tensor_device((3, x, None)) == -1 == launch._tensor_device((3, 0.5))
+    assert launch._tensor_device(()) == -1

@@ -93,3 +93,36 @@ def test_changed_strides_and_alignment_after_the_first_call(heads, monkeypatch):
     out, lse = plan.run(wide[..., :576], moved, table, seqlens, fp8_scale=cache.scale(0))
     ro, rl = reference.dense_mla_decode(wide[..., :576], kv, table, seqlens, 576 ** -0.5)
     assert_close(out, ro, name="out (moved pool)")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+@pytest.mark.parametrize("fast", [False, True])
+def test_runs_on_the_tensors_device_not_the_current_one(fast, monkeypatch):
+    """Triton launches on the current CUDA device: with cuda:0 current, a cache stored, a dense
+    plan and a sparse plan on cuda:1 launch on cuda:1 (Triton's path and the fast one), match
+    the reference there, and leave cuda:0 current."""
+    monkeypatch.setattr(launch, "FAST_LAUNCH", fast)
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda:1")
+    lens = [5000, 129, 0]
+    cache, table, seqlens = paged_cache("fp8_ds_mla", lens, 64, policy="pow2", device="cuda:1",
+                                        seed=5)  # (the store kernel on cuda:1 too)
+    q = torch.randn(3, 1, 8, 576, generator=torch.Generator().manual_seed(5)).bfloat16().to(dev)
+    plan = DecodePlan(batch=3, num_heads=8, kv_format=cache.fmt, page_size=64,
+                      cache_seqlens=seqlens, device=dev)
+    for _ in range(2):  # (the second call: the fast path's kept kernel, where on)
+        out, lse = plan.run(q, cache.layer(0), table, seqlens)
+    assert torch.cuda.current_device() == 0 and out.device == dev
+    kv = cache.dequantize(0)
+    ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+    slots = table[0, :2].long() * 64
+    idx = torch.stack([slots, slots + 1, slots + 2]).view(1, 6).expand(3, 6).to(torch.int32)
+    sparse = SparsePlan(num_queries=3, num_heads=8, topk=6, kv_format=cache.fmt, device=dev)
+    for _ in range(2):
+        out, lse = sparse.run(q[:, 0], cache.layer(0), idx.contiguous())
+    ro, rl = reference.sparse_mla(q[:, 0], kv.view(-1, 576), idx, 576 ** -0.5)
+    assert torch.cuda.current_device() == 0
+    assert_close(out, ro, name="sparse out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="sparse lse")

@@ -955,9 +955,10 @@ class DecodePlan:
         (`SM90_MMA8`), dense fp8_ds_mla rows the same (`SM90_MMA8_DS`), either with 9–16 where
         the schedule (``num_splits``, the scheduler's where None) gives programs enough tiles
         (`SM90_MMA16_MIN_TILES`, `SM90_MMA16_DS_MIN_TILES`; switches `SM90_MMA16`,
-        `SM90_MMA16_DS`), or sparse fp8_ds_mla rows over index lists with ≤ 8 heads
-        (`SPARSE_SM90_MMA8`); one program for all heads, a GPU of compute capability 9.0 and a
-        Triton with Gluon."""
+        `SM90_MMA16_DS`) — dense plans of 17–32 rows too, in head blocks of 16 rows
+        (`_head_block`) —, or sparse fp8_ds_mla rows over index lists with ≤ 8 heads
+        (`SPARSE_SM90_MMA8`); one program for all heads (or a head block), a GPU of compute
+        capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return None
         if self.sparse:

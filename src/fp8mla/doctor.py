@@ -192,10 +192,12 @@ def triton_warnings(version: str | None) -> list[str]:
         return []
     return [f"triton {version} keeps the dense decode kernel's fp8 tiles, converted by the "
             "hardware (sm_89+), in shared memory: up to ~1.9x what 3.6, 3.7 and 3.9 use. Plans "
-            "step such a config down to fit (fp8 plans of <= 16 rows on sm_120: 32-token tiles) "
-            "and elsewhere hold fewer programs an SM, untimed; on sm_90, fp8 plans of 17-32 rows "
-            "(whose Triton kernel ran 1.7x 3.6's time) take the Gluon wide form in head blocks "
-            "instead. triton 3.9 (torch 2.15) or 3.6 / 3.7 run the measured configs"]
+            "step such a config down to fit (fp8 plans of <= 16 rows on sm_120: 32-token tiles; "
+            "32-row fp8 plans on sm_90: 64-token tiles) and elsewhere hold fewer programs an SM, "
+            "untimed. On sm_90, fp8 plans of 17-32 rows (whose Triton kernel ran 1.7x 3.6's "
+            "time) take the Gluon wide form in head blocks instead, where it serves (pages of "
+            ">= 64 tokens, >= 16 tiles a program). triton 3.9 (torch 2.15) or 3.6 / 3.7 run the "
+            "measured configs"]
 
 
 def _us(x: float | None) -> str:

@@ -51,7 +51,8 @@ class DecodeCase:
 
 # DESIGN.md §9's three cases, then MTP at 128 heads (DeepSeek-V3 with data-parallel attention:
 # every head on each GPU; the 64-row kernels a program a query) and at 16 (s_q 2 × 16 heads:
-# the 32-row programs `decode_config` tunes separately, which no §9 case reaches)
+# the 32-row programs `decode_config` tunes separately, which no §9 case reaches — on triton
+# 3.8 the fp8 wide form in head blocks instead, `fp8mla.decode.SM90_MMA16_FP8_HEAD_BLOCKS`)
 DECODE_CASES = [DecodeCase(64, 8192, 16), DecodeCase(1, 131072, 8), DecodeCase(64, 8192, 128),
                 DecodeCase(64, 8192, 128, s_q=2), DecodeCase(64, 8192, 16, s_q=2)]
 POOL_CASE = DecodeCase(1, 4096, 8, pool_tokens=495_000)

@@ -42,7 +42,7 @@ BLOCK_S = 64  # keys per tile
 NUM_WARPS = 4  # one warpgroup: each wgmma's 64 rows
 # ring stages: two tiles in flight while one is scored. 3 against 4, H100, B=64 × 32K, µs
 # graph-timed (h100-20261207-s45-ea793ab-triton3{6,9}-indexer-variants.json): 64 heads 111.5 /
-# 111.9 against 113.3 / 113.6 (3.6 / 3.9), 32 heads 109.7 against 111.5 / 112.2, B=8 × 16K
+# 111.9 against 113.3 / 113.6 (3.6 / 3.9), 32 heads 109.7 against 111.1 / 112.2, B=8 × 16K
 # × 4 heads 14.6 against 15.1; session 44 (four chains) 116.9 / 120.1 against 121.8 / 133.4
 NS = 3
 KSPLIT = 1  # wgmma chains a tile, each into a fresh float32 accumulator, summed in registers:

@@ -12,6 +12,11 @@ tensor descriptors by every field but the base address — so later calls with t
 hand their arguments straight to the compiled kernel's launcher (``CompiledKernel.run``, the
 same call Triton's ``JITFunction.run`` ends in, in triton 3.4 through 3.9).
 
+Both paths launch on the device of the call's first tensor argument (`_tensor_device`): Triton
+launches on the *current* CUDA device, so a plan on ``cuda:1`` run while ``cuda:0`` is current
+would run there, on cuda:0's stream, unordered with the tensors' own; the launcher makes the
+tensors' device current for the call where it is not (one comparison a call otherwise).
+
 Not done on the fast path: Triton's pre-run hooks and its check that the globals a kernel read
 at compile time have not changed (fp8mla's kernels read only constant globals). Under the
 interpreter, or with `FAST_LAUNCH` off, every call is Triton's own; so is every later call of a
@@ -120,8 +125,17 @@ class FastLauncher:
             for v, c in zip(values, self.constexpr, strict=True)]), options, knobs.runtime.debug)
 
     def launch(self, grid, args: tuple, kwargs: dict):
-        """Launch ``fn`` over ``grid`` (a tuple of 1–3 ints); returns Triton's compiled kernel
-        on its path, None on the fast one."""
+        """Launch ``fn`` over ``grid`` (a tuple of 1–3 ints) on the device of the first tensor
+        argument (`_tensor_device`), made current for the call where another is; returns
+        Triton's compiled kernel on its path, None on the fast one."""
+        device = _tensor_device(args)
+        if device >= 0 and device != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                return self._launch(grid, args, kwargs)
+        return self._launch(grid, args, kwargs)
+
+    def _launch(self, grid, args: tuple, kwargs: dict):
+        """`launch` on the current device."""
         if not (FAST_LAUNCH and self.jitted):
             return self.fn[grid](*args, **kwargs)
         values = self._values(args, kwargs)
@@ -155,6 +169,15 @@ class FastLauncher:
             return self.fn[grid](*args, **kwargs)
         self.hits += 1
         return None
+
+
+def _tensor_device(args: tuple) -> int:
+    """The CUDA device index of the first tensor in ``args``; −1 where it is on the CPU or
+    there is none (every fp8mla kernel takes a tensor first: the device of all of them)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.get_device()
+    return -1
 
 
 def _raw_stream(device: int) -> int:
