@@ -129,17 +129,20 @@ class FastLauncher:
         argument (`_tensor_device`), made current for the call where another is; returns
         Triton's compiled kernel on its path, None on the fast one."""
         device = _tensor_device(args)
-        if device >= 0 and device != torch.cuda.current_device():
+        if device < 0:  # CPU tensors (the interpreter) or none: the current device's
+            return self._launch(grid, args, kwargs, None)
+        if device != torch.cuda.current_device():
             with torch.cuda.device(device):
-                return self._launch(grid, args, kwargs)
-        return self._launch(grid, args, kwargs)
+                return self._launch(grid, args, kwargs, device)
+        return self._launch(grid, args, kwargs, device)
 
-    def _launch(self, grid, args: tuple, kwargs: dict):
-        """`launch` on the current device."""
+    def _launch(self, grid, args: tuple, kwargs: dict, device: int | None):
+        """`launch` on ``device``, the current one (its index; None: not yet read)."""
         if not (FAST_LAUNCH and self.jitted):
             return self.fn[grid](*args, **kwargs)
         values = self._values(args, kwargs)
-        device = torch.cuda.current_device()
+        if device is None:
+            device = torch.cuda.current_device()
         try:
             key = None if values is None else self._key(device, values, kwargs)
             kernel = self.kernels.get(key) if key is not None else None
