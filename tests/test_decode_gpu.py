@@ -359,12 +359,16 @@ def test_sm90_mma_ds_fp8_scores_match_reference(heads, s_q, lens, page_size, spl
     assert plan.kernel == ("mma16" if wide else "mma8") and plan.qk8 == wide
 
 
-@pytest.mark.parametrize("heads,s_q,lens,splits", [
+# plans of 17–32 query rows in head blocks (requests hold at least s_q tokens: below)
+HEAD_BLOCK_CASES = [
     (16, 2, [8192, 2, 4097, 0, 130], None),  # MTP: 32 rows in two blocks of 8 heads
     (8, 4, [3000, 63, 64], 3),
     (32, 1, [0, 70, 2000], 1),  # one split: the kernel writes lse and max_logits itself
     (32, 1, [129, 20000], None),
-])
+]
+
+
+@pytest.mark.parametrize("heads,s_q,lens,splits", HEAD_BLOCK_CASES)
 @pytest.mark.parametrize("qk8", [False, True])
 @pytest.mark.parametrize("policy", ["pow2", "fp32"])
 def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, policy, qk8,
@@ -381,12 +385,7 @@ def test_sm90_mma16_ds_head_blocks_match_reference(heads, s_q, lens, splits, pol
     assert plan.kernel == "mma16" and plan.head_blocks == 2 and plan.qk8 == qk8
 
 
-@pytest.mark.parametrize("heads,s_q,lens,splits", [
-    (16, 2, [8192, 2, 4097, 0, 130], None),  # MTP: 32 rows in two blocks of 8 heads
-    (8, 4, [3000, 63, 64], 3),
-    (32, 1, [0, 70, 2000], 1),  # one split: the kernel writes lse and max_logits itself
-    (32, 1, [129, 20000], None),
-])
+@pytest.mark.parametrize("heads,s_q,lens,splits", HEAD_BLOCK_CASES)
 @pytest.mark.parametrize("qk8", [False, True])
 def test_sm90_mma16_fp8_head_blocks_match_reference(heads, s_q, lens, splits, qk8,
                                                     monkeypatch):

@@ -735,6 +735,17 @@ if AVAILABLE:
         return last
 
     @gluon.jit
+    def _head_block_ptrs(q_ptr, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr,
+                         part_max_ptr, stride_qh, stride_oh, stride_lh, HEADS: gl.constexpr):
+        """A program's pointers to q, its outputs and its partials moved to its head block's
+        first head, h0 = program_id(2) · HEADS (`fp8mla.decode.DecodePlan._head_block`: heads a
+        multiple of HEADS, so every block is full and the rows' mask, head < num_heads, holds;
+        h0 = 0 in a plan of one block)."""
+        h0 = gl.program_id(2) * HEADS
+        return (q_ptr + h0 * stride_qh, out_ptr + h0 * stride_oh, lse_ptr + h0 * stride_lh,
+                max_ptr + h0, part_out_ptr + h0 * 512, part_lse_ptr + h0, part_max_ptr + h0)
+
+    @gluon.jit
     def _fresh_state(R: gl.constexpr):
         """The online softmax's start for R query rows: the running max per row (−inf), P's
         sums per thread ([64, R], 0) and the four Oᵀ accumulators ([128, R], 0)."""
@@ -775,18 +786,10 @@ if AVAILABLE:
             stamp_ptr += ((gl.program_id(2) * gl.num_programs(0) + b) * num_splits
                           + split).to(gl.int64) * 12
             _stamp(stamp_ptr, 0)
-        # head blocks (the wide form: `fp8mla.decode.DecodePlan._head_block`, heads a multiple
-        # of HEADS): this program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed
-        # from there (the rows' mask, head < num_heads, relies on that multiple: every block
-        # is full); h0 = 0 in a plan of one block
-        h0 = gl.program_id(2) * HEADS
-        q_ptr += h0 * stride_qh
-        out_ptr += h0 * stride_oh
-        lse_ptr += h0 * stride_lh
-        max_ptr += h0
-        part_out_ptr += h0 * 512
-        part_lse_ptr += h0
-        part_max_ptr += h0
+        # head blocks (the wide form): this program's heads from its block's first
+        q_ptr, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr = (
+            _head_block_ptrs(q_ptr, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr,
+                             part_max_ptr, stride_qh, stride_oh, stride_lh, HEADS))
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 64], rope_desc.layout)

@@ -108,6 +108,7 @@ if AVAILABLE:
         Q_WIDE_LANES_LAT,
         Q_WIDE_STORE_LAT,
         _fresh_state,
+        _head_block_ptrs,
         _issue_next,
         _last_positions,
         _q_rows,
@@ -158,17 +159,10 @@ if AVAILABLE:
         gl.static_assert(not QK8 or R == 16, "QK8: the wide form only")
         b = gl.program_id(0)
         split = gl.program_id(1)
-        # head blocks (`fp8mla.decode.DecodePlan._head_block`: heads a multiple of HEADS): this
-        # program's heads h0 … h0 + HEADS − 1, its rows and outputs addressed from there (the
-        # rows' mask, head < num_heads, relies on that multiple: every block is full)
-        h0 = gl.program_id(2) * HEADS
-        q_ptr += h0 * stride_qh
-        out_ptr += h0 * stride_oh
-        lse_ptr += h0 * stride_lh
-        max_ptr += h0
-        part_out_ptr += h0 * 512
-        part_lse_ptr += h0
-        part_max_ptr += h0
+        # head blocks (the wide form): this program's heads from its block's first
+        q_ptr, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr, part_max_ptr = (
+            _head_block_ptrs(q_ptr, out_ptr, lse_ptr, max_ptr, part_out_ptr, part_lse_ptr,
+                             part_max_ptr, stride_qh, stride_oh, stride_lh, HEADS))
 
         lat_buf = gl.allocate_shared_memory(gl.uint8, [NS, 4, BN, 128], lat_desc.layout)
         rope_buf = gl.allocate_shared_memory(gl.uint8, [NS, BN, 128], rope_desc.layout)
