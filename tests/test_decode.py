@@ -371,6 +371,9 @@ def test_fp8_head_blocks_serve_where_documented(monkeypatch):
     monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", True)
     mtp = dense()
     assert mtp.kernel == "mma16" and mtp.head_blocks == 2 and mtp.mma_rows == 16
+    from fp8mla.bench.harness import kernel_note  # what the benchmarks' records say
+
+    assert kernel_note(mtp).startswith("kernel=mma16 splits=2 rows=16 head_blocks=2 ring=2 ")
     assert mtp.config == decode_mod.decode_config(90, "fp8", 8, 2)  # a 16-row program's
     assert mtp.num_splits == decode_mod.choose_num_splits(64, 2, 8192, 264, k8.BLOCK_N)
     assert dense(heads=32, s_q=1).head_blocks == 2 and dense(heads=8, s_q=4).head_blocks == 2

@@ -183,8 +183,10 @@ def kernel_note(plan) -> str:
         tail += f" partials={str(plan.part_out.dtype).removeprefix('torch.')}"
     if plan.kernel == "sm90":  # the 64-row form; its programs: a query's 64 heads each
         tail += f" form={plan.sm90_form} rows_in_order={decode.SM90_ROWS_IN_ORDER}"
-    if plan.mma8:  # ("mma8", "mma16")
-        return f"{head} rows={plan.mma_rows} ring={plan.ring_stages} qk8={plan.qk8}{tail}"
+    if plan.mma8:  # ("mma8", "mma16"; head blocks: `fp8mla.decode.DecodePlan._head_block`)
+        blocks = f" head_blocks={plan.head_blocks}" if plan.head_blocks > 1 else ""
+        return (f"{head} rows={plan.mma_rows}{blocks} ring={plan.ring_stages} qk8={plan.qk8}"
+                f"{tail}")
     c = plan.config
     return (f"{head} block_n={c.block_n} heads/block={c.heads_per_block} warps={c.num_warps}"
             f" stages={c.num_stages} words_2d={c.words_2d} fold_scales={c.fold_scales}"
