@@ -604,10 +604,10 @@ class DecodePlan:
             self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
         self._combine_launch = self._combine_shape() if self.num_splits > 1 else None
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
-        # debug: int64 [head_blocks × batch × num_splits, 12] on the plan's device that the dense
-        # fp8 ≤ 16-row kernel and the sparse ≤ 8-row one fill with each program's timeline when set before a
-        # run (or a graph's capture; `benchmarks/timeline.py`); other kernels ignore it. None:
-        # no stamps
+        # debug: int64 [head_blocks × batch × num_splits, 12] on the plan's device that the
+        # dense fp8 ≤ 16-row kernel and the sparse ≤ 8-row one fill with each program's timeline
+        # when set before a run (or a graph's capture; `benchmarks/timeline.py`); other kernels
+        # ignore it. None: no stamps
         self.timeline: torch.Tensor | None = None
 
     @property
@@ -897,8 +897,8 @@ class DecodePlan:
         (`SM90_MMA16_DS_HEAD_BLOCKS`) or fp8's (`SM90_MMA16_FP8_HEAD_BLOCKS`): dense, 17–32
         query rows, s_q 1, 2 or 4 and heads a multiple of 16 // s_q —, else 0."""
         heads = 16 // self.s_q
-        if not (not self.sparse and 16 % self.s_q == 0 and 16 < self.s_q * self.num_heads <= 32
-                and self.num_heads % heads == 0):
+        if (self.sparse or 16 % self.s_q or not 16 < self.s_q * self.num_heads <= 32
+                or self.num_heads % heads):
             return 0
         if self.fmt.name == "fp8_ds_mla":
             return heads if SM90_MMA16_DS_HEAD_BLOCKS and SM90_MMA16_DS else 0
