@@ -28,6 +28,7 @@ from fp8mla.indexer import TMA_STAGES as INDEXER_TMA_STAGES
 from fp8mla.kernels.compact import _compact_indices_kernel
 from fp8mla.kernels.decode import _combine_splits_kernel, _mla_decode_kernel
 from fp8mla.kernels.indexer import _indexer_logits_kernel
+from fp8mla.kernels.launch import OPTIONS
 from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel
 from fp8mla.kernels.store import _store_index_keys_kernel, _store_kv_kernel
@@ -148,7 +149,7 @@ def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligne
              and k not in unaligned}
     src = ASTSource(fn=fn, signature=sig, attrs=attrs,
                     constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
-    options = {"num_warps": num_warps, "num_stages": num_stages}
+    options = {"num_warps": num_warps, "num_stages": num_stages, **OPTIONS}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
@@ -310,7 +311,7 @@ def _gluon_sm90_compile(fn, sig, consts, pointers=(), num_warps=None):
     src = GluonASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
                                               for k, v in consts.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": num_warps or k90.NUM_WARPS})
+                          options={"num_warps": num_warps or k90.NUM_WARPS, **OPTIONS})
 
 
 def _dense_sm90_sig(strides):

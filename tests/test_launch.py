@@ -128,7 +128,19 @@ def test_switch_off_and_interpreted_functions_take_tritons_path(toy, monkeypatch
     other = launch.FastLauncher(Interpreted())
     other[(2,)](1, B=3)
     other[(2,)](1, B=3)
-    assert seen == [((2,), (1,), {"B": 3})] * 2 and other.hits == 0
+    assert seen == [((2,), (1,), {**launch.OPTIONS, "B": 3})] * 2 and other.hits == 0
+
+
+def test_tritons_path_compiles_with_fp_fusion_unless_the_call_says_otherwise(toy):
+    """FMA contraction is asked for explicitly (Triton 3.10 turns its default off); a call's
+    own option wins, and is part of the key."""
+    launcher, triton_calls, _ = toy
+    x = torch.zeros(16)
+    launcher[(1,)](*_args(x, x), BLOCK=16)
+    launcher[(1,)](*_args(x, x), BLOCK=16, enable_fp_fusion=False)
+    launcher[(1,)](*_args(x, x), BLOCK=16)  # the first call's kernel, on the fast path
+    assert [call[2]["enable_fp_fusion"] for call in triton_calls] == [True, False]
+    assert launcher.hits == 1
 
 
 def test_the_cache_is_bounded(toy, monkeypatch):

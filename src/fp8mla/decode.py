@@ -32,7 +32,7 @@ from fp8mla.kernels.decode import (
     _mla_decode_kernel,
 )
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
-from fp8mla.kernels.launch import fast
+from fp8mla.kernels.launch import OPTIONS, fast
 from fp8mla.runtime import (
     DecodeConfig,
     Target,
@@ -804,7 +804,7 @@ class DecodePlan:
             self.config, self._descs = cfg, (None, None)  # descriptors: this config's boxes
             args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out,
                                            self.lse, float("-inf"))
-            return _mla_decode_kernel.warmup(*args, grid=(1,), **meta)
+            return _mla_decode_kernel.warmup(*args, grid=(1,), **meta, **OPTIONS)
 
         self.config, kernel = fit_shared(self.config, self.tma, compile_config,
                                          self._shared_limit(), fixed=self._config_fixed,

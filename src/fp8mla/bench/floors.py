@@ -23,6 +23,7 @@ import triton
 
 from fp8mla._checks import check_int, check_tensor
 from fp8mla.bench.harness import graphed
+from fp8mla.kernels.launch import OPTIONS
 from fp8mla.kernels.stream import _gather_read_kernel, _stream_read_kernel, word_runs
 
 __all__ = ["STREAM_SHAPES", "GATHER_SHAPES", "read_floor", "gather_floor", "floor_note"]
@@ -75,7 +76,7 @@ def read_floor(n_bytes: int, timers: dict, device="cuda", shapes=STREAM_SHAPES,
         outs.append(torch.empty(grid[0], dtype=torch.int32, device=device))
         calls.append(((block, steps, warps), functools.partial(
             _stream_read_kernel[grid], x, outs[-1], n_words, BLOCK=block, ITERS=steps,
-            EVICT=evict, num_warps=warps)))
+            EVICT=evict, num_warps=warps, **OPTIONS)))
     best = _fastest(calls, timers, device)
     for (block, steps, _), out in zip(shapes, outs, strict=True):
         start = torch.arange(out.shape[0], device=device) * (block * steps)
@@ -111,7 +112,7 @@ def gather_floor(rows: torch.Tensor, idx: torch.Tensor, timers: dict, device="cu
         outs.append(torch.empty(grid, dtype=torch.int32, device=device))
         calls.append(((n, steps, warps), functools.partial(
             _gather_read_kernel[grid], words, idx, outs[-1], width, R1=r1, R2=r2, R3=r3,
-            ROWS=n, ITERS=steps, EVICT=evict, num_warps=warps)))
+            ROWS=n, ITERS=steps, EVICT=evict, num_warps=warps, **OPTIONS)))
     best = _fastest(calls, timers, device)
     for (n, steps, _), out in zip(shapes, outs, strict=True):
         chunk = n * steps

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 import triton
 
+from fp8mla.kernels.launch import OPTIONS
 from fp8mla.kernels.stream import _stream_read_kernel
 
 __all__ = ["Record", "time_us", "time_us_clean_l2", "graphed", "read_ceiling_tbps", "env_info",
@@ -108,7 +109,7 @@ def read_ceiling_tbps(gib: float = 4.0) -> float:
     grid = (triton.cdiv(n_words, block * iters),)
     out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
     fn = lambda: _stream_read_kernel[grid](x, out, n_words, BLOCK=block, ITERS=iters,
-                                           num_warps=8)
+                                           num_warps=8, **OPTIONS)
     us = time_us(fn)
     return n_words * 4 / (us * 1e-6) / 1e12
 

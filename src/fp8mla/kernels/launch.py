@@ -17,6 +17,12 @@ launches on the *current* CUDA device, so a plan on ``cuda:1`` run while ``cuda:
 would run there, on cuda:0's stream, unordered with the tensors' own; the launcher makes the
 tensors' device current for the call where it is not (one comparison a call otherwise).
 
+Both paths compile with `OPTIONS`: floating-point contraction (FMA) on, asked for explicitly.
+It is Triton's default through 3.9, which every kernel was tuned and tested with; 3.9 warns that
+3.10 turns the default off (``TRITON_DEFAULT_FP_FUSION``), which would compile every
+``a * b + c`` as two roundings and more instructions. ``TRITON_FORCE_DISABLE_FP_FUSION=1``
+still turns it off.
+
 Not done on the fast path: Triton's pre-run hooks and its check that the globals a kernel read
 at compile time have not changed (fp8mla's kernels read only constant globals). Under the
 interpreter, or with `FAST_LAUNCH` off, every call is Triton's own; so is every later call of a
@@ -39,10 +45,12 @@ import torch
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
-__all__ = ["FAST_LAUNCH", "FastLauncher", "fast"]
+__all__ = ["FAST_LAUNCH", "OPTIONS", "FastLauncher", "fast"]
 
 # False: every launch through Triton's own path (benchmarks/host_overhead.py A/Bs it)
 FAST_LAUNCH = True
+# compile options of every launch (a call's own keyword arguments take precedence)
+OPTIONS = {"enable_fp_fusion": True}
 MAX_KERNELS = 256  # keys kept a kernel function; past this the cache starts again
 _INT32, _INT64 = 2**31, 2**63
 
@@ -139,7 +147,7 @@ class FastLauncher:
     def _launch(self, grid, args: tuple, kwargs: dict, device: int | None):
         """`launch` on ``device``, the current one (its index; None: not yet read)."""
         if not (FAST_LAUNCH and self.jitted):
-            return self.fn[grid](*args, **kwargs)
+            return self._triton(grid, args, kwargs)
         values = self._values(args, kwargs)
         if device is None:
             device = torch.cuda.current_device()
@@ -149,7 +157,7 @@ class FastLauncher:
         except TypeError:  # an unhashable argument
             key = kernel = None
         if kernel is None:
-            kernel = self.fn[grid](*args, **kwargs)
+            kernel = self._triton(grid, args, kwargs)
             if key is not None and kernel is not None:
                 if len(self.kernels) >= MAX_KERNELS:
                     self.kernels.clear()
@@ -169,9 +177,13 @@ class FastLauncher:
             # a launcher whose call differs (a Triton other than 3.4–3.9): it refused the
             # arguments before launching; Triton's path from now on
             self.jitted = False
-            return self.fn[grid](*args, **kwargs)
+            return self._triton(grid, args, kwargs)
         self.hits += 1
         return None
+
+    def _triton(self, grid, args: tuple, kwargs: dict):
+        """Triton's own launch path (compiling where needed), with `OPTIONS`."""
+        return self.fn[grid](*args, **{**OPTIONS, **kwargs})
 
 
 def _tensor_device(args: tuple) -> int:
