@@ -4,10 +4,11 @@ run."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-import tempfile
+import time
 
 import pytest
 import torch
@@ -180,15 +181,44 @@ def assert_close_qk8(out, lse, ro, rl, logit_max, name=""):
                              f"{torch.nonzero(lerr == lerr.max())[0].tolist()}")
 
 
-def start_portability_compile(workers: int):
-    """(process, stdout file, stderr file) of a portability compile run in ``workers``
-    processes, compiled (not interpreted), into files (not pipes: the process never blocks on
-    a full pipe while nobody reads it)."""
+PORTABILITY_DIR = "FP8MLA_PORTABILITY_DIR"  # the run's folder for the compile's result
+
+
+def portability_result() -> str:
+    """Where this test run's portability compile publishes its lines: one file a run (the
+    folder tests/conftest.py makes in its first process), shared by its xdist workers."""
+    return os.path.join(os.environ[PORTABILITY_DIR], "compile.jsonl")
+
+
+def start_portability_compile(workers: int, path: str) -> subprocess.Popen:
+    """A portability compile run in ``workers`` processes, compiled (not interpreted), its
+    JSON lines published at ``path`` once complete (`portability_compile.main`), its stderr
+    beside it (a file, not a pipe: the process never blocks on a full pipe)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["FP8MLA_COMPILE_WORKERS"] = str(workers)
     script = os.path.join(os.path.dirname(__file__), "portability_compile.py")
-    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-    return subprocess.Popen([sys.executable, script], env=env, stdout=out, stderr=err), out, err
+    with open(path + ".err", "w") as err:
+        return subprocess.Popen([sys.executable, script, path], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err)
+
+
+def portability_rows(path: str, timeout: float, proc: subprocess.Popen | None = None) -> list:
+    """The compile's JSON lines once ``path`` appears (``timeout`` seconds at most); fails the
+    test with the compile's error where it failed or ``proc`` (this process's own compile)
+    ended without a result."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        ended = proc is not None and proc.poll() is not None and not os.path.exists(path)
+        if ended or time.monotonic() > deadline:
+            err = open(path + ".err").read()[-3000:] if os.path.exists(path + ".err") else ""
+            pytest.fail(f"the portability compile {'exited' if ended else 'took too long'} "
+                        f"without its result: {err}")
+        time.sleep(0.2)
+    with open(path) as f:
+        rows = [json.loads(line) for line in f.read().splitlines() if line.startswith("{")]
+    status = rows.pop() if rows else {}
+    assert status.get("exit") == 0, status.get("error", f"no status line in {path}")
+    return rows
 
 
 def index_cache(lens, page_size, device, seed=0, policy="fp32"):

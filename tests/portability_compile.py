@@ -9,7 +9,9 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 
 import triton
@@ -583,14 +585,29 @@ def compile_target(cc):
     return lines
 
 
-def main():
-    # two processes: compiling is CPU-bound and the CI machine has two cores (one when the
-    # test suite runs it in the background, FP8MLA_COMPILE_WORKERS=1)
-    with ProcessPoolExecutor(max_workers=int(os.environ.get("FP8MLA_COMPILE_WORKERS", 2))) as pool:
-        for lines in pool.map(compile_target, TARGETS):
-            for line in lines:
-                print(line, flush=True)
+def main(out_path: str | None = None):
+    """Every target's lines to stdout, or (``out_path``) to that file, which appears only once
+    complete (written beside it, then renamed), its last line {"exit": 0} or the error's text
+    — what the test processes of one run wait for (tests/conftest.py)."""
+    # two processes: compiling is CPU-bound and the CI machine has two cores
+    workers = int(os.environ.get("FP8MLA_COMPILE_WORKERS", 2))
+    out = open(out_path + ".part", "w") if out_path else sys.stdout
+    status = {"exit": 1}
+    try:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for lines in pool.map(compile_target, TARGETS):
+                for line in lines:
+                    print(line, file=out, flush=True)
+        status = {"exit": 0}
+    except BaseException:
+        status["error"] = traceback.format_exc()[-3000:]
+        raise
+    finally:
+        if out_path:
+            print(json.dumps(status), file=out)
+            out.close()
+            os.replace(out_path + ".part", out_path)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

@@ -3,33 +3,25 @@ launcher picks there and fits that target's shared memory (DESIGN.md §7); FP8 d
 hardware e4m3 conversion exactly where it exists (SM89+) and the software path on SM80.
 Runs on the CPU: Triton compiles for any target without the GPU."""
 
-import json
-
 import pytest
 
 import portability_compile as pc
 from fp8mla.decode import PDL_SIGNAL, combine_warps
 from fp8mla.kernels import decode_sm90
 from fp8mla.runtime import decode_config
-from helpers import start_portability_compile
+from helpers import portability_result, portability_rows
 
 # Shared memory per block (opt-in maximum), bytes: DESIGN.md §7.
 SMEM_LIMIT = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
+COMPILE_TIMEOUT_S = 480  # from a test's first wait (a cold Triton cache: ~4 min on two idle cores)
 
 
 @pytest.fixture(scope="module")
 def compiled(request):
-    """The compile's JSON lines by (what, cc): from the run conftest started at collection, or
-    (when that is absent) a run started here."""
-    run = getattr(request.config, "portability_compile", None)
-    if run is None:
-        run = start_portability_compile(2)
-    proc, out, err = run
-    proc.wait(timeout=480)
-    out.seek(0)
-    err.seek(0)
-    assert proc.returncode == 0, err.read()[-3000:]
-    rows = [json.loads(line) for line in out.read().splitlines() if line.startswith("{")]
+    """The compile's JSON lines by (what, cc): the one compile of the test run, which conftest
+    started at collection (in the first xdist worker, for all of them)."""
+    proc = getattr(request.config, "portability_compile", None)
+    rows = portability_rows(portability_result(), COMPILE_TIMEOUT_S, proc)
     return {(r["what"], r["cc"]): r for r in rows}
 
 
