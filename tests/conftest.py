@@ -53,25 +53,27 @@ def pytest_collection_finish(session):
     One compile a run: under xdist the first worker starts it and every worker reads its
     result (each worker ran its own before: with a cold Triton cache the whole suite took 739 s
     on two cores, 515 s now)."""
-    files = {os.path.basename(str(item.fspath)) for item in session.items}
-    if "test_portability.py" in files and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
+    needed = any("compiled" in getattr(item, "fixturenames", ()) for item in session.items
+                 if os.path.basename(str(item.fspath)) == "test_portability.py")
+    if needed and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
         from helpers import portability_result, start_portability_compile
 
         session.config.portability_compile = start_portability_compile(2, portability_result())
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The compile outlives its worker's tests while another worker may still wait for it;
-    an interrupted run ends it."""
+    """Under xdist the compile outlives its worker's tests while another worker may still wait
+    for it; alone, or interrupted, the run ends it."""
     proc = getattr(session.config, "portability_compile", None)
     if proc is not None and proc.poll() is None:
         try:
-            if exitstatus == pytest.ExitCode.INTERRUPTED:
+            if exitstatus == pytest.ExitCode.INTERRUPTED or "PYTEST_XDIST_WORKER" not in os.environ:
                 raise subprocess.TimeoutExpired(proc.args, 0)
             proc.wait(timeout=480)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            from helpers import stop_portability_compile
+
+            stop_portability_compile(proc)
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -193,13 +194,23 @@ def portability_result() -> str:
 def start_portability_compile(workers: int, path: str) -> subprocess.Popen:
     """A portability compile run in ``workers`` processes, compiled (not interpreted), its
     JSON lines published at ``path`` once complete (`portability_compile.main`), its stderr
-    beside it (a file, not a pipe: the process never blocks on a full pipe)."""
+    beside it (a file, not a pipe: the process never blocks on a full pipe); in a process group
+    of its own, which `stop_portability_compile` ends whole."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["FP8MLA_COMPILE_WORKERS"] = str(workers)
     script = os.path.join(os.path.dirname(__file__), "portability_compile.py")
     with open(path + ".err", "w") as err:
         return subprocess.Popen([sys.executable, script, path], env=env,
-                                stdout=subprocess.DEVNULL, stderr=err)
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
+def stop_portability_compile(proc: subprocess.Popen) -> None:
+    """Ends a compile `start_portability_compile` started, its pool's processes with it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (AttributeError, ProcessLookupError):  # no process groups here; or already gone
+        proc.kill()
+    proc.wait()
 
 
 def portability_rows(path: str, timeout: float, proc: subprocess.Popen | None = None) -> list:
