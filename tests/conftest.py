@@ -65,15 +65,17 @@ def pytest_sessionfinish(session, exitstatus):
     """Under xdist the compile outlives its worker's tests while another worker may still wait
     for it; alone, or interrupted, the run ends it."""
     proc = getattr(session.config, "portability_compile", None)
-    if proc is not None and proc.poll() is None:
-        try:
-            if exitstatus == pytest.ExitCode.INTERRUPTED or "PYTEST_XDIST_WORKER" not in os.environ:
-                raise subprocess.TimeoutExpired(proc.args, 0)
-            proc.wait(timeout=480)
-        except subprocess.TimeoutExpired:
-            from helpers import stop_portability_compile
+    if proc is None or proc.poll() is not None:
+        return
+    from helpers import COMPILE_TIMEOUT_S, stop_portability_compile
 
-            stop_portability_compile(proc)
+    if exitstatus != pytest.ExitCode.INTERRUPTED and "PYTEST_XDIST_WORKER" in os.environ:
+        try:
+            proc.wait(timeout=COMPILE_TIMEOUT_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    stop_portability_compile(proc)
 
 
 @pytest.fixture(autouse=True)

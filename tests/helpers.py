@@ -183,6 +183,7 @@ def assert_close_qk8(out, lse, ro, rl, logit_max, name=""):
 
 
 PORTABILITY_DIR = "FP8MLA_PORTABILITY_DIR"  # the run's folder for the compile's result
+COMPILE_TIMEOUT_S = 480  # its longest wait (a cold Triton cache: ~4 min on two idle cores)
 
 
 def portability_result() -> str:

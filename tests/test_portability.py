@@ -9,11 +9,10 @@ import portability_compile as pc
 from fp8mla.decode import PDL_SIGNAL, combine_warps
 from fp8mla.kernels import decode_sm90
 from fp8mla.runtime import decode_config
-from helpers import portability_result, portability_rows
+from helpers import COMPILE_TIMEOUT_S, portability_result, portability_rows
 
 # Shared memory per block (opt-in maximum), bytes: DESIGN.md §7.
 SMEM_LIMIT = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
-COMPILE_TIMEOUT_S = 480  # from a test's first wait (a cold Triton cache: ~4 min on two idle cores)
 
 
 @pytest.fixture(scope="module")
