@@ -36,7 +36,7 @@ def test_demo_cli_small(tmp_path, capsys):
 
 
 def test_demo_records_follow_the_results_format(tmp_path, monkeypatch):
-    """On a GPU the demo also writes DESIGN.md §9 records (case, backend, µs, ceiling, ...)."""
+    """On a GPU the demo also writes docs/DESIGN.md §9 records (case, backend, µs, ceiling, ...)."""
     import json
 
     from fp8mla import demo

@@ -1,5 +1,5 @@
 """Every kernel compiles for SM80, SM89, SM90, SM100 and SM120 with the configuration its
-launcher picks there and fits that target's shared memory (DESIGN.md §7); FP8 decoding uses the
+launcher picks there and fits that target's shared memory (docs/DESIGN.md §7); FP8 decoding uses the
 hardware e4m3 conversion exactly where it exists (SM89+) and the software path on SM80.
 Runs on the CPU: Triton compiles for any target without the GPU."""
 
@@ -11,7 +11,7 @@ from fp8mla.kernels import decode_sm90
 from fp8mla.runtime import decode_config
 from helpers import COMPILE_TIMEOUT_S, portability_result, portability_rows
 
-# Shared memory per block (opt-in maximum), bytes: DESIGN.md §7.
+# Shared memory per block (opt-in maximum), bytes: docs/DESIGN.md §7.
 SMEM_LIMIT = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
 
 

@@ -1,7 +1,7 @@
 """Baselines for measurement, selectable by name in `fp8mla.decode.dense_decode`:
 
 ``full_cast``   cast the whole FP8 pool to BF16, then BF16 attention — what the GLM-5 server that
-                motivated fp8mla did every layer of every step (DESIGN.md §1).
+                motivated fp8mla did every layer of every step (docs/DESIGN.md §1).
 ``gather_cast`` gather the pages the batch's block table names, cast those, attend — that
                 server's "Option B".
 ``reference``   the float32 PyTorch oracle (fp8mla.reference) on the dequantized pool.

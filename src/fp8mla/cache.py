@@ -127,7 +127,7 @@ class PagedKVCache:
 
 
 class IndexKeyCache:
-    """The lightning indexer's key cache in DeepGEMM's paged layout (DESIGN.md §3).
+    """The lightning indexer's key cache in DeepGEMM's paged layout (docs/DESIGN.md §3).
 
     pool: uint8 ``[num_layers, num_pages, page_size · 132]``: per page, page_size × 128 e4m3
     key bytes, then page_size float32 scales.

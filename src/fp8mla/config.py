@@ -1,7 +1,7 @@
 """Model shapes of MLA / DeepSeek-Sparse-Attention layers.
 
 `MLAConfig` holds what an attention kernel needs to know about one model's attention layer
-(DESIGN.md §2, §4). Presets cover GLM-5, DeepSeek-V3.2, DeepSeek-V3/R1 and Kimi-K2;
+(docs/DESIGN.md §2, §4). Presets cover GLM-5, DeepSeek-V3.2, DeepSeek-V3/R1 and Kimi-K2;
 `from_hf_config` reads a Hugging Face ``config.json``; `MLAConfig.split_tp` gives the per-rank
 shape under tensor parallelism (heads split, everything else shared).
 """
@@ -97,7 +97,7 @@ class MLAConfig:
 
     @property
     def softmax_scale(self) -> float:
-        """qk_head_dim^-0.5 · mscale² (DESIGN.md §2)."""
+        """qk_head_dim^-0.5 · mscale² (docs/DESIGN.md §2)."""
         return self.qk_head_dim ** -0.5 * self.yarn_mscale ** 2
 
     def split_tp(self, tp_size: int) -> MLAConfig:

@@ -1,6 +1,6 @@
 """Cost model: bytes moved and FLOPs per decode step per layer, per role, and roofline times.
 
-Formulas (DESIGN.md §3, §6), per rank, for ``batch`` requests of ``context`` cached tokens and
+Formulas (docs/DESIGN.md §3, §6), per rank, for ``batch`` requests of ``context`` cached tokens and
 ``s_q`` query tokens each, H = heads per rank:
 
 - attention, dense: KV rows read once, ``batch·context·row_bytes`` (row bytes: bf16 1152, fp8
@@ -14,7 +14,7 @@ Formulas (DESIGN.md §3, §6), per rank, for ``batch`` requests of ``context`` c
   logits written); FLOPs ``2·index_heads·128·context`` per query token, at the FP8 rate.
 - top-k: 4 bytes per logit read (+ int32 indices written); no tensor FLOPs.
 
-Predicted time = max(bytes / bandwidth, FLOPs / rate): a roofline lower bound (DESIGN.md §5:
+Predicted time = max(bytes / bandwidth, FLOPs / rate): a roofline lower bound (docs/DESIGN.md §5:
 the whole-pool cast measured 847 µs on an H200, about 4× its roofline). Prefill roles are not
 priced here (a decode step runs none).
 """
@@ -40,7 +40,7 @@ __all__ = [
     "plan_cost",
 ]
 
-#: Bytes per cached token per layer (DESIGN.md §3).
+#: Bytes per cached token per layer (docs/DESIGN.md §3).
 KV_ROW_BYTES = {"bf16": 1152, "fp8": 576, "fp8_ds_mla": 656}
 #: Indexer key bytes per token: 128 e4m3 + one float32 scale.
 INDEX_KEY_BYTES = 132

@@ -264,7 +264,7 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump({"config": dataclasses.asdict(dc), "device": where, "rows": rows}, f, indent=1)
-    if gpu:  # DESIGN.md §9 records too, beside the read ceiling of this run
+    if gpu:  # docs/DESIGN.md §9 records too, beside the read ceiling of this run
         _write_records(dc, rows, os.path.join(args.out, "records.json"))
     print(_chart(rows, os.path.join(args.out, "demo.png")))
     return 0

@@ -1,4 +1,4 @@
-"""KV-cache formats: byte layouts and PyTorch reference quantize / dequantize (DESIGN.md §3).
+"""KV-cache formats: byte layouts and PyTorch reference quantize / dequantize (docs/DESIGN.md §3).
 
 Every cache row is stored as raw bytes (``uint8``); a format says how to read them.
 The latent part (``kv_lora_rank`` = 512 values) and the RoPE part (64 values) form one

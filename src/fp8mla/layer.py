@@ -1,7 +1,7 @@
 """`DSAAttention`: the attention block of GLM-5 / DeepSeek-V3.2 (and dense MLA of DeepSeek-V3)
 over fp8mla's paged caches, with Hugging Face weights.
 
-Per layer, for new tokens x at absolute positions p (DESIGN.md §2):
+Per layer, for new tokens x at absolute positions p (docs/DESIGN.md §2):
   q_resid = RMSNorm(q_a_proj x);  [q_nope | q_rot] = q_b_proj q_resid           (per head)
   [c | k_rot] = kv_a_proj_with_mqa x;  c = RMSNorm(c)                             (shared latent)
   RoPE on q_rot, k_rot (interleaved pairs, laid out as transformers does: rotated even dims, then
@@ -514,7 +514,7 @@ class DSAAttention(nn.Module):
         rows, fmt = kv_cache.layer(layer), kv_cache.fmt
         kv_scale = kv_cache.scale(layer)
         if self.attn_mode != "native" and fmt.is_fp8:
-            # the baselines of the motivating deployment: cast to BF16 first (DESIGN.md §1)
+            # the baselines of the motivating deployment: cast to BF16 first (docs/DESIGN.md §1)
             with torch.profiler.record_function("fp8mla::cast"):
                 if self.attn_mode == "full_cast":  # the whole pool, every layer, every step
                     rows = cast_rows_to_bf16(rows, fmt)

@@ -1,4 +1,4 @@
-"""PyTorch float32 oracles (DESIGN.md §2): readable per-request loops, no performance intent.
+"""PyTorch float32 oracles (docs/DESIGN.md §2): readable per-request loops, no performance intent.
 
 Every kernel is tested against these. Caches are passed already dequantized (float32
 ``[num_pages, page_size, 576]``, e.g. `PagedKVCache.dequantize`), so format decoding and

@@ -48,7 +48,7 @@ class Role(str, Enum):
 ROLES: tuple[Role, ...] = tuple(Role)
 #: Roles that run on every decode step (the cost model prices these).
 DECODE_ROLES = frozenset({Role.DENSE_DECODE, Role.SPARSE_DECODE, Role.INDEXER, Role.TOPK})
-#: KV cache formats (DESIGN.md §3): bytes per token 1152 / 576 / 656.
+#: KV cache formats (docs/DESIGN.md §3): bytes per token 1152 / 576 / 656.
 KV_FORMATS: tuple[str, ...] = ("bf16", "fp8", "fp8_ds_mla")
 
 

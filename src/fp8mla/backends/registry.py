@@ -14,7 +14,7 @@ __all__ = ["REGISTRY", "backend_names", "records_for", "record_for", "candidates
 _ALL_FORMATS = frozenset(KV_FORMATS)
 _FP8_FORMATS = frozenset({"fp8", "fp8_ds_mla"})
 _BF16 = frozenset({"bf16"})
-# Compute capabilities Triton targets from Ampere up (DESIGN.md §1, §7).
+# Compute capabilities Triton targets from Ampere up (docs/DESIGN.md §1, §7).
 _SM80_UP = frozenset({80, 86, 87, 89, 90, 100, 103, 110, 120, 121})
 _PAGES_1_256 = IntSet.powers_of_two(1, 256)
 _LATENT = IntSet.of(512)
@@ -33,7 +33,7 @@ def _fp8mla(role: Role, attr: str, **kw) -> BackendRecord:
         compute_capabilities=_SM80_UP, cuda_graph_safe=True, needs_cuda=True,
         description="fp8mla Triton kernel: reads bf16 / fp8 / fp8_ds_mla (pow2 or fp32 scales) "
         "rows directly; any head count; needs CUDA (or TRITON_INTERPRET=1 on CPU)",
-        source="fp8mla DESIGN.md §1-§3 (this library)",
+        source="fp8mla docs/DESIGN.md §1-§3 (this library)",
     )
     base.update(kw)
     return BackendRecord(name="fp8mla", roles=frozenset({role}), tier=Tier.NATIVE, priority=0,
@@ -75,7 +75,7 @@ REGISTRY: tuple[BackendRecord, ...] = (
     # FlashMLA-sparse backend serves BF16 caches through the prefill kernel). Heads: the sparse
     # decode API accepts h_q == 64 or 128 only ("Unsupported h_q", csrc/api/sparse_decode.cpp);
     # vLLM PR #46189 notes Hopper sparse supports q_head 64 only and pads (128 on Blackwell);
-    # DESIGN.md §5: H=8 and H=32 crash. Page size: the sparse kernels address slots, but every
+    # docs/DESIGN.md §5: H=8 and H=32 crash. Page size: the sparse kernels address slots, but every
     # engine runs them with 64-token pages (vLLM FlashMLA-sparse block size 64; SGLang forces
     # page size 64 for DSA models, DeepSeek-V3.2-Exp PR #6) — not confirmed that other sizes
     # work, so conservative: 64. Newer FlashMLA builds move sparse decode to SM100-family only
@@ -88,7 +88,7 @@ REGISTRY: tuple[BackendRecord, ...] = (
         entry_point="flash_mla", install_hint=_FLASHMLA_INSTALL,
         description="FlashMLA token-level sparse attention (fp8_ds_mla decode, BF16 prefill)",
         source="FlashMLA README support matrix; csrc/api/sparse_decode.cpp h_q check; "
-        "vLLM PR #46189; DESIGN.md §5",
+        "vLLM PR #46189; docs/DESIGN.md §5",
         hints=(("num_heads", "FlashMLA's sparse kernels take exactly 64 or 128 heads; H=8/32 "
                 "crash, engines pad to 64 at a cost of 64/H x compute"),
                ("kv_format", "FlashMLA sparse reads the 656-byte fp8_ds_mla rows or BF16"),
@@ -97,7 +97,7 @@ REGISTRY: tuple[BackendRecord, ...] = (
     ),
     # ---- FlashInfer MLA (flashinfer-ai/flashinfer) --------------------------------------------
     # BatchMLAPagedAttentionWrapper (FA2/FA3 paths): 16-bit KV only — its kernels
-    # static_assert(sizeof(DTypeKV) == 2) (DESIGN.md §1: the cause of the whole-pool cast on
+    # static_assert(sizeof(DTypeKV) == 2) (docs/DESIGN.md §1: the cause of the whole-pool cast on
     # SM120). FlashInfer PR #3694 (2026) adds per-tensor e4m3 KV on the SM90 FA3 path only; not
     # modelled (version-dependent), conservative: bf16. head_dim_ckv 512 / head_dim_kpe 64.
     # Page size: any (SGLang's flashinfer MLA backend runs page size 1). Graph-safe (SGLang and
@@ -109,7 +109,7 @@ REGISTRY: tuple[BackendRecord, ...] = (
         entry_point="flashinfer", install_hint=_FLASHINFER_INSTALL,
         description="FlashInfer BatchMLAPagedAttentionWrapper (FA2/FA3), 16-bit KV",
         source="FlashInfer attention kernels static_assert(sizeof(DTypeKV) == 2); "
-        "FlashInfer PR #3694; DESIGN.md §1",
+        "FlashInfer PR #3694; docs/DESIGN.md §1",
         hints=(("kv_format", "FlashInfer's MLA kernels static_assert(sizeof(DType) == 2): "
                 "16-bit KV only, so an FP8 pool must be cast to BF16 first"),),
     ),
@@ -156,15 +156,15 @@ REGISTRY: tuple[BackendRecord, ...] = (
         description="gathers the request's FP8 rows, casts them to BF16, then BF16 attention "
         "(+29% on the motivating deployment); gathered length is data-dependent, so not "
         "graph-safe as written",
-        source="DESIGN.md §1, §5",
+        source="docs/DESIGN.md §1, §5",
         hints=(("kv_format", "a BF16 pool has nothing to cast: choose a BF16 backend"),),
     ),
     BackendRecord(
         name="full_cast", roles=frozenset({Role.DENSE_DECODE}), tier=Tier.BASELINE, priority=21,
         kv_formats=_FP8_FORMATS, cuda_graph_safe=True, needs_cuda=True,
         description="casts the whole FP8 pool to BF16 on every layer of every step, then BF16 "
-        "attention: the pathology that cost 69% of decode time (DESIGN.md §1)",
-        source="DESIGN.md §1, §5",
+        "attention: the pathology that cost 69% of decode time (docs/DESIGN.md §1)",
+        source="docs/DESIGN.md §1, §5",
         hints=(("kv_format", "a BF16 pool has nothing to cast: choose a BF16 backend"),),
     ),
     BackendRecord(

@@ -1,1 +1,1 @@
-"""Benchmark harness: read ceiling, timed cases, JSON records (DESIGN.md §9)."""
+"""Benchmark harness: read ceiling, timed cases, JSON records (docs/DESIGN.md §9)."""

@@ -1,7 +1,7 @@
 """``fp8mla bench decode``: time dense decode on this GPU against its read ceiling.
 
-Writes DESIGN.md §9 records (JSON) and prints µs, TB/s, TFLOPS and the ratio to the ceiling per
-case. ``--sweep`` also times alternative tile/split configurations and prints the best.
+Writes docs/DESIGN.md §9 records (JSON) and prints µs, TB/s, TFLOPS and the ratio to the
+ceiling per case. ``--sweep`` also times alternative tile/split configurations and prints the best.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dense-decode benchmark cases (DESIGN.md §6, §9 case names).
+"""Dense-decode benchmark cases (docs/DESIGN.md §6, §9 case names).
 
 Bytes moved = KV rows read once (tokens × row bytes) + q + out; FLOPs = 2·heads·tokens·(576+512)
 per query. Each case is checked against the float32 reference before it is timed.
@@ -35,7 +35,7 @@ class DecodeCase:
     def name(self, kind: str, fmt: str) -> str:
         tail = f"-pool{self.pool_tokens}" if self.pool_tokens else f"-H{self.heads}"
         sq = f"-sq{self.s_q}" if self.s_q > 1 else ""
-        # DESIGN.md §9's cases use pages of 64 tokens; others are named (from session 11 on)
+        # docs/DESIGN.md §9's cases use pages of 64 tokens; others are named (from session 11 on)
         page = f"-page{self.page_size}" if self.page_size != 64 else ""
         return f"{kind}/B{self.batch}-ctx{self.context}{tail}{sq}{page}"
 
@@ -49,7 +49,7 @@ class DecodeCase:
         return 2 * self.heads * self.s_q * self.batch * self.context * (KV_DIM + LATENT_DIM)
 
 
-# DESIGN.md §9's three cases, then MTP at 128 heads (DeepSeek-V3 with data-parallel attention:
+# docs/DESIGN.md §9's three cases, then MTP at 128 heads (DeepSeek-V3 with data-parallel attention:
 # every head on each GPU; the 64-row kernels a program a query) and at 16 (s_q 2 × 16 heads:
 # the 32-row programs `decode_config` tunes separately, which no §9 case reaches — on triton
 # 3.8 the fp8 wide form in head blocks instead, `fp8mla.decode.SM90_MMA16_FP8_HEAD_BLOCKS`)

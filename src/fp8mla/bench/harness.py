@@ -25,7 +25,7 @@ __all__ = ["Record", "time_us", "time_us_clean_l2", "graphed", "read_ceiling_tbp
 
 @dataclass
 class Record:
-    """One benchmark row, DESIGN.md §9's schema."""
+    """One benchmark row, docs/DESIGN.md §9's schema."""
 
     case: str
     backend: str
@@ -147,7 +147,7 @@ def env_info() -> dict[str, str]:
 
 
 def write_records(records: list[Record], path: str) -> None:
-    """Write records as a JSON list (DESIGN.md §9)."""
+    """Write records as a JSON list (docs/DESIGN.md §9)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump([asdict(r) for r in records], f, indent=1)

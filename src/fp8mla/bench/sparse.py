@@ -1,4 +1,4 @@
-"""DSA benchmark cases: sparse decode, indexer logits, top-k (DESIGN.md §6, §9 case names).
+"""DSA benchmark cases: sparse decode, indexer logits, top-k (docs/DESIGN.md §6, §9 case names).
 
 Byte and FLOP formulas:
 - sparse decode: rows gathered once (B · s_q · topk × row bytes) + q + out;
@@ -193,7 +193,7 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
     ref = topk_reference(logits, k)  # every row
     assert torch.equal(topk_fn(), ref), "top-k differs from the stable-sort reference"
     case = f"topk/B{batch}-len{length}-k{k}"
-    # eager (DESIGN.md §9's `indexer` / `fp8mla`) and CUDA-graph replays (`*_graph`: how a
+    # eager (docs/DESIGN.md §9's `indexer` / `fp8mla`) and CUDA-graph replays (`*_graph`: how a
     # decode step runs them; a one-row top-k is shorter than its Python launch path)
     moved = batch * length * 4 + batch * k * 4
     records = []

@@ -1,4 +1,4 @@
-"""Paged absorbed-MLA decode with split-KV (DESIGN.md §2), reading bf16 / fp8 / fp8_ds_mla rows.
+"""Paged absorbed-MLA decode with split-KV (docs/DESIGN.md §2) over bf16 / fp8 / fp8_ds_mla rows.
 
 Math, per query row (one (query i, head h) pair) and token s of its request:
     score = softmax_scale · (q · kv[s]) over 576 dims;  out = Σ softmax(score) · kv[s][:512]
@@ -10,12 +10,12 @@ graph replays correctly when lengths change) for BLOCK_M rows = S_Q_P2 queries �
 
 The 512 latent dims are handled as four "lanes" of 128 (each a [BLOCK_N, 128] tile, one
 accumulator each). For FP8 formats lane j holds dims 4c + j — byte j of the c-th 32-bit word —
-so rows load as int32 words and convert with packed instructions (DESIGN.md §10); for bf16 lane
+so rows load as int32 words and convert with packed instructions (docs/DESIGN.md §10); for bf16 lane
 j holds dims 128 j + c. q and out move as contiguous rows, split into and joined from the lanes
 in registers (`_load_lanes`, `_store_lanes`). FP8 values enter fp16 MMAs (e4m3 → fp16 is
 exact); bf16 rows enter bf16 MMAs.
 
-Sparse (SPARSE=True, DESIGN.md §2): each "request" is one query token (S_Q = 1) whose token
+Sparse (SPARSE=True, docs/DESIGN.md §2): each "request" is one query token (S_Q = 1) whose token
 list is its row of slot indices (−1 = skip) instead of a block table, and whose length is its
 topk_length; everything else is shared with dense decode. Lists compacted first
 (`fp8mla.kernels.compact`, 64-row programs) run with SPARSE=False: a table of one-token pages.

@@ -1,7 +1,7 @@
 """FP8 e4m3 encode/decode helpers shared by the kernels (device functions only).
 
 Decoding works on 32-bit words holding four e4m3 bytes (byte j of a word is "lane" j): loading
-words instead of bytes keeps address arithmetic at one op per four values (DESIGN.md §10).
+words instead of bytes keeps address arithmetic at one op per four values (docs/DESIGN.md §10).
 
 - `e4m3x4_to_f16_hw`: two packed ``cvt.rn.f16x2.e4m3x2`` per word (SM89+; inline PTX).
 - `e4m3x4_to_f16_sw`: integer bit placement, for SM80, which has no e4m3 hardware, and for the

@@ -1,4 +1,4 @@
-"""Lightning-indexer logits from FP8 keys (DESIGN.md §2):
+"""Lightning-indexer logits from FP8 keys (docs/DESIGN.md §2):
 
     logit[r, s] = Σ_j w[r, j] · ReLU(q[r, j] · k[s]) · k_scale[s]   for lo[r] <= s < hi[r],
     −inf elsewhere in [0, max_len).
