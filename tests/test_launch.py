@@ -51,6 +51,7 @@ def toy(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(launch, "_raw_stream", lambda device: 1234)
     monkeypatch.setattr(launch, "FAST_LAUNCH", True)
+    monkeypatch.setattr(launch, "_tensor_device", lambda args: 0)  # CPU tensors stand for cuda:0's
     return launch.FastLauncher(fn), triton_calls, kernels
 
 
@@ -280,12 +281,25 @@ def test_launches_on_the_device_of_the_tensors(toy, monkeypatch):
     tensors_on[0] = 0  # the current device's tensors: no switch, and another key
     launcher[(1,)](*_args(x, x), BLOCK=16)
     assert seen[-1] == ("triton", 0) and len(triton_calls) == 2
-    tensors_on[0] = -1  # CPU tensors (the interpreter's): no switch either
-    launcher[(1,)](*_args(x, x), BLOCK=16)
-    assert seen[-1] == ("fast", 0, 0) and launcher.hits == 2
+    tensors_on[0] = launch._NO_TENSOR  # no tensor argument: the current device, no switch
+    launcher[(1,)](*_args(1, 2), BLOCK=16)
+    assert seen[-1] == ("triton", 0) and len(triton_calls) == 3
+
+
+def test_cpu_tensors_for_a_compiled_kernel_are_refused_before_triton(toy, monkeypatch):
+    """A compiled (not interpreted) kernel over CPU tensors — TRITON_INTERPRET unset, or set
+    after triton was imported — raises one error saying what to do, before Triton's path
+    (which would fail deep in torch.cuda) and without launching anything."""
+    launcher, triton_calls, kernels = toy
+    monkeypatch.setattr(launch, "_tensor_device", lambda args: launch._CPU)
+    x = torch.zeros(16)
+    with pytest.raises(RuntimeError, match="need CUDA tensors.*TRITON_INTERPRET=1 set before "
+                                           "triton is first imported.*on cpu"):
+        launcher[(1,)](*_args(x, x), BLOCK=16)
+    assert triton_calls == [] and kernels == [] and launcher.hits == 0
 
 
 def test_tensor_device_is_the_first_tensors():
     x = torch.zeros(2)
-    assert launch._tensor_device((3, x, None)) == -1 == launch._tensor_device((3, 0.5))
-    assert launch._tensor_device(()) == -1
+    assert launch._tensor_device((3, x, None)) == launch._CPU == -1
+    assert launch._tensor_device((3, 0.5)) == launch._NO_TENSOR == launch._tensor_device(())

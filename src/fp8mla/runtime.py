@@ -45,9 +45,15 @@ def target_for(device: torch.device) -> Target:
         return _cuda_target(device.index if device.index is not None else torch.cuda.current_device())
     if interpreting():
         return Target(cc=90, num_sms=4, interpreted=True)
-    raise RuntimeError(
-        f"fp8mla kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors); got device "
-        f"{device}"
+    raise needs_cuda(device)
+
+
+def needs_cuda(device: torch.device) -> RuntimeError:
+    """The error of a kernel launch over tensors on ``device`` (not CUDA) without the
+    interpreter."""
+    return RuntimeError(
+        f"fp8mla kernels need CUDA tensors, or CPU tensors with TRITON_INTERPRET=1 set before "
+        f"triton is first imported; got tensors on {device}"
     )
 
 

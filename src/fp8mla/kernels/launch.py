@@ -15,7 +15,9 @@ same call Triton's ``JITFunction.run`` ends in, in triton 3.4 through 3.9).
 Both paths launch on the device of the call's first tensor argument (`_tensor_device`): Triton
 launches on the *current* CUDA device, so a plan on ``cuda:1`` run while ``cuda:0`` is current
 would run there, on cuda:0's stream, unordered with the tensors' own; the launcher makes the
-tensors' device current for the call where it is not (one comparison a call otherwise).
+tensors' device current for the call where it is not (one comparison a call otherwise). A
+compiled kernel's call over CPU tensors (TRITON_INTERPRET unset, or set after triton was
+imported) raises `fp8mla.runtime.needs_cuda`'s error before either path.
 
 Both paths compile with `OPTIONS`: floating-point contraction (FMA) on, asked for explicitly.
 It is Triton's default through 3.9, which every kernel was tuned and tested with; 3.9 warns that
@@ -44,6 +46,8 @@ import inspect
 import torch
 from triton import knobs
 from triton.runtime.jit import JITFunction
+
+from fp8mla.runtime import needs_cuda
 
 __all__ = ["FAST_LAUNCH", "OPTIONS", "FastLauncher", "fast"]
 
@@ -138,6 +142,8 @@ class FastLauncher:
         Triton's compiled kernel on its path, None on the fast one."""
         device = _tensor_device(args)
         if device < 0:  # CPU tensors (the interpreter) or none: the current device's
+            if self.jitted and device == _CPU:  # compiled for a GPU: it cannot read them
+                raise needs_cuda(torch.device("cpu"))
             return self._launch(grid, args, kwargs, None)
         if device != torch.cuda.current_device():
             with torch.cuda.device(device):
@@ -186,13 +192,17 @@ class FastLauncher:
         return self.fn[grid](*args, **{**OPTIONS, **kwargs})
 
 
+_CPU, _NO_TENSOR = -1, -2
+
+
 def _tensor_device(args: tuple) -> int:
-    """The CUDA device index of the first tensor in ``args``; −1 where it is on the CPU or
-    there is none (every fp8mla kernel takes a tensor first: the device of all of them)."""
+    """The CUDA device index of the first tensor in ``args`` (every fp8mla kernel takes a
+    tensor first: the device of all of them); `_CPU` where it is on the CPU, `_NO_TENSOR`
+    where there is none."""
     for a in args:
         if isinstance(a, torch.Tensor):
             return a.get_device()
-    return -1
+    return _NO_TENSOR
 
 
 def _raw_stream(device: int) -> int:
