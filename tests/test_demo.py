@@ -3,6 +3,7 @@ native path computes."""
 
 import json
 
+import pytest
 import torch
 
 from fp8mla.demo import DemoConfig, build, decode_step
@@ -54,3 +55,43 @@ def test_demo_records_follow_the_results_format(tmp_path, monkeypatch):
     assert rec["case"] == "demo/glm5-78layers/B1-ctx4096-pool495000"
     assert rec["backend"] == "fp8mla" and rec["us"] == 7320.0 and rec["ceiling_TBps"] == 4.4
     assert {"TBps", "TFLOPS", "gpu", "torch", "triton", "date", "commit"} <= rec.keys()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layers", "0"], "--layers: expected an int >= 1, got 0"),
+    (["--batch", "0"], "--batch: expected an int >= 1, got 0"),
+    (["--context", "-3"], "--context: expected an int >= 1, got -3"),
+    (["--batch", "64"], "--pool-tokens: 64 request(s) of 48 + 1 tokens need 64 pages of 64; "
+                        "a pool of 2048 tokens has 32"),
+    (["--context", "5000", "--pool-tokens", "4096"], "need 79 pages of 64; a pool of 4096 "
+                                                     "tokens has 64"),
+    (["--backends", "fp8mla,flashinfer"], "--backends: expected some of fp8mla, gather_cast, "
+                                          "full_cast, got 'fp8mla,flashinfer'"),
+    (["--backends", ","], "--backends: expected some of"),
+])
+def test_demo_refuses_bad_options_before_building_anything(argv, message, tmp_path, capsys,
+                                                           monkeypatch):
+    """Each bad option: exit status 2 and one line naming it, before any layer or cache is
+    built (the CPU defaults: 2 layers, context 48, a 2048-token pool)."""
+    from fp8mla import demo
+    from fp8mla.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(demo, "build", lambda *a: pytest.fail("built despite a bad option"))
+    assert main(["demo", *argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fp8mla demo: error: ") and message in err, err
+    assert not (tmp_path / "demo.json").exists()
+
+
+def test_demo_defaults_by_device():
+    import argparse
+
+    from fp8mla.demo import demo_config
+
+    args = argparse.Namespace(layers=None, batch=1, context=None, pool_tokens=None,
+                              kv_format="fp8")
+    gpu, cpu = demo_config(args, True), demo_config(args, False)
+    assert (gpu.layers, gpu.context, gpu.pool_tokens, gpu.small) == (78, 4096, 495_000, False)
+    assert (cpu.layers, cpu.context, cpu.pool_tokens, cpu.small) == (2, 48, 2048, True)
+    assert gpu.kv_format == cpu.kv_format == "fp8"

@@ -17,7 +17,8 @@ import os
 import sys
 import time
 
-__all__ = ["add_parser", "run", "DemoConfig", "build", "decode_step", "profile_step"]
+__all__ = ["add_parser", "run", "DemoConfig", "demo_config", "build", "decode_step",
+           "profile_step"]
 
 CATEGORIES = ("attention", "indexer", "topk", "cast", "projections/other")
 
@@ -188,14 +189,45 @@ def _chart(rows, path):
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("demo", help="the motivating decode step: native FP8 vs casts")
-    p.add_argument("--layers", type=int, default=None, help="layers (GPU 78, CPU 2)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--context", type=int, default=None, help="tokens per request (GPU 4096)")
-    p.add_argument("--pool-tokens", type=int, default=None, help="FP8 pool (GPU 495000)")
-    p.add_argument("--kv-format", default="fp8_ds_mla", choices=["fp8", "fp8_ds_mla"])
-    p.add_argument("--backends", default="fp8mla,gather_cast,full_cast")
+    p.add_argument("--layers", type=int, default=None, help="attention layers (GPU 78, CPU 2)")
+    p.add_argument("--batch", type=int, default=1, help="requests decoded together (1)")
+    p.add_argument("--context", type=int, default=None,
+                   help="tokens cached per request (GPU 4096, CPU 48)")
+    p.add_argument("--pool-tokens", type=int, default=None,
+                   help="tokens the FP8 pool holds, whole pages of 64 (GPU 495000, CPU 2048); "
+                        "at least batch × (context + 1)")
+    p.add_argument("--kv-format", default="fp8_ds_mla", choices=["fp8", "fp8_ds_mla"],
+                   help="the pool's KV format (fp8_ds_mla)")
+    p.add_argument("--backends", default="fp8mla,gather_cast,full_cast",
+                   help="comma-separated, timed in this order: fp8mla (reads FP8 natively), "
+                        "gather_cast (casts the requests' rows), full_cast (casts the whole "
+                        "pool every layer)")
     p.add_argument("--out", default="demo-out", help="folder for the chart and JSON")
     p.set_defaults(func=run)
+
+
+def demo_config(args, gpu: bool) -> DemoConfig:
+    """The run's `DemoConfig` from the command line (defaults by device); ValueError naming the
+    option where a value is out of range or the pool cannot hold the batch's pages."""
+    def given(name: str, default: int) -> int:
+        value = getattr(args, name)
+        if value is None:
+            return default
+        if value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: expected an int >= 1, got {value}")
+        return value
+
+    dc = DemoConfig(layers=given("layers", 78 if gpu else 2), batch=given("batch", 1),
+                    context=given("context", 4096 if gpu else 48),
+                    pool_tokens=given("pool_tokens", 495_000 if gpu else 2048),
+                    kv_format=args.kv_format, small=not gpu)
+    pages = -(-dc.pool_tokens // dc.page_size)
+    needed = dc.batch * -(-(dc.context + 1) // dc.page_size)  # the cached tokens and the new one
+    if needed > pages:
+        raise ValueError(f"--pool-tokens: {dc.batch} request(s) of {dc.context} + 1 tokens need "
+                         f"{needed} pages of {dc.page_size}; a pool of {dc.pool_tokens} tokens "
+                         f"has {pages}")
+    return dc
 
 
 def _write_records(dc, rows, path) -> None:
@@ -219,22 +251,24 @@ def run(args) -> int:
     if not gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     device = torch.device("cuda" if gpu else "cpu")
-    dc = DemoConfig(layers=args.layers or (78 if gpu else 2), batch=args.batch,
-                    context=args.context or (4096 if gpu else 48),
-                    pool_tokens=args.pool_tokens or (495_000 if gpu else 2048),
-                    kv_format=args.kv_format, small=not gpu)
     modes = {"fp8mla": "native", "gather_cast": "gather_cast", "full_cast": "full_cast"}
     backends = [b for b in args.backends.split(",") if b]
     bad = [b for b in backends if b not in modes]
-    if bad:
-        print(f"fp8mla demo: error: --backends: unknown {bad}; valid: {', '.join(modes)}",
-              file=sys.stderr)
+    try:
+        if bad or not backends:
+            raise ValueError(f"--backends: expected some of {', '.join(modes)}, got "
+                             f"{args.backends!r}")
+        dc = demo_config(args, gpu)
+    except ValueError as e:
+        print(f"fp8mla demo: error: {e}", file=sys.stderr)
         return 2
     where = torch.cuda.get_device_name() if gpu else "CPU through the Triton interpreter (small " \
         "configuration: hidden 256, q_lora 128, 8 index heads; no GPU found)"
     print(f"fp8mla demo on {where}")
+    pages = -(-dc.pool_tokens // dc.page_size)
     print(f"GLM-5 attention, {dc.layers} layers, {8} heads per GPU (TP{dc.tp}), batch "
-          f"{dc.batch}, context {dc.context}, {dc.kv_format} pool of {dc.pool_tokens:,} tokens. "
+          f"{dc.batch}, context {dc.context}, {dc.kv_format} pool of {dc.pool_tokens:,} tokens "
+          f"({pages:,} page{'s' if pages > 1 else ''} of {dc.page_size}). "
           "MLP/MoE is out of scope: attention blocks only.", flush=True)
     cfg, layers, kv, ic, table, hidden = build(dc, device)
     rows = []

@@ -16,7 +16,7 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark kernels on this GPU (JSON results)")
-    p.add_argument("what", choices=["decode", "sparse"],
+    p.add_argument("what", choices=["decode", "sparse"], metavar="{decode,sparse}",
                    help="decode: dense decode + the pool case; sparse: sparse decode, indexer, "
                         "top-k")
     p.add_argument("--out", default=None,
