@@ -234,9 +234,12 @@ def build_block_table(
 
 def slot_mapping(block_table: torch.Tensor, positions: torch.Tensor, page_size: int,
                  batch_index: torch.Tensor) -> torch.Tensor:
-    """int64 [tokens] slots of tokens at ``positions`` (int32 / int64 [tokens]) of requests
-    ``batch_index`` (int32 / int64 [tokens]) through ``block_table`` (int32 [batch,
-    max_pages]): block_table[b, pos // page_size] · page_size + pos % page_size."""
+    """The cache slots of tokens, int64 [tokens]: block_table[b, pos // page_size] · page_size
+    + pos % page_size for each token's request b and position pos.
+
+    block_table: int32 [batch, max_pages] (`build_block_table`); positions: int32 / int64
+    [tokens], each token's position in its request; page_size: the cache's; batch_index:
+    int32 / int64 [tokens], each token's request (a row of ``block_table``)."""
     check_page_size(page_size)
     pages = block_table[batch_index.long(), positions.long() // page_size].long()
     return pages * page_size + positions.long() % page_size
