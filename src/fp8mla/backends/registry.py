@@ -48,10 +48,12 @@ REGISTRY: tuple[BackendRecord, ...] = (
     _fp8mla(Role.INDEXER, "indexer_logits", num_heads=IntSet(), index_n_heads=IntSet(1, 64),
             index_head_dim=IntSet.of(128)),
     _fp8mla(Role.TOPK, "topk_indices", num_heads=IntSet()),
-    # No dense prefill kernel in this version: registered so that the rejection is visible
-    # ("fp8mla: dense_prefill kernel not implemented in this version") and the role falls to
-    # the reference; it becomes available by itself once fp8mla.ops.dense_prefill exists.
-    _fp8mla(Role.DENSE_PREFILL, "dense_prefill"),
+    # Dense prefill: the sparse kernel over every visible token (`fp8mla.prefill`); it reads
+    # the lengths on the host to size its index lists, so it is not CUDA-graph safe.
+    _fp8mla(Role.DENSE_PREFILL, "dense_prefill", cuda_graph_safe=False,
+            description="fp8mla dense prefill: the sparse kernel over every visible token "
+            "(index lists built in bounded chunks; reads the lengths on the host); any head "
+            "count; needs CUDA (or TRITON_INTERPRET=1 on CPU)"),
     # ---- FlashMLA (deepseek-ai/FlashMLA) ------------------------------------------------------
     # Dense decode: README support matrix "Dense Decoding | SM90 | MQA | BF16"; the dense decode
     # API checks `page_block_size == 64` ("Currently page_block_size must be 64"),

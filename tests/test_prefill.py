@@ -1,0 +1,117 @@
+"""Dense prefill (`fp8mla.prefill`) against the float32 reference: any number of new tokens,
+every format, poisoned pools, index lists built in chunks."""
+
+import pytest
+import torch
+
+import fp8mla.prefill as prefill_mod
+from fp8mla import ops, reference
+from fp8mla.prefill import dense_prefill, row_chunks, visible_slots
+from fp8mla.testing import assert_close
+from helpers import paged_cache
+
+FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
+
+# (heads, S new tokens, lengths with them, page_size, index entries a chunk)
+CASES = [
+    (1, 7, [63], 16, 1 << 24),  # one chunk
+    (3, 6, [70, 5, 0], 1, 100),  # chunks of one row; a request shorter than S, one empty
+    (8, 9, [130, 9], 64, 700),  # chunks across the two requests' rows
+    (16, 5, [65], 16, 260),
+]
+
+
+def _q(batch, s, heads, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, s, heads, 576, generator=g).bfloat16().to(device)
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS)
+@pytest.mark.parametrize("heads,s,lens,page_size,entries", CASES)
+def test_prefill_matches_reference(device, monkeypatch, fmt, policy, heads, s, lens, page_size,
+                                   entries):
+    """Query i of a request's S new tokens sees its first length − S + 1 + i tokens (the
+    reference's causal rule, which it applies to any s_q); those that see none: zeros, −inf.
+    The pool's other pages are NaN-poisoned and block-table padding points past the pool."""
+    monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", entries)
+    chunks = []
+    monkeypatch.setattr(prefill_mod, "visible_slots",
+                        lambda *a: chunks.append(len(a[1])) or visible_slots(*a))
+    seed = hash((fmt, policy, heads, s, tuple(lens), page_size)) % 2**31
+    cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
+                                        seed=seed)
+    q = _q(len(lens), s, heads, device, seed + 1)
+    out, lse = dense_prefill(q, cache.layer(0), table, seqlens, kv_format=cache.fmt,
+                             softmax_scale=0.06, fp8_scale=cache.scale(0))
+    rows, width = len(lens) * s, max(lens)
+    assert chunks == [r1 - r0 for r0, r1 in row_chunks(rows, width, entries)] and sum(chunks) == rows
+    assert len(chunks) == -(-rows // max(1, entries // width))
+    assert out.shape == (len(lens), s, heads, 512) and out.dtype == torch.bfloat16
+    assert lse.shape == (len(lens), s, heads) and lse.dtype == torch.float32
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 0.06)
+    blind = torch.tensor([[n - s + 1 + i <= 0 for i in range(s)] for n in lens],
+                         device=lse.device)
+    assert torch.all(out[blind] == 0) and torch.all(lse[blind] == float("-inf"))
+    assert torch.all(lse[~blind].isfinite())
+    assert_close(out, ro, name="out")
+    assert_close(lse[~blind], rl[~blind], atol=3e-3, rtol=1e-3, name="lse")
+
+
+def test_row_chunks_cover_the_rows_within_the_budget():
+    assert row_chunks(10, 3, entries=9) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert row_chunks(5, 1000, entries=10) == [(r, r + 1) for r in range(5)]  # ≥ 1 row
+    assert row_chunks(4, 0) == [(0, 4)] and row_chunks(0, 8) == []
+
+
+def test_visible_slots_are_the_first_tokens_in_position_order():
+    table = torch.tensor([[5, 2, -7], [0, 9, 1]], dtype=torch.int32)
+    idx = visible_slots(table, torch.tensor([0, 1, 1]), torch.tensor([3, 0, 5]), width=6,
+                        page_size=2)
+    assert idx.dtype == torch.int32
+    assert idx.tolist() == [[10, 11, 4, -1, -1, -1], [-1] * 6, [0, 1, 18, 19, 2, -1]]
+
+
+def test_prefill_is_the_ops_role_and_the_doctor_takes_it():
+    from fp8mla.backends import Role, Runtime, resolve
+    from fp8mla.gpus import resolve_gpu
+
+    assert ops.dense_prefill is dense_prefill
+    plan = resolve("deepseek_v3", Runtime(gpu=resolve_gpu("h200"), tp_size=8))
+    choice = plan.choice(Role.DENSE_PREFILL)
+    assert choice.backend == "fp8mla" and not choice.candidates[0].cuda_graph_safe
+    assert "dense_prefill: fp8mla is not CUDA-graph safe" in plan.warnings
+
+
+def test_prefill_rejects_bad_input(device):
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [20, 7], 16, device=device)
+    q = _q(2, 3, 4, device, 0)
+    rows = cache.layer(0)
+    before = cache.pool.clone()
+
+    def call(**kw):
+        args = dict(q=q, kv_cache=rows, block_table=table, cache_seqlens=seqlens,
+                    kv_format="fp8_ds_mla")
+        args.update(kw)
+        return dense_prefill(args.pop("q"), args.pop("kv_cache"), args.pop("block_table"),
+                             args.pop("cache_seqlens"), **args)
+
+    with pytest.raises(TypeError, match="q: expected dtype bfloat16, got float32"):
+        call(q=q.float())
+    with pytest.raises(ValueError, match="q: expected head dim 576"):
+        call(q=q[..., :512].contiguous())
+    with pytest.raises(ValueError, match=r"heads \(q.shape\[2\]\): expected an int in \[1, 128\]"):
+        call(q=_q(2, 1, 129, device, 0))
+    with pytest.raises(ValueError, match="kv_cache: expected uint8 \\[num_pages, page_size, 576\\]"):
+        call(kv_format="fp8")
+    with pytest.raises(ValueError, match="cache_seqlens: expected lengths in \\[0, 48\\]"):
+        call(cache_seqlens=torch.tensor([20, 49], dtype=torch.int32, device=device))
+    with pytest.raises(TypeError, match="cache_seqlens: expected dtype int32, got int64"):
+        call(cache_seqlens=seqlens.long())
+    with pytest.raises(ValueError, match="block_table: expected 2 rows"):
+        call(block_table=table[:1])
+    bad = table.clone()
+    bad[0, 0] = 10_000
+    with pytest.raises(ValueError, match="block_table: a page within cache_seqlens points "
+                                         "outside the pool"):
+        call(block_table=bad)
+    assert torch.equal(cache.pool, before)
