@@ -42,11 +42,13 @@ from fp8mla._checks import check_page_size, check_tensor
 from fp8mla.baselines import cast_rows_to_bf16
 from fp8mla.cache import IndexKeyCache, PagedKVCache
 from fp8mla.config import MLAConfig
+from fp8mla.decode import DecodePlan
 from fp8mla.formats import INDEX_HEAD_DIM, KV_DIM, LATENT_DIM, ROPE_DIM
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.kernels.launch import fast
 from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel
+from fp8mla.prefill import row_chunks, visible_slots
 from fp8mla.sparse import SparsePlan
 from fp8mla.topk import topk_indices
 
@@ -209,6 +211,26 @@ def _sparse_plan(queries: int, heads: int, topk: int, fmt, softmax_scale: float,
         if len(_SPARSE_PLANS) > 8:
             _SPARSE_PLANS.popitem(last=False)
     _SPARSE_PLANS.move_to_end(key)
+    return plan
+
+
+_DECODE_PLANS: OrderedDict[tuple, DecodePlan] = OrderedDict()
+
+
+def _decode_plan(batch: int, heads: int, s_q: int, fmt, page_size: int, max_seqlen: int,
+                 softmax_scale: float, device: torch.device) -> DecodePlan:
+    """A dense decode plan per shape, sized for ``max_seqlen`` (the block table's span, so no
+    step reads its lengths on the host) and shared by every layer, as `_sparse_plan`'s."""
+    key = (batch, heads, s_q, fmt.name, page_size, max_seqlen, softmax_scale, str(device))
+    plan = _DECODE_PLANS.get(key)
+    if plan is None:
+        plan = _DECODE_PLANS[key] = DecodePlan(batch=batch, num_heads=heads, s_q=s_q,
+                                               kv_format=fmt, page_size=page_size,
+                                               max_seqlen=max_seqlen,
+                                               softmax_scale=softmax_scale, device=device)
+        if len(_DECODE_PLANS) > 8:
+            _DECODE_PLANS.popitem(last=False)
+    _DECODE_PLANS.move_to_end(key)
     return plan
 
 
@@ -485,28 +507,56 @@ class DSAAttention(nn.Module):
 
         q_kernel = torch.cat([q_lat.to(torch.bfloat16), q_rot.to(torch.bfloat16)], dim=-1)
 
-        if topk_override is not None:  # causal: a token never sees later positions
-            chosen = topk_override.to(torch.int64)
-            chosen = torch.where(chosen <= positions[..., None], chosen, -1)
-        elif cfg.is_sparse:
-            chosen = self._indexer(hidden, q_resid, cos, sin, index_cache, layer, slots,
-                                   block_table, positions, check, kv_page_size=ps,
-                                   projected=(q_index, k_index, w_index), step=step)
-        else:  # dense MLA: every visible token
-            span = torch.arange(int(step.lengths.max()), device=hidden.device)
-            chosen = torch.where(span <= positions[..., None], span, -1)
-        if chosen.dtype == torch.int32:  # the paged indexer's top-k emitted slots already
-            idx = chosen
-        else:  # positions → slots (−1 stays −1)
-            pages = block_table.gather(1, (chosen.clamp_min(0) // ps).view(b, -1).long())
-            idx = torch.where(chosen >= 0, pages.view_as(chosen).long() * ps + chosen % ps,
-                              -1).to(torch.int32)
-        o_lat = self._attend(q_kernel.view(b * s, h, KV_DIM), kv_cache, layer,
-                             idx.view(b * s, -1))
+        if topk_override is None and not cfg.is_sparse:  # dense MLA: every visible token
+            o_lat = self._attend_dense(q_kernel, kv_cache, layer, block_table, step)
+        else:
+            if topk_override is not None:  # causal: a token never sees later positions
+                chosen = topk_override.to(torch.int64)
+                chosen = torch.where(chosen <= positions[..., None], chosen, -1)
+            else:
+                chosen = self._indexer(hidden, q_resid, cos, sin, index_cache, layer, slots,
+                                       block_table, positions, check, kv_page_size=ps,
+                                       projected=(q_index, k_index, w_index), step=step)
+            if chosen.dtype == torch.int32:  # the paged indexer's top-k emitted slots already
+                idx = chosen
+            else:  # positions → slots (−1 stays −1)
+                pages = block_table.gather(1, (chosen.clamp_min(0) // ps).view(b, -1).long())
+                idx = torch.where(chosen >= 0, pages.view_as(chosen).long() * ps + chosen % ps,
+                                  -1).to(torch.int32)
+            o_lat = self._attend(q_kernel.view(b * s, h, KV_DIM), kv_cache, layer,
+                                 idx.view(b * s, -1))
         o = torch.einsum("bshr,hvr->bshv", o_lat.view(b, s, h, LATENT_DIM).to(w_uv.dtype), w_uv)
         return self.o_proj(o.reshape(b, s, -1).to(hidden.dtype))
 
-    def _attend(self, q, kv_cache, layer, idx):
+    def _attend_dense(self, q, kv_cache, layer, block_table, step):
+        """Dense MLA, q [B, S, heads, 576]: each new token over every token it sees. Decode
+        steps (S ≤ 4) of the native fp8mla path take the paged decode kernel (`DecodePlan`,
+        planned for the block table's span: no host synchronisation); otherwise each query row
+        attends to the index list of its visible tokens (`fp8mla.prefill`), built for
+        `fp8mla.prefill.CHUNK_ENTRIES` entries at a time. Returns [B·S, heads, 512]."""
+        b, s, h, _ = q.shape
+        ps = kv_cache.page_size
+        if s <= 4 and self.backend == "fp8mla" and self.attn_mode == "native":
+            plan = _decode_plan(b, h, s, kv_cache.fmt, ps, block_table.shape[1] * ps,
+                                self.cfg.softmax_scale, q.device)
+            out = torch.empty(b, s, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+            lse = torch.empty(b, s, h, dtype=torch.float32, device=q.device)
+            with torch.profiler.record_function("fp8mla::attention"):
+                plan.run(q, kv_cache.layer(layer), block_table, step.lengths,
+                         fp8_scale=kv_cache.scale(layer), check=False, out=out, lse=lse)
+            return out.view(b * s, h, LATENT_DIM)
+        rows = q.view(b * s, h, KV_DIM)
+        width = int(step.lengths.max())  # (a host sync) every row sees ≥ 1 token: its own
+        request = torch.arange(b * s, device=q.device) // s
+        outs = []
+        for r0, r1 in row_chunks(b * s, width):
+            idx = visible_slots(block_table, request[r0:r1], step.visible[r0:r1], width, ps)
+            outs.append(self._attend(rows[r0:r1], kv_cache, layer, idx, step.visible[r0:r1]))
+        return torch.cat(outs)
+
+    def _attend(self, q, kv_cache, layer, idx, lengths=None):
+        """q [rows, heads, 576] over index lists idx int32 [rows, width] (slots, −1 = skip;
+        ``lengths`` int32 [rows]: only the first lengths[r] entries count, where given)."""
         scale = self.cfg.softmax_scale
         if self.backend == "reference":
             kv = kv_cache.dequantize(layer).reshape(-1, KV_DIM)
@@ -532,7 +582,8 @@ class DSAAttention(nn.Module):
             out = torch.empty(*q.shape[:2], LATENT_DIM, dtype=torch.bfloat16, device=q.device)
             lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
             plan = _sparse_plan(q.shape[0], q.shape[1], idx.shape[1], fmt, scale, q.device)
-            return plan.run(q, rows, idx, fp8_scale=kv_scale, check=False, out=out, lse=lse)[0]
+            return plan.run(q, rows, idx, lengths, fp8_scale=kv_scale, check=False, out=out,
+                            lse=lse)[0]
 
     def _indexer(self, hidden, q_resid, cos, sin, index_cache, layer, slots, block_table,
                  positions, check=True, kv_page_size=None, projected=None, step=None):
