@@ -108,7 +108,7 @@ INDEXER_SIG = {
     "block_table_ptr": "*i32", "lo_ptr": "*i32", "hi_ptr": "*i32",
     "out_ptr": "*fp32", "stride_qr": "i32", "stride_wr": "i32", "stride_bt": "i32",
     "stride_or": "i32", "num_heads": "i32", "max_len": "i32", "page_shift": "i32",
-    "span": "i32",
+    "span": "i32", "num_pages": "i32",
 }
 TOPK_SIG = {
     "logits_ptr": "*fp32", "out_ptr": "*i32", "block_table_ptr": "*i32", "length_ptr": "*i32",
@@ -291,7 +291,8 @@ def indexer_sm90_compile(heads, paged=True, s_q=1):
            "k_f32_ptr": "*fp32", "k_scale_ptr": "*fp32", "block_table_ptr": "*i32",
            "lo_ptr": "*i32", "hi_ptr": "*i32", "out_ptr": "*fp32", "stride_qr": "i32",
            "stride_wr": "i32", "stride_bt": "i32", "stride_or": "i32", "num_heads": "i32",
-           "max_len": "i32", "page_shift": "i32", "page_rows": "i32", "span": "i32"}
+           "max_len": "i32", "page_shift": "i32", "page_rows": "i32", "span": "i32",
+           "num_pages": "i32"}
     return _gluon_sm90_compile(ki._indexer_sm90_kernel, sig, {
         "S_Q": s_q, "H": max(16, triton.next_power_of_2(heads)), "PAGED": paged, "NS": ki.NS,
         "KSPLIT": ki.KSPLIT},

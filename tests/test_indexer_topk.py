@@ -51,6 +51,34 @@ def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page
     assert_close(out, ref, atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("heads,page_size", [(8, 16), (32, 64)])
+def test_indexer_fast_path_skips_pages_outside_the_pool(device, heads, page_size,
+                                                        tiles_per_program):
+    """check=False never reads a page a block-table entry puts outside the pool (past it,
+    negative, or so large that its word offset overflows int32): those keys' logits are −inf,
+    the others as the reference's (gathered tiles and, from pages of 64, whole TMA tiles).
+    (SM90's Gluon kernel — fp8 q of 33+ heads — reads no scale there either, and its copies
+    are bounded by the pool's descriptor, but scores such keys 0: not this test's rule.)"""
+    lens = [3 * page_size, 2 * page_size + 5]
+    cache, table = index_cache(lens, page_size, device, seed=heads)
+    bad = table.clone()
+    bad[0, 1], bad[1, 0], bad[1, 2] = cache.num_pages, -2, 1 << 30
+    g = torch.Generator().manual_seed(heads + 1)
+    q = torch.randn(2, 1, heads, 128, generator=g).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(2, heads, generator=g).to(device)
+    max_len = table.shape[1] * page_size
+    out = indexer_logits_paged(q, w, cache.layer(0), bad,
+                               torch.tensor(lens, dtype=torch.int32, device=device),
+                               max_len=max_len, check=False)
+    ref = indexer_reference_paged(cache, table, lens, q, w, 1, max_len)
+    skipped = torch.zeros_like(ref, dtype=torch.bool)
+    for b, col in ((0, 1), (1, 0), (1, 2)):
+        skipped[b, col * page_size:(col + 1) * page_size] = True
+    ref[skipped] = float("-inf")
+    assert torch.isinf(out[skipped]).all()
+    assert_close(out, ref, atol=1e-3, rtol=1e-3)
+
+
 def test_indexer_ragged_windows(device, tiles_per_program):
     kb, ks = quantize_index_keys(torch.randn(300, 128))
     q = torch.randn(5, 64, 128).to(torch.float8_e4m3fn)

@@ -91,6 +91,11 @@ def _sm90_serves(target, q: torch.Tensor, keys: torch.Tensor, paged: bool,
     return indexer_sm90.AVAILABLE
 
 
+def _num_pages(keys_u8: torch.Tensor, page_size: int, paged: bool) -> int:
+    """Pages of a paged index-key pool (flat uint8); 1 for contiguous keys (unused there)."""
+    return keys_u8.numel() // (page_size * INDEX_ROW_BYTES) if paged else 1
+
+
 def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, target,
                  rows_per_req, page_size, paged):
     """`_launch` through `fp8mla.kernels.indexer_sm90`; keys_u8: the pool's (paged) or the
@@ -107,8 +112,8 @@ def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, t
         q8, weights, ki.descriptor(keys), key_scales, key_scales, block_table, lo, hi, out,
         q8.stride(0), weights.stride(0), block_table.stride(0), out.stride(0), heads,
         out.shape[1], page_size.bit_length() - 1, page_rows, per_program * BLOCK_S,
-        S_Q=rows_per_req, H=max(16, triton.next_power_of_2(heads)), PAGED=paged, NS=ki.NS,
-        KSPLIT=ki.KSPLIT,
+        _num_pages(keys_u8, page_size, paged), S_Q=rows_per_req,
+        H=max(16, triton.next_power_of_2(heads)), PAGED=paged, NS=ki.NS, KSPLIT=ki.KSPLIT,
         num_warps=ki.NUM_WARPS)
     return out
 
@@ -152,7 +157,7 @@ def _launch(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *,
         qv, weights, keys_u32, keys_f32, key_scales, keys_desc, block_table, lo, hi, out,
         qv.stride(0), weights.stride(0), block_table.stride(0), out.stride(0),
         heads, out.shape[1], page_size.bit_length() - 1, per_program * BLOCK_S,
-        S_Q=rows_per_req, H_P2=h_p2, BLOCK_S=BLOCK_S,
+        _num_pages(keys_u8, page_size, paged), S_Q=rows_per_req, H_P2=h_p2, BLOCK_S=BLOCK_S,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
         OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS,
         ROWS_ALIGNED=paged and page_size % 4 == 0,

@@ -64,15 +64,27 @@ def _scale_words(page_words, off, page_shift):
 
 
 @triton.jit
-def _key_rows(bt_row, s0, lo, t_hi, page_shift, PAGED: tl.constexpr,
+def _pool_page(bt_row, pos, valid, page_shift, num_pages):
+    """The block-table page of key positions ``pos`` (0 where not ``valid``) and whether it
+    lies in the pool: a page outside it (an entry only the validating path rejects) is never
+    read, its keys' logits −inf."""
+    page = tl.load(bt_row + (pos >> page_shift), mask=valid, other=0)
+    ok = (page >= 0) & (page < num_pages)
+    return tl.where(ok, page, 0), ok
+
+
+@triton.jit
+def _key_rows(bt_row, s0, lo, t_hi, page_shift, num_pages, PAGED: tl.constexpr,
               ROWS_ALIGNED: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Keys s0 … s0 + BLOCK_S − 1: which lie in the window [lo, t_hi), and where they live —
-    word offsets of their rows and of their scales. Pages hold 2^page_shift keys (shifts and
-    masks, not a division by a runtime page size)."""
+    """Keys s0 … s0 + BLOCK_S − 1: which lie in the window [lo, t_hi) (and, paged, on a page
+    of the pool), and where they live — word offsets of their rows and of their scales. Pages
+    hold 2^page_shift keys (shifts and masks, not a division by a runtime page size)."""
     offs_s = s0 + tl.arange(0, BLOCK_S)
     in_win = _in_window(offs_s, lo, t_hi)
     if PAGED:
-        page = tl.load(bt_row + (offs_s >> page_shift), mask=in_win, other=0).to(tl.int64)
+        page, ok = _pool_page(bt_row, offs_s, in_win, page_shift, num_pages)
+        in_win = in_win & ok
+        page = page.to(tl.int64)
         off = offs_s & ((1 << page_shift) - 1)
         page_words = (page << page_shift) * 33  # a page is page_size · 132 bytes
         row = page_words + off * 32
@@ -126,7 +138,7 @@ def _indexer_logits_kernel(
     q_ptr, w_ptr, k_u32_ptr, k_f32_ptr, k_scale_ptr, keys_desc,
     block_table_ptr, lo_ptr, hi_ptr, out_ptr,
     stride_qr, stride_wr, stride_bt, stride_or,
-    num_heads, max_len, page_shift, span,
+    num_heads, max_len, page_shift, span, num_pages,
     S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
     Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
     KEYS_AS_ROWS: tl.constexpr, ROWS_ALIGNED: tl.constexpr, PREFETCH: tl.constexpr,
@@ -165,12 +177,13 @@ def _indexer_logits_kernel(
             # fetched during tile i, so the pipelined copies never wait on the block table.
             # Keys past the window are read (inside their page) and their logits replaced by
             # −inf.
-            page_next = tl.load(bt_row + (t_lo >> page_shift), mask=t_lo < t_hi, other=0)
+            # A page outside the pool reads page 0 and writes −inf over its keys.
+            page_next, ok_next = _pool_page(bt_row, t_lo, t_lo < t_hi, page_shift, num_pages)
             scale_next = _page_scales(k_f32_ptr, page_next, t_lo, t_hi, page_shift, BLOCK_S)
             for s0 in range(t_lo, t_hi, BLOCK_S):
-                page, k_scale = page_next, scale_next
-                page_next = tl.load(bt_row + ((s0 + BLOCK_S) >> page_shift),
-                                    mask=s0 + BLOCK_S < t_hi, other=0)
+                page, ok, k_scale = page_next, ok_next, scale_next
+                page_next, ok_next = _pool_page(bt_row, s0 + BLOCK_S, s0 + BLOCK_S < t_hi,
+                                                page_shift, num_pages)
                 scale_next = _page_scales(k_f32_ptr, page_next, s0 + BLOCK_S, t_hi, page_shift,
                                           BLOCK_S)
                 words = tl.reshape(keys_desc.load([page, s0 & ((1 << page_shift) - 1), 0]),
@@ -179,23 +192,24 @@ def _indexer_logits_kernel(
                                      KEYS_AS_ROWS, OUT_SCALE)
                 offs_s = s0 + offs
                 tl.store(out_row + offs_s,
-                         tl.where(_in_window(offs_s, lo, t_hi), logit, float("-inf")),
+                         tl.where(_in_window(offs_s, lo, t_hi) & ok, logit, float("-inf")),
                          mask=offs_s < max_len)
         elif PREFETCH:
             # registers carry tile i+1's keys and scales and tile i+2's row offsets, loaded
             # before tile i's math (the compiler's 2-stage pipeline issues the next tile's copy
             # only after the math, behind the page-table and scale loads)
-            in_win, row, scale_at = _key_rows(bt_row, t_lo, lo, t_hi, page_shift, PAGED,
-                                              ROWS_ALIGNED, BLOCK_S)
+            in_win, row, scale_at = _key_rows(bt_row, t_lo, lo, t_hi, page_shift, num_pages,
+                                              PAGED, ROWS_ALIGNED, BLOCK_S)
             words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at,
                                        in_win, PAGED)
             in_x, row_x, scale_x = _key_rows(bt_row, t_lo + BLOCK_S, lo, t_hi, page_shift,
-                                             PAGED, ROWS_ALIGNED, BLOCK_S)
+                                             num_pages, PAGED, ROWS_ALIGNED, BLOCK_S)
             for s0 in tl.range(t_lo, t_hi, BLOCK_S, num_stages=1):
                 words_x, k_scale_x = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row_x,
                                                scale_x, in_x, PAGED)
                 in_y, row_y, scale_y = _key_rows(bt_row, s0 + 2 * BLOCK_S, lo, t_hi,
-                                                 page_shift, PAGED, ROWS_ALIGNED, BLOCK_S)
+                                                 page_shift, num_pages, PAGED, ROWS_ALIGNED,
+                                                 BLOCK_S)
                 logit = _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8, DOT_F32,
                                      KEYS_AS_ROWS, OUT_SCALE)
                 tl.store(out_row + s0 + offs, tl.where(in_win, logit, float("-inf")),
@@ -204,8 +218,8 @@ def _indexer_logits_kernel(
                 row_x, scale_x, in_x = row_y, scale_y, in_y
         else:
             for s0 in range(t_lo, t_hi, BLOCK_S):
-                in_win, row, scale_at = _key_rows(bt_row, s0, lo, t_hi, page_shift, PAGED,
-                                                  ROWS_ALIGNED, BLOCK_S)
+                in_win, row, scale_at = _key_rows(bt_row, s0, lo, t_hi, page_shift, num_pages,
+                                                  PAGED, ROWS_ALIGNED, BLOCK_S)
                 words, k_scale = _key_tile(k_u32_ptr, k_f32_ptr, k_scale_ptr, row, scale_at,
                                            in_win, PAGED)
                 logit = _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8, DOT_F32,

@@ -92,14 +92,17 @@ if AVAILABLE:
             return s0
 
     @gluon.jit
-    def _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, s0, t_hi, page_shift,
+    def _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, s0, t_hi, page_shift, num_pages,
                      PAGED: gl.constexpr, LAYOUT: gl.constexpr):
-        """float32 scales of keys s0 … s0 + 63 in ``LAYOUT`` (zeros from t_hi on)."""
+        """float32 scales of keys s0 … s0 + 63 in ``LAYOUT`` (zeros from t_hi on, and on a
+        page outside the pool: an entry only the validating path rejects, never read here;
+        the keys' TMA copy is bounded by the pool's descriptor)."""
         pos = s0 + gl.arange(0, BS, layout=LAYOUT)
         if PAGED:  # in the page's tail, after its page_size rows of 32 key words
             page = _tile_page(bt_row, s0, t_hi, page_shift).to(gl.int64)
+            ok = (page >= 0) & (page < num_pages)
             at = (page << page_shift) * 33 + (32 << page_shift) + (pos & ((1 << page_shift) - 1))
-            return gl.load(k_f32_ptr + at, mask=pos < t_hi, other=0.0)
+            return gl.load(k_f32_ptr + at, mask=(pos < t_hi) & ok, other=0.0)
         else:
             return gl.load(k_scale_ptr + pos, mask=pos < t_hi, other=0.0)
 
@@ -131,7 +134,7 @@ if AVAILABLE:
     def _indexer_sm90_kernel(
         q_ptr, w_ptr, keys_desc, k_f32_ptr, k_scale_ptr, block_table_ptr, lo_ptr, hi_ptr,
         out_ptr, stride_qr, stride_wr, stride_bt, stride_or, num_heads, max_len, page_shift,
-        page_rows, span,
+        page_rows, span, num_pages,
         S_Q: gl.constexpr, H: gl.constexpr, PAGED: gl.constexpr, NS: gl.constexpr,
         KSPLIT: gl.constexpr,
     ):
@@ -183,7 +186,7 @@ if AVAILABLE:
             hw = gl.arange(0, H, layout=gl.SliceLayout(0, ACC))
             w = gl.load(w_ptr + r.to(gl.int64) * stride_wr + hw, mask=hw < num_heads, other=0.0)
             k_scale = _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, t_lo, t_hi, page_shift,
-                                   PAGED, KEYS)
+                                   num_pages, PAGED, KEYS)
             row_next = _tile_row0(bt_row, t_lo + (NS - 1) * BS, t_hi, page_shift,
                                   page_rows, PAGED)
             fence_async_shared()  # q's rows, before the wgmma reads them
@@ -199,7 +202,7 @@ if AVAILABLE:
                 row_next = _tile_row0(bt_row, s0 + NS * BS, t_hi, page_shift, page_rows,
                                       PAGED)
                 scale_next = _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, s0 + BS, t_hi,
-                                          page_shift, PAGED, KEYS)
+                                          page_shift, num_pages, PAGED, KEYS)
                 mbarrier.wait(bars.index(stage), (i // NS) & 1)
                 s = _scores(k_s.index(stage), q_s, zero, KSPLIT)
                 logit = gl.sum(gl.maximum(s, 0.0) * w[None, :], axis=1) * k_scale
