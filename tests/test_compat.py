@@ -210,3 +210,20 @@ def test_flashmla_sparse_semantics_hold_in_check_mode(device):
         test_sparse_prefill_flashmla_semantics(device)
     finally:
         numerics.enable(None)
+
+
+def test_compat_names_arguments_that_are_not_tensors(device):
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [20, 9], 16, device=device)
+    q = torch.zeros(2, 1, 2, 576, dtype=torch.bfloat16, device=device)
+    meta, _ = flash_mla.get_mla_metadata()
+    with pytest.raises(TypeError, match="q: expected a torch.Tensor, got list"):
+        flash_mla.flash_mla_with_kvcache(q.tolist(), cache.layer(0).unsqueeze(2), table, seqlens,
+                                         512, meta, is_fp8_kvcache=True)
+    with pytest.raises(TypeError, match="attn_sink: expected a torch.Tensor, got list"):
+        flash_mla.flash_mla_with_kvcache(q, cache.layer(0).unsqueeze(2), table, seqlens, 512,
+                                         meta, is_fp8_kvcache=True, attn_sink=[0.0, 0.0])
+    idx = torch.zeros(2, 1, 4, dtype=torch.int32, device=device)
+    with pytest.raises(TypeError, match="kv: expected a torch.Tensor, got tuple"):
+        flash_mla.flash_mla_sparse_fwd(q[:, 0], (1, 2), idx, 0.04)
+    with pytest.raises(ValueError, match="kv: with is_fp8_kvcache=True expected 1-byte"):
+        flash_mla.flash_mla_sparse_fwd(q[:, 0], torch.zeros(10, 1, 576, device=device), idx, 0.04)

@@ -1222,3 +1222,29 @@ def test_blind_query_rows(device, fmt, policy, splits):
     _check(cache, table, seqlens, q, out, lse, 576 ** -0.5, policy)
     blind = assert_blind_rows(plan, run, lens, out, lse)
     assert blind.sum() == 3 and torch.all(plan.max_logits[~blind].isfinite())
+
+
+def test_every_backend_takes_the_same_problems(small):
+    """The baselines (the reference included) refuse what the native plan refuses: a bad
+    softmax_scale, s_q past 4, heads past 128, a pool on another device; and a plan's
+    negative lengths are named as cache_seqlens."""
+    cache, table, seqlens, plan, q = small
+    for backend in ("reference", "gather_cast", "full_cast"):
+        def call(backend=backend, **kw):
+            args = dict(q=q, kv_cache=cache.layer(0), softmax_scale=None)
+            args.update(kw)
+            return dense_decode(args["q"], args["kv_cache"], table, seqlens,
+                                kv_format=cache.fmt, softmax_scale=args["softmax_scale"],
+                                backend=backend)
+
+        with pytest.raises(ValueError, match="softmax_scale: expected a finite float > 0"):
+            call(softmax_scale=float("nan"))
+        with pytest.raises(ValueError, match=r"s_q \(q.shape\[1\]\): expected an int in \[1, 4\]"):
+            call(q=q.expand(-1, 5, -1, -1).contiguous())
+        with pytest.raises(ValueError, match=r"heads \(q.shape\[2\]\): expected an int in \[1, 128\]"):
+            call(q=q[:, :, :1].expand(-1, -1, 129, -1).contiguous())
+        with pytest.raises(ValueError, match="kv_cache: expected device .*, got meta"):
+            call(kv_cache=cache.layer(0).to("meta"))
+    with pytest.raises(ValueError, match="cache_seqlens: expected lengths >= 0, got -5"):
+        DecodePlan(batch=2, num_heads=2, kv_format="fp8", page_size=16, device=q.device,
+                   cache_seqlens=torch.tensor([-5, -1], dtype=torch.int32))

@@ -252,3 +252,24 @@ def test_gluon_sparse_plan_refuses_a_misaligned_pool(monkeypatch):
     assert not launches
     plan.run(q, pool[:64 * 656].view(64, 656), idx, check=False)
     assert launches and launches[0][1] == (2, plan.num_splits, 1)
+
+
+def test_sparse_bad_shapes_and_devices_are_named(device):
+    """q's head dim and an empty batch are named before any reshape; a pool on another device
+    before any launch (the cache untouched)."""
+    cache, live = sparse_pool("fp8_ds_mla", None, 4, 16, device, torch.Generator().manual_seed(0))
+    idx = live[:8].to(torch.int32).repeat(2, 1).to(device)
+    before = cache.pool.clone()
+    with pytest.raises(ValueError, match=r"q: expected shape \[\*, \*, \*, 576\], got \[1, 2, 2, 512\]"):
+        sparse_decode(torch.zeros(1, 2, 2, 512, dtype=torch.bfloat16, device=device),
+                      cache.layer(0), idx.view(1, 2, 8), kv_format="fp8_ds_mla")
+    with pytest.raises(ValueError, match=r"q: expected at least one query token, got shape \[0, 1"):
+        sparse_decode(torch.zeros(0, 1, 2, 576, dtype=torch.bfloat16, device=device),
+                      cache.layer(0), idx[:0].view(0, 1, 8), kv_format="fp8_ds_mla")
+    with pytest.raises(ValueError, match=r"q: expected at least one query token, got shape \[0, 2"):
+        sparse_prefill(torch.zeros(0, 2, 576, dtype=torch.bfloat16, device=device),
+                       cache.layer(0), idx[:0], kv_format="fp8_ds_mla")
+    with pytest.raises(ValueError, match=r"kv_cache: expected device .*, got meta"):
+        sparse_prefill(torch.zeros(2, 2, 576, dtype=torch.bfloat16, device=device),
+                       cache.layer(0).to("meta"), idx, kv_format="fp8_ds_mla")
+    assert torch.equal(cache.pool, before)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from fp8mla import reference
-from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat, dequantize_kv
+from fp8mla._checks import check_int, check_tensor
+from fp8mla.formats import LATENT_DIM, KVFormat, dequantize_kv
 
 __all__ = ["BASELINES", "cast_rows_to_bf16", "dense_decode"]
 
@@ -44,17 +45,21 @@ def dense_decode(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Dense decode through baseline ``backend``; arguments as `fp8mla.decode.dense_decode`,
     with ``rows`` the uint8 [num_pages, page_size, row_bytes] pool."""
-    from fp8mla.decode import DecodePlan, as_cache_rows, check_paged_inputs
+    from fp8mla.decode import DecodePlan, as_cache_rows, check_paged_inputs, check_softmax_scale
 
     if backend not in BASELINES:
         raise ValueError(
             f"backend: expected fp8mla or one of {', '.join(BASELINES)}, got {backend!r}"
         )
     b, s_q, h, _ = q.shape
+    check_int("batch (q.shape[0])", b, lo=1)  # the problems the native plan takes
+    check_int("s_q (q.shape[1])", s_q, lo=1, hi=4)
+    check_int("heads (q.shape[2])", h, lo=1, hi=128)
+    check_tensor("kv_cache", rows, device=q.device)
     page_size = rows.shape[1]
     check_paged_inputs(block_table, cache_seqlens, b, page_size, rows.shape[0], q.device,
                        validate=check)
-    scale = KV_DIM ** -0.5 if softmax_scale is None else softmax_scale
+    scale = check_softmax_scale(softmax_scale)
     if fp8_scale is None:
         fp8_scale = torch.ones(1, dtype=torch.float32, device=q.device)
     if backend == "reference":

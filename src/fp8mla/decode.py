@@ -391,6 +391,21 @@ def combine_warps(block_d: int, part_bytes: int) -> int:
     return max(1, min(4, block_d * part_bytes // (16 * 32)))
 
 
+def check_softmax_scale(softmax_scale: object) -> float:
+    """``softmax_scale`` as a float (576^-0.5 where None): a finite real number > 0 (numpy and
+    0-d torch scalars too, not a string or a bool), else TypeError / ValueError naming it."""
+    try:
+        if isinstance(softmax_scale, bool | str | bytes):
+            raise TypeError
+        value = KV_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"softmax_scale: expected a float, got "
+                        f"{type(softmax_scale).__name__} {softmax_scale!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"softmax_scale: expected a finite float > 0, got {softmax_scale!r}")
+    return value
+
+
 def as_cache_rows(kv_cache: torch.Tensor, fmt: KVFormat, page_size: int | None = None) -> torch.Tensor:
     """The cache as uint8 ``[num_pages, page_size, row_bytes]``. Accepts that shape, a
     ``[num_pages, page_size, 1, row_bytes]`` uint8 view (FlashMLA's), or a bf16
@@ -525,18 +540,12 @@ class DecodePlan:
         self.fmt = formats.kv_format(kv_format)
         self.page_size = check_page_size(page_size)
         self.device = torch.device(device)
-        try:  # a real number (numpy / 0-d torch scalars too), not a string or a bool
-            if isinstance(softmax_scale, bool | str | bytes):
-                raise TypeError
-            self.softmax_scale = KV_DIM ** -0.5 if softmax_scale is None else float(softmax_scale)
-        except (TypeError, ValueError):
-            raise TypeError(f"softmax_scale: expected a float, got "
-                            f"{type(softmax_scale).__name__} {softmax_scale!r}") from None
-        if not (math.isfinite(self.softmax_scale) and self.softmax_scale > 0):
-            raise ValueError(f"softmax_scale: expected a finite float > 0, got {softmax_scale!r}")
+        self.softmax_scale = check_softmax_scale(softmax_scale)
         if cache_seqlens is not None:
             check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(batch,))
-            max_seqlen = int(cache_seqlens.max()) if batch else 0
+            lo, max_seqlen = (int(v) for v in cache_seqlens.aminmax())
+            if lo < 0:
+                raise ValueError(f"cache_seqlens: expected lengths >= 0, got {lo}")
         if max_seqlen is None:
             raise ValueError("cache_seqlens / max_seqlen: expected one of them, got neither")
         check_int("max_seqlen", max_seqlen, lo=0)

@@ -124,6 +124,7 @@ class SparsePlan(DecodePlan):
         """
         check_tensor("q", q, dtype=torch.bfloat16, shape=(self.batch, self.num_heads, KV_DIM),
                      device=self.device, contiguous_last=True)
+        check_tensor("kv_cache", kv_cache, device=self.device)
         rows = _as_slot_rows(kv_cache, self.fmt)
         check_tensor("indices", indices, dtype=torch.int32, shape=(self.batch, self.topk),
                      device=self.device, contiguous_last=True)
@@ -177,6 +178,11 @@ class SparsePlan(DecodePlan):
                                  f"(the index width), got {lo if lo < 0 else hi}")
 
 
+def _check_queries(q: torch.Tensor, queries: int) -> None:
+    if queries == 0:
+        raise ValueError(f"q: expected at least one query token, got shape {list(q.shape)}")
+
+
 def sparse_prefill(
     q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, *,
     kv_format: str | KVFormat, topk_length: torch.Tensor | None = None,
@@ -188,7 +194,8 @@ def sparse_prefill(
     [num_pages, page_size, row_bytes] or [num_slots, row_bytes] (bf16 caches also as bf16
     [..., 576]); fp8_scale: float32 [1], the ``fp8`` format's per-tensor scale (other formats
     ignore it). Returns (out bfloat16 [tokens, heads, 512], lse float32 [tokens, heads])."""
-    check_tensor("q", q, dtype=torch.bfloat16, ndim=3)
+    check_tensor("q", q, dtype=torch.bfloat16, shape=(None, None, KV_DIM))
+    _check_queries(q, q.shape[0])
     check_tensor("indices", indices, dtype=torch.int32, ndim=2)
     fmt = formats.kv_format(kv_format)
     plan = SparsePlan(num_queries=q.shape[0], num_heads=q.shape[1], topk=indices.shape[1],
@@ -206,8 +213,9 @@ def sparse_decode(
     [batch, s_q, topk] (slots, −1 = skip); topk_length: int32 [batch], optional (applies to
     every query of the request); kv_cache, fp8_scale: as `sparse_prefill`'s. Returns (out
     bfloat16 [batch, s_q, heads, 512], lse float32 [batch, s_q, heads])."""
-    check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
+    check_tensor("q", q, dtype=torch.bfloat16, shape=(None, None, None, KV_DIM))
     b, s_q, h, _ = q.shape
+    _check_queries(q, b * s_q)
     check_tensor("indices", indices, dtype=torch.int32, shape=(b, s_q, None))
     lengths = None
     if topk_length is not None:

@@ -22,7 +22,7 @@ import dataclasses
 
 import torch
 
-from fp8mla._checks import argument_names
+from fp8mla._checks import argument_names, check_tensor
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, LATENT_DIM
 from fp8mla.numerics import enabled as validating
@@ -89,6 +89,13 @@ def _check_config(meta: FlashMLASchedMeta, cfg: FlashMLASchedMeta.Config) -> Non
             )
 
 
+def _check_tensors(**tensors: object) -> None:
+    """TypeError naming the first argument that is neither a tensor nor None."""
+    for name, t in tensors.items():
+        if t is not None:
+            check_tensor(name, t)
+
+
 def _apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | None,
                 h_q: int) -> torch.Tensor:
     """out [.., h_q, 512] scaled by e^lse / (e^lse + e^sink) per head (lse [.., h_q], +inf
@@ -136,6 +143,7 @@ def flash_mla_with_kvcache(
                         ("extra_topk_length", extra_topk_length)):
         if value is not None:
             raise ValueError(f"{name}: not supported by fp8mla (pass None)")
+    _check_tensors(q=q, k_cache=k_cache, attn_sink=attn_sink)
     if q.dim() != 4 or q.shape[-1] != KV_DIM:
         raise ValueError(f"q: expected [b, s_q, h_q, {KV_DIM}], got {list(q.shape)}")
     if k_cache.dim() != 4 or k_cache.shape[2] != 1:
@@ -215,13 +223,15 @@ def flash_mla_sparse_fwd(
         raise ValueError(f"d_v: can only be {LATENT_DIM}, got {d_v}")
     if indexer_topk:
         raise ValueError("indexer_topk: not supported by fp8mla (pass 0)")
+    _check_tensors(q=q, kv=kv, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
     if q.dim() != 3 or kv.dim() != 3 or kv.shape[1] != 1:
         raise ValueError(f"q, kv: expected [s_q, h_q, d_qk] and [s_kv, 1, d_qk], got "
                          f"{list(q.shape)} and {list(kv.shape)}")
     if indices.dim() != 3 or indices.shape[:2] != (q.shape[0], 1) or indices.dtype != torch.int32:
         raise ValueError(f"indices: expected int32 [{q.shape[0]}, 1, topk], got {indices.dtype} "
                          f"{list(indices.shape)}")
-    fmt = "bf16" if kv.dtype == torch.bfloat16 else _kv_format(kv, True)
+    with argument_names({"k_cache": "kv"}):
+        fmt = "bf16" if kv.dtype == torch.bfloat16 else _kv_format(kv, True)
     s_q, h_q = q.shape[0], q.shape[1]
     with argument_names({"softmax_scale": "sm_scale"}):
         plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1],
