@@ -100,7 +100,7 @@ COMBINE_SIG = {
 STORE_SIG = {
     "latent_ptr": "*bf16", "rope_ptr": "*bf16", "slot_ptr": "*i64", "scale_ptr": "*fp32",
     "u8_ptr": "*u8", "f32_ptr": "*fp32", "bf16_ptr": "*bf16", "stride_lt": "i32",
-    "stride_rt": "i32",
+    "stride_rt": "i32", "num_slots": "i32",
 }
 INDEXER_SIG = {
     "q_ptr": "*i32", "w_ptr": "*fp32", "k_u32_ptr": "*i32", "k_f32_ptr": "*fp32",
@@ -134,7 +134,7 @@ NORM_SIG = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "stride_x": 
 QUANT_SIG = {"x_ptr": "*fp32", "q_ptr": "*u8", "scale_ptr": "*fp32", "num_rows": "i32",
              "stride_x": "i32", "stride_q": "i32"}
 KEYS_SIG = {"keys_ptr": "*bf16", "slot_ptr": "*i64", "u8_ptr": "*u8", "f32_ptr": "*fp32",
-            "stride_kt": "i32", "page_size": "i32"}
+            "stride_kt": "i32", "page_size": "i32", "num_slots": "i32"}
 
 
 def compile_for(fn, signature, constexprs, cc, num_warps=4, num_stages=2, aligned=False,

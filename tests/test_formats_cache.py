@@ -116,6 +116,26 @@ def test_rejected_store_leaves_cache_unchanged(device):
     assert torch.equal(cache.pool, before)
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp8", "fp8_ds_mla", "index_keys"])
+def test_unchecked_store_writes_nothing_outside_the_pool(device, fmt):
+    """check=False trusts the slots but never writes outside the pool: a slot past it (or far
+    past it, or negative) writes nothing, the others are written as with check=True — into a
+    layer between two others, so a stray write would show in a neighbour."""
+    keys = fmt == "index_keys"
+    cache = (IndexKeyCache(2, 16, num_layers=3, device=device) if keys
+             else PagedKVCache(2, 16, fmt, num_layers=3, device=device))
+    want = IndexKeyCache(2, 16, device=device) if keys else PagedKVCache(2, 16, fmt, device=device)
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.randn(6, d, generator=g).bfloat16().to(device) for d in ((128,) if keys
+                                                                           else (512, 64))]
+    slots = torch.tensor([3, 32, -7, 10**6, 31, 2**40], device=device)
+    cache.store(1, *rows, slots, check=False)
+    good = torch.tensor([True, False, False, False, True, False], device=device)
+    want.store(0, *[r[good] for r in rows], slots[good])
+    assert torch.equal(cache.pool[1], want.pool[0])
+    assert not cache.pool[0].any() and not cache.pool[2].any()
+
+
 def test_bad_cache_arguments():
     with pytest.raises(ValueError, match=r"page_size: expected a power of two in \[1, 256\], got 48"):
         PagedKVCache(4, 48)

@@ -100,7 +100,8 @@ class PagedKVCache:
 
         latent: [tokens, 512] bf16/fp16/fp32; rope: [tokens, 64] same dtype; slot_mapping:
         [tokens] int32/int64, −1 skips a token. ``check`` (default on) validates slots on the
-        host (a device sync) and rejects out-of-range ones before anything is written.
+        host (a device sync) and rejects out-of-range ones before anything is written; without
+        it a slot outside the pool writes nothing.
         """
         rows = self.layer(layer)
         n = latent.shape[0] if isinstance(latent, torch.Tensor) else -1
@@ -116,7 +117,7 @@ class PagedKVCache:
         fast(_store_kv_kernel)[(n,)](
             latent, rope, slots, self.scale(layer),
             flat, flat.view(torch.float32), flat.view(torch.bfloat16),
-            latent.stride(0), rope.stride(0),
+            latent.stride(0), rope.stride(0), self.num_slots,
             ROW_BYTES=self.fmt.row_bytes, FORMAT=_FORMAT_IDS[self.fmt.name],
             POW2=self.fmt.scale_policy == "pow2", LATENT=LATENT_DIM, ROPE=ROPE_DIM, TILE=128,
         )
@@ -176,7 +177,7 @@ class IndexKeyCache:
         flat = pages.view(-1)
         fast(_store_index_keys_kernel)[(n,)](
             keys, slots, flat, flat.view(torch.float32), keys.stride(0), self.page_size,
-            DIM=INDEX_HEAD_DIM, POW2=self.scale_policy == "pow2",
+            self.num_slots, DIM=INDEX_HEAD_DIM, POW2=self.scale_policy == "pow2",
         )
 
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,14 +17,16 @@ FMT_DS_MLA = tl.constexpr(2)
 def _store_kv_kernel(
     latent_ptr, rope_ptr, slot_ptr, scale_ptr,
     u8_ptr, f32_ptr, bf16_ptr,
-    stride_lt, stride_rt,
+    stride_lt, stride_rt, num_slots,
     ROW_BYTES: tl.constexpr, FORMAT: tl.constexpr, POW2: tl.constexpr,
     LATENT: tl.constexpr, ROPE: tl.constexpr, TILE: tl.constexpr,
 ):
-    """Write token t's [latent | rope] (bf16) into cache row slot[t] in the chosen format."""
+    """Write token t's [latent | rope] (bf16) into cache row slot[t] in the chosen format (a
+    slot outside [0, num_slots) — −1, or one only the validating path rejects — writes
+    nothing)."""
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
-    if slot >= 0:
+    if (slot >= 0) & (slot < num_slots):
         offs_l = tl.arange(0, LATENT)
         offs_r = tl.arange(0, ROPE)
         lat = tl.load(latent_ptr + t * stride_lt + offs_l).to(tl.float32)
@@ -60,14 +62,15 @@ def _store_kv_kernel(
 
 @triton.jit
 def _store_index_keys_kernel(
-    keys_ptr, slot_ptr, u8_ptr, f32_ptr, stride_kt, page_size,
+    keys_ptr, slot_ptr, u8_ptr, f32_ptr, stride_kt, page_size, num_slots,
     DIM: tl.constexpr, POW2: tl.constexpr,
 ):
     """Write token t's index key (bf16 [DIM]) as e4m3 bytes + a float32 scale, DeepGEMM's
-    paged layout: per page, page_size·DIM key bytes, then page_size scales."""
+    paged layout: per page, page_size·DIM key bytes, then page_size scales (a slot outside
+    [0, num_slots) writes nothing)."""
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
-    if slot >= 0:
+    if (slot >= 0) & (slot < num_slots):
         page = slot // page_size
         off = slot % page_size
         offs = tl.arange(0, DIM)
