@@ -175,6 +175,23 @@ def test_topk_slots_never_past_the_block_table(device, chunk):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("chunk", [0, 1024])
+def test_topk_slots_of_bad_pages_are_minus_one_not_wrapped(device, chunk):
+    """Block-table entries the emitted slots cannot name — negative, or so large that
+    page · page_size passes int32 — come out −1 (skipped downstream), never a wrapped slot
+    that looks valid; a page merely past the pool comes out as computed (the sparse kernels
+    skip slots outside the pool)."""
+    g = torch.Generator().manual_seed(31)
+    logits = torch.randn(1, 256, generator=g).to(device)
+    table = torch.tensor([[3, -1, 1 << 27, 9]], dtype=torch.int32, device=device)  # pages of 64
+    got = topk_indices(logits, 256, block_table=table, page_size=64, chunk=chunk)
+    pos = topk_indices(logits, 256, chunk=chunk).long()
+    page = table[0, pos[0] // 64].long()
+    want = torch.where((page >= 0) & (page < 1 << 27), page * 64 + pos[0] % 64, -1)
+    assert torch.equal(got[0].long(), want)
+    assert (got == -1).sum() == 128 and (got >= 9 * 64).sum() == 64
+
+
 def test_indexer_bad_input(device):
     cache, table = index_cache([20], 16, device)
     q = torch.randn(1, 1, 65, 128).to(torch.float8_e4m3fn).to(device)

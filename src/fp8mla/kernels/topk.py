@@ -11,7 +11,9 @@ position whose key is above the prefix and the lowest-positioned ones that match
 taken (one prefix scan of both counts packed into an int32). Output positions are in ascending
 order; a row with fewer than k candidates emits them all and pads with −1. Optionally each
 position p of row r is mapped to its physical slot
-block_table[r // ROWS_PER_REQ, p // page_size] · page_size + p % page_size. ONE_BLOCK
+block_table[r // ROWS_PER_REQ, p // page_size] · page_size + p % page_size (−1 where a
+block-table entry is negative or the slot would pass the int32 range; a slot past the pool
+is emitted as computed, and the sparse kernels skip it). ONE_BLOCK
 (row ≤ BLOCK + TAIL): the row is loaded once and every pass works on registers (a row just past
 a power of two, e.g. 4160, takes a 4096 block and a small tail, not an 8192 block); otherwise
 each pass re-reads it in BLOCK steps (from L2 when it fits). Nothing is allocated per row.
@@ -122,9 +124,10 @@ def _emit(out_row, bt_row, pos, valid, key, shift, prefix, need_eq, n_gt, n_eq, 
     val = pos
     if MAPPED:
         val = tl.load(pos_map + pos, mask=sel, other=0)
-    if TO_SLOTS:
-        page = tl.load(bt_row + val // page_size, mask=sel, other=0)
-        val = page * page_size + val % page_size
+    if TO_SLOTS:  # (int64: a page past the int32 slot range becomes −1, never a wrapped slot)
+        page = tl.load(bt_row + val // page_size, mask=sel, other=0).to(tl.int64)
+        slot = page * page_size + val % page_size
+        val = tl.where((slot >= 0) & (slot < 2**31), slot, -1).to(tl.int32)
     tl.store(out_row + dst, val, mask=sel & (dst < k))
     return n_gt + tl.sum(gt.to(tl.int32), axis=0), n_eq + tl.sum(eq.to(tl.int32), axis=0)
 
