@@ -1248,3 +1248,10 @@ def test_every_backend_takes_the_same_problems(small):
     with pytest.raises(ValueError, match="cache_seqlens: expected lengths >= 0, got -5"):
         DecodePlan(batch=2, num_heads=2, kv_format="fp8", page_size=16, device=q.device,
                    cache_seqlens=torch.tensor([-5, -1], dtype=torch.int32))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+def test_a_cuda_plan_without_cuda_says_so():
+    with pytest.raises(RuntimeError, match="device: cuda asked for, but this torch finds no "
+                                           "CUDA GPU"):
+        DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=64, max_seqlen=64)

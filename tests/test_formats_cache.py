@@ -160,3 +160,22 @@ def test_allocator_block_table_slots():
         alloc.free(a)
     with pytest.raises(RuntimeError, match="7 pages requested, 6 free"):
         alloc.allocate(7)
+
+
+def test_block_table_and_slot_mapping_name_bad_entries():
+    import numpy as np
+
+    table = build_block_table([[np.int64(3), torch.tensor(2)], [1]])  # any int type
+    assert table.tolist() == [[3, 2], [1, -1]]
+    with pytest.raises(TypeError, match=r"pages_per_request\[0\]: expected page ids \(ints\), got float"):
+        build_block_table([[1.5]])
+    with pytest.raises(ValueError, match=r"pages_per_request\[1\]: expected page ids >= 0, got -2"):
+        build_block_table([[0], [-2]])
+    table = build_block_table([[0, 1], [2]])
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 32\).*got -1"):
+        slot_mapping(table, torch.tensor([-1]), 16, torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"batch_index: expected values in \[0, 2\).*got 2"):
+        slot_mapping(table, torch.tensor([5]), 16, torch.tensor([2]))
+    with pytest.raises(ValueError, match=r"batch_index: expected shape \[2\], got \[1\]"):
+        slot_mapping(table, torch.tensor([5, 6]), 16, torch.tensor([1]))
+    assert slot_mapping(table, torch.tensor([3, 17]), 16, torch.tensor([0, 0])).tolist() == [3, 17]

@@ -521,8 +521,14 @@ def test_dsa_decode_step_matches_reference_pipeline(device, fmt):
                         kv_format=fmt, topk=0)
     negative = seqlens.clone()
     negative[0] = -3
-    with pytest.raises(ValueError, match=r"^cache_seqlens: expected values in \[0, \d+\].*got -3"):
+    with pytest.raises(ValueError, match=r"^cache_seqlens: expected lengths in \[0, \d+\].*got -3"):
         dsa_decode_step(q, q_index, w, kv.layer(0), index_cache.layer(0), table, negative,
+                        kv_format=fmt, topk=topk)
+    # a latent pool of fewer pages than the index cache: a page the lengths use is outside it
+    short = kv.layer(0)[: int(table[table >= 0].min()) + 1]
+    with pytest.raises(ValueError, match=r"^block_table: a page within cache_seqlens points "
+                                         r"outside the pool"):
+        dsa_decode_step(q, q_index, w, short, index_cache.layer(0), table, seqlens,
                         kv_format=fmt, topk=topk)
     with pytest.raises(ValueError, match=r"q_index: expected shape \[2, 2, \*, \*\]"):
         dsa_decode_step(q, q_index[:1], w, kv.layer(0), index_cache.layer(0), table, seqlens,

@@ -8,6 +8,7 @@ tables map a request's logical page i to a physical page (int32 ``[batch, max_pa
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -98,7 +99,7 @@ class PagedKVCache:
     ) -> None:
         """Quantize and write tokens into their slots.
 
-        latent: [tokens, 512] bf16/fp16/fp32; rope: [tokens, 64] same dtype; slot_mapping:
+        latent: [tokens, 512] bf16/fp16/fp32; rope: [tokens, 64] bf16/fp16/fp32; slot_mapping:
         [tokens] int32/int64, −1 skips a token. ``check`` (default on) validates slots on the
         host (a device sync) and rejects out-of-range ones before anything is written; without
         it a slot outside the pool writes nothing.
@@ -227,6 +228,14 @@ def build_block_table(
     width = max([len(p) for p in pages_per_request] + [1]) if max_pages is None else max_pages
     table = torch.full((len(pages_per_request), width), pad, dtype=torch.int32)
     for b, pages in enumerate(pages_per_request):
+        for p in pages:  # ints (numpy's and 0-d tensors' too) naming pages
+            try:
+                if operator.index(p) >= 0:
+                    continue
+            except TypeError:
+                raise TypeError(f"pages_per_request[{b}]: expected page ids (ints), got "
+                                f"{type(p).__name__} {p!r}") from None
+            raise ValueError(f"pages_per_request[{b}]: expected page ids >= 0, got {p}")
         if len(pages) > width:
             raise ValueError(f"max_pages: request {b} has {len(pages)} pages, more than {width}")
         table[b, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
@@ -242,6 +251,21 @@ def slot_mapping(block_table: torch.Tensor, positions: torch.Tensor, page_size: 
     [tokens], each token's position in its request; page_size: the cache's; batch_index:
     int32 / int64 [tokens], each token's request (a row of ``block_table``)."""
     check_page_size(page_size)
+    check_tensor("block_table", block_table, dtype=torch.int32, ndim=2)
+    check_tensor("positions", positions, dtype=(torch.int32, torch.int64), ndim=1,
+                 device=block_table.device)
+    check_tensor("batch_index", batch_index, dtype=(torch.int32, torch.int64),
+                 shape=tuple(positions.shape), device=block_table.device)
+    if positions.numel():  # (a host sync, as indexing would raise anyway where out of range)
+        cover = block_table.shape[1] * page_size
+        lo, hi = (int(v) for v in positions.aminmax())
+        if lo < 0 or hi >= cover:
+            raise ValueError(f"positions: expected values in [0, {cover}) (block_table's pages "
+                             f"× page_size), got {lo if lo < 0 else hi}")
+        lo, hi = (int(v) for v in batch_index.aminmax())
+        if lo < 0 or hi >= block_table.shape[0]:
+            raise ValueError(f"batch_index: expected values in [0, {block_table.shape[0]}) "
+                             f"(block_table's rows), got {lo if lo < 0 else hi}")
     pages = block_table[batch_index.long(), positions.long() // page_size].long()
     return pages * page_size + positions.long() % page_size
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from fp8mla._checks import argument_names, check_tensor
+from fp8mla.decode import check_paged_inputs
 from fp8mla.formats import KVFormat
 from fp8mla.indexer import indexer_logits_paged
 from fp8mla.sparse import sparse_decode
@@ -47,7 +48,12 @@ def dsa_decode_step(
     b, s_q = q.shape[0], q.shape[1]
     # q_index against q's batch and s_q (the indexer takes them from q_index itself)
     check_tensor("q_index", q_index, ndim=4, shape=(b, s_q, None, None))
+    check_tensor("index_cache", index_cache)
     page_size = kv_cache.shape[1]
+    # the latent pool's pages too (the indexer validates the index cache's): a page within the
+    # lengths that only the index cache holds would be attended outside the latent pool
+    check_paged_inputs(block_table, cache_seqlens, b, page_size, kv_cache.shape[0], q.device,
+                       validate=check)
     if index_cache.shape[-1] != page_size * 132 and tuple(index_cache.shape[1:]) != (page_size, 1, 132):
         raise ValueError(f"index_cache: expected pages of {page_size} keys (the latent cache's "
                          f"page size), got shape {list(index_cache.shape)}")

@@ -42,6 +42,9 @@ def _cuda_target(index: int) -> Target:
 def target_for(device: torch.device) -> Target:
     """The `Target` for tensors on ``device``; CPU tensors need the interpreter."""
     if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device: {device} asked for, but this torch finds no CUDA GPU "
+                               f"(on a CPU: device 'cpu' with TRITON_INTERPRET=1)")
         return _cuda_target(device.index if device.index is not None else torch.cuda.current_device())
     if interpreting():
         return Target(cc=90, num_sms=4, interpreted=True)
