@@ -227,3 +227,14 @@ def test_compat_names_arguments_that_are_not_tensors(device):
         flash_mla.flash_mla_sparse_fwd(q[:, 0], (1, 2), idx, 0.04)
     with pytest.raises(ValueError, match="kv: with is_fp8_kvcache=True expected 1-byte"):
         flash_mla.flash_mla_sparse_fwd(q[:, 0], torch.zeros(10, 1, 576, device=device), idx, 0.04)
+
+
+def test_deep_gemm_names_arguments_of_the_wrong_kind(device):
+    with pytest.raises(TypeError, match="context_lens: expected a torch.Tensor, got list"):
+        deep_gemm.get_paged_mqa_logits_metadata([1, 2], 64, 132)
+    keys = torch.zeros(8, 128, dtype=torch.uint8, device=device)
+    q = torch.zeros(2, 4, 128, device=device).to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"kv: expected a pair \(keys, scales\), got Tensor"):
+        deep_gemm.fp8_mqa_logits(q, keys, torch.rand(2, 4, device=device),
+                                 torch.zeros(2, dtype=torch.int32, device=device),
+                                 torch.ones(2, dtype=torch.int32, device=device))

@@ -210,6 +210,11 @@ def test_indexer_bad_input(device):
     with pytest.raises(ValueError, match=r"context_lens: expected values in \[0, 32\]"):
         indexer_logits_paged(q, torch.rand(1, 8, device=device), cache.layer(0), table,
                              lens + 13, max_len=32)
+    for bad in (torch.zeros(0, 16 * 132), torch.zeros(4, 3 * 132), torch.zeros(4, 100)):
+        with pytest.raises(ValueError, match=r"key_cache: expected contiguous uint8 \[num_pages "
+                                             r"≥ 1, page_size · 132\], page_size a power of two"):
+            indexer_logits_paged(q, torch.rand(1, 8, device=device),
+                                 bad.to(torch.uint8).to(device), table, lens, max_len=32)
 
 
 @pytest.mark.parametrize("chunk", [0, 1024])  # one program per row / several

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from fp8mla._checks import argument_names
+from fp8mla._checks import argument_names, check_tensor
 from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.numerics import enabled as validating
 
@@ -23,6 +23,7 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int,
                                   num_sms: int) -> torch.Tensor:
     """A placeholder schedule (int32 [num_sms + 1, 2] zeros on context_lens's device;
     context_lens: int32 [B]): fp8mla needs none."""
+    check_tensor("context_lens", context_lens)
     return torch.zeros(num_sms + 1, 2, dtype=torch.int32, device=context_lens.device)
 
 
@@ -48,6 +49,8 @@ def fp8_mqa_logits(
     """q: float8_e4m3fn [seq_len, H, 128]; kv: (keys uint8 or float8_e4m3fn [seq_len_kv, 128],
     float32 scales [seq_len_kv]); weights: float32 [seq_len, H]; cu_seqlen_ks / cu_seqlen_ke:
     int32 [seq_len], row t's window [ks[t], ke[t]). Returns float32 [seq_len, seq_len_kv]."""
+    if not (isinstance(kv, tuple | list) and len(kv) == 2):
+        raise TypeError(f"kv: expected a pair (keys, scales), got {type(kv).__name__}")
     keys, scales = kv
     with argument_names({"keys": "kv[0]", "key_scales": "kv[1]", "starts": "cu_seqlen_ks",
                          "ends": "cu_seqlen_ke"}):
