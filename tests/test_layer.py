@@ -78,6 +78,31 @@ def test_matches_transformers_when_topk_covers_the_context(device, kv_format, bo
     assert _rel(got, want) < bound, _rel(got, want)
 
 
+@pytest.mark.parametrize("backend", ["fp8mla", "reference"])
+def test_dsa_prefill_indexer_in_chunks_of_rows(device, monkeypatch, backend):
+    """The prefill's indexer logits, a few new tokens' rows at a time (as for long prompts:
+    `fp8mla.prefill.CHUNK_ENTRIES`), choose what the whole block chooses: the layer still
+    matches transformers, and the rows went through in several chunks."""
+    import fp8mla.prefill as prefill_mod
+    from fp8mla import layer as layer_mod
+
+    monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", 2 * PREFILL)  # two rows a chunk
+    chunks = []
+    monkeypatch.setattr(layer_mod, "row_chunks",
+                        lambda *a: chunks.append(prefill_mod.row_chunks(*a)) or chunks[-1])
+    cfg, attn = _hf(index_topk=64)
+    x = torch.randn(2, PREFILL + DECODE, 128)
+    want, _ = _hf_forward(cfg, attn, x)
+    layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), backend=backend,
+                                 rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
+                                 device=device)
+    got = _run_ours(layer, x, "bf16", device)
+    assert _rel(got, want) < 1e-2, _rel(got, want)
+    # each request's prefill rows in chunks of two (then the reference's one-row decode steps)
+    assert [len(c) for c in chunks[:2]] == [-(-PREFILL // 2)] * 2
+    assert all(len(c) == 1 for c in chunks[2:])
+
+
 @pytest.mark.parametrize("kv_format,bound", [("bf16", 1e-2), ("fp8_ds_mla", 4e-2)])
 def test_matches_transformers_given_its_topk_set(device, kv_format, bound):
     cfg, attn = _hf(index_topk=4, seed=1)

@@ -642,20 +642,25 @@ class DSAAttention(nn.Module):
             if self.backend == "reference":
                 kf = (keys[ctx_slots].view(torch.float8_e4m3fn).float()
                       * key_scales[ctx_slots, None])
-                logits = reference.indexer_logits(q[r], w[r], kf, starts, ends)
-                top = reference.topk_indices(logits, cfg.index_topk).long()
             else:
-                amax = q[r].abs().amax(-1).clamp_min(1e-4)  # per (token, head)
+                ctx_keys = keys[ctx_slots].contiguous()
+                ctx_scales = key_scales[ctx_slots].contiguous()
+            # the new tokens' logits rows [rows, n] CHUNK_ENTRIES at a time (a 32K-token
+            # prompt's would be 4 GB at once)
+            for r0, r1 in row_chunks(s, n):
+                rows, lo, hi = slice(r0, r1), starts[r0:r1], ends[r0:r1]
+                if self.backend == "reference":
+                    logits = reference.indexer_logits(q[r, rows], w[r, rows], kf, lo, hi)
+                    out[r, rows] = reference.topk_indices(logits, cfg.index_topk).long()
+                    continue
+                amax = q[r, rows].abs().amax(-1).clamp_min(1e-4)  # per (token, head)
                 q_scale = amax / 448.0
-                q8 = (q[r] / q_scale[..., None]).to(torch.float8_e4m3fn)
+                q8 = (q[r, rows] / q_scale[..., None]).to(torch.float8_e4m3fn)
                 with torch.profiler.record_function("fp8mla::indexer"):
-                    logits = indexer_logits_ragged(q8, (w[r] * q_scale).contiguous(),
-                                                   keys[ctx_slots].contiguous(),
-                                                   key_scales[ctx_slots].contiguous(), starts,
-                                                   ends, check=False)
+                    logits = indexer_logits_ragged(q8, (w[r, rows] * q_scale).contiguous(),
+                                                   ctx_keys, ctx_scales, lo, hi, check=False)
                 with torch.profiler.record_function("fp8mla::topk"):
-                    top = topk_indices(logits, cfg.index_topk, lengths=ends).long()
-            out[r] = top
+                    out[r, rows] = topk_indices(logits, cfg.index_topk, lengths=hi).long()
         return out
 
     def _indexer_paged(self, q, w_index, w_mult, index_cache, layer, block_table, positions,
