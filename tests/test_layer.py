@@ -64,16 +64,21 @@ def _rel(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
-@pytest.mark.parametrize("kv_format,bound", [("bf16", 1e-2), ("fp8_ds_mla", 4e-2)])
-@pytest.mark.parametrize("backend", ["fp8mla", "reference"])
-def test_matches_transformers_when_topk_covers_the_context(device, kv_format, bound, backend):
+def _covered_run(device, backend, kv_format):
+    """(ours, transformers') outputs of the layer whose index_topk covers the whole context."""
     cfg, attn = _hf(index_topk=64)
     x = torch.randn(2, PREFILL + DECODE, 128)
     want, _ = _hf_forward(cfg, attn, x)
     layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), backend=backend,
                                  rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
                                  device=device)
-    got = _run_ours(layer, x, kv_format, device)
+    return _run_ours(layer, x, kv_format, device), want
+
+
+@pytest.mark.parametrize("kv_format,bound", [("bf16", 1e-2), ("fp8_ds_mla", 4e-2)])
+@pytest.mark.parametrize("backend", ["fp8mla", "reference"])
+def test_matches_transformers_when_topk_covers_the_context(device, kv_format, bound, backend):
+    got, want = _covered_run(device, backend, kv_format)
     assert want.abs().mean() > 1e-2  # a real signal, not zeros
     assert _rel(got, want) < bound, _rel(got, want)
 
@@ -90,13 +95,7 @@ def test_dsa_prefill_indexer_in_chunks_of_rows(device, monkeypatch, backend):
     chunks = []
     monkeypatch.setattr(layer_mod, "row_chunks",
                         lambda *a: chunks.append(prefill_mod.row_chunks(*a)) or chunks[-1])
-    cfg, attn = _hf(index_topk=64)
-    x = torch.randn(2, PREFILL + DECODE, 128)
-    want, _ = _hf_forward(cfg, attn, x)
-    layer = DSAAttention.from_hf(attn, from_hf_config(cfg.to_dict()), backend=backend,
-                                 rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
-                                 device=device)
-    got = _run_ours(layer, x, "bf16", device)
+    got, want = _covered_run(device, backend, "bf16")
     assert _rel(got, want) < 1e-2, _rel(got, want)
     # each request's prefill rows in chunks of two (then the reference's one-row decode steps)
     assert [len(c) for c in chunks[:2]] == [-(-PREFILL // 2)] * 2
