@@ -16,7 +16,7 @@ import sys
 import torch
 
 from fp8mla.bench.decode import DecodeCase, make_problem
-from fp8mla.bench.harness import env_info, graphed, time_us
+from fp8mla.bench.harness import env_info, graphed, script_args, time_us
 from fp8mla.compat import flash_mla
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, kv_format, quantize_kv
@@ -57,6 +57,7 @@ def sparse(batch: int, heads: int, topk: int, pool: int = 1 << 20):
 
 
 def main() -> int:
+    script_args(__doc__)
     env = env_info()
     rows = []
     cases = [dense(DecodeCase(64, 8192, 16), "fp8_ds_mla"), dense(DecodeCase(64, 8192, 16), "bf16"),

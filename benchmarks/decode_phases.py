@@ -22,7 +22,7 @@ import sys
 import torch
 
 from fp8mla.bench.decode import POOL_CASE, DecodeCase, checked_plan
-from fp8mla.bench.harness import announced_ceiling, env_info, graphed, time_us
+from fp8mla.bench.harness import announced_ceiling, env_info, graphed, script_args, time_us
 from fp8mla.bench.sparse import check_sparse, sparse_problem
 from fp8mla.formats import kv_format
 from fp8mla.sparse import SparsePlan
@@ -93,6 +93,7 @@ def sparse_rows(batch, heads, topk, sweep):
 
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)

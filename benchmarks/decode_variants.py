@@ -21,7 +21,7 @@ import torch
 
 import fp8mla.decode as decode_mod
 from fp8mla.bench.decode import DecodeCase, run_case
-from fp8mla.bench.harness import announced_ceiling, by_backend, env_info
+from fp8mla.bench.harness import announced_ceiling, by_backend, env_info, script_args
 from fp8mla.runtime import decode_config
 
 # (case, format, [(label, DecodeConfig overrides, num_splits or None[, attributes set for the
@@ -200,6 +200,7 @@ def patched(patch: dict):
 
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     quick = "--quick" in sys.argv
     env = env_info()

@@ -21,6 +21,7 @@ from fp8mla.bench.harness import (
     graphed,
     keep_row,
     l2_flushes,
+    script_args,
 )
 from fp8mla.bench.sparse import checked_sparse_plan
 
@@ -37,6 +38,7 @@ def fit(xs, ys):
 
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     batch, heads, splits = (int(x) for x in (sys.argv[2:5] or (64, 8, 4)))
     env = env_info()

@@ -25,6 +25,7 @@ from fp8mla.bench.harness import (
     graphed,
     keep_row,
     l2_flushes,
+    script_args,
 )
 from fp8mla.bench.sparse import checked_sparse_plan
 
@@ -264,6 +265,7 @@ def checked(case):
 
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     arms, cases = PLANS[sys.argv[2] if len(sys.argv) > 2 else next(iter(PLANS))]
     env = env_info()

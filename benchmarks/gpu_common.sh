@@ -6,6 +6,10 @@
 # (default 3; 0: none). With TRITON_TAR (a package from benchmarks/pack_triton.sh, carried), the
 # runs import that Triton instead of the device's, unpacked once a machine under /tmp.
 gpu_setup() {
+  if ! python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+    echo "$(basename "$0"): needs a CUDA GPU and a torch that sees it (none found)" >&2
+    exit 2  # (sourced by the gpu_*.sh scripts: ends the script before any step runs)
+  fi
   OUT=${OUT:-.out}; W=$OUT/$1; mkdir -p "$W"
   local site=""
   if [ -n "${TRITON_TAR:-}" ]; then

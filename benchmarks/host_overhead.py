@@ -23,7 +23,7 @@ from compat_overhead import dense, sparse
 from launch_costs import host_us, top_functions
 
 from fp8mla.bench.decode import DecodeCase
-from fp8mla.bench.harness import env_info
+from fp8mla.bench.harness import env_info, script_args
 from fp8mla.kernels import launch
 
 
@@ -44,6 +44,7 @@ def median_host_us(fn) -> dict[bool, tuple[float, float]]:
 
 
 def main() -> int:
+    script_args(__doc__)
     cases = [dense(DecodeCase(1, 131072, 8), "fp8"), dense(DecodeCase(64, 8192, 16), "fp8"),
              dense(DecodeCase(1, 131072, 8), "bf16"), dense(DecodeCase(64, 8192, 128), "fp8"),
              dense(DecodeCase(1, 131072, 8), "fp8_ds_mla"), sparse(64, 8, 2048),

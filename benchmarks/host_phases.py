@@ -34,7 +34,7 @@ import fp8mla.decode as decode_mod
 import fp8mla.sparse as sparse_mod
 from fp8mla import numerics
 from fp8mla.bench.decode import DecodeCase
-from fp8mla.bench.harness import env_info
+from fp8mla.bench.harness import env_info, script_args
 from fp8mla.kernels import launch
 
 _NS: dict[str, int] = {}
@@ -154,6 +154,7 @@ def phases(fn, calls: int = 200) -> dict[str, float]:
 
 
 def main() -> int:
+    script_args(__doc__)
     _instrument()
     cases = [dense(DecodeCase(1, 131072, 8), "fp8"), dense(DecodeCase(64, 8192, 128), "fp8"),
              dense(DecodeCase(1, 131072, 8), "fp8_ds_mla"), sparse(64, 8, 2048)]

@@ -19,9 +19,11 @@ import torch
 import triton
 
 from fp8mla import indexer
-from fp8mla.bench.harness import graphed, read_ceiling_tbps, time_us
+from fp8mla.bench.harness import graphed, read_ceiling_tbps, script_args, time_us
 from fp8mla.bench.sparse import _index_problem
 from fp8mla.kernels import indexer_sm90
+
+script_args(__doc__)
 
 NAMES = ("PREFETCH_MIN_HEADS", "KEYS_AS_ROWS", "BLOCK_S", "NUM_WARPS", "MAX_TILES_PER_PROGRAM",
          "NUM_STAGES", "USE_TMA", "TMA_STAGES", "USE_SM90", "SM90_TILES_PER_PROGRAM",

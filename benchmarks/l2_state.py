@@ -32,6 +32,7 @@ from fp8mla.bench.harness import (
     graphed,
     keep_row,
     l2_flushes,
+    script_args,
 )
 from fp8mla.bench.sparse import checked_sparse_plan
 
@@ -76,6 +77,7 @@ def sparse_cases():
 
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)

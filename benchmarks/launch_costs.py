@@ -28,7 +28,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fp8mla.bench.decode import DecodeCase, checked_plan
 from fp8mla.bench.floors import gather_floor, read_floor
-from fp8mla.bench.harness import env_info, event_median_us, graphed, l2_flushes, time_us
+from fp8mla.bench.harness import env_info, event_median_us, graphed, l2_flushes, script_args, time_us
 from fp8mla.bench.sparse import POOL_TOKENS, sparse_bytes
 from fp8mla.formats import kv_format
 
@@ -132,6 +132,7 @@ def floors(timed: dict) -> dict:
 
 
 def main() -> None:
+    script_args(__doc__)
     if "--floors" in sys.argv:  # the read floors alone
         rows = floors(timers())
         with open(sys.argv[1], "w") as f:

@@ -16,6 +16,8 @@ import gzip
 import sys
 from collections import defaultdict
 
+from fp8mla.bench.harness import script_args
+
 
 def read(path: str) -> tuple[list[str], list[list[str]]]:
     """(header, one row per SASS instruction) of the CSV's first kernel."""
@@ -32,6 +34,7 @@ def opcode(source: str) -> str:
 
 
 def main() -> None:
+    script_args(__doc__, 1, gpu=False)
     header, rows = read(sys.argv[1])
     col = {name: header.index(name) for name in header}
     samples = col["Warp Stall Sampling (All Samples)"]

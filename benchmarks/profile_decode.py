@@ -11,6 +11,8 @@ upper-case keys set `fp8mla.decode`'s switches instead (SM90_MMA8=0).
 import sys
 from dataclasses import fields
 
+from fp8mla.bench.harness import script_args
+
 
 def parse_overrides(args: list[str], opts: dict) -> dict:
     """key=value arguments: keys of ``opts`` (ints) update it in place; the others are
@@ -29,6 +31,7 @@ def parse_overrides(args: list[str], opts: dict) -> dict:
 
 
 def main() -> None:
+    script_args(__doc__, 4)
     from dataclasses import replace
 
     import fp8mla.decode as decode_mod

@@ -17,11 +17,13 @@ import torch
 from profile_decode import parse_overrides
 
 import fp8mla.decode as decode_mod
+from fp8mla.bench.harness import script_args
 from fp8mla.bench.sparse import POOL_TOKENS
 from fp8mla.formats import KV_DIM, kv_format
 from fp8mla.runtime import decode_config
 from fp8mla.sparse import SparsePlan
 
+script_args(__doc__, 2)
 batch, heads = map(int, sys.argv[1:3])
 opts = {"splits": None, "pool": POOL_TOKENS, "topk": 2048}
 for k, v in (kv.split("=") for kv in sys.argv[3:] if kv[0].isupper()):

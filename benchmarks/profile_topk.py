@@ -17,10 +17,12 @@ from functools import partial
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from fp8mla.bench.harness import env_info, graphed, read_ceiling_tbps, time_us
+from fp8mla.bench.harness import env_info, graphed, read_ceiling_tbps, script_args, time_us
 from fp8mla.bench.sparse import _index_problem, topk_reference
 from fp8mla.indexer import indexer_logits_paged
 from fp8mla.topk import topk_indices
+
+script_args(__doc__)
 
 K = 2048
 results = []

@@ -22,7 +22,7 @@ import torch
 
 import fp8mla.decode as decode_mod
 from fp8mla import reference
-from fp8mla.bench.harness import env_info, keep_row
+from fp8mla.bench.harness import env_info, keep_row, script_args
 from fp8mla.bench.sparse import sparse_problem
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format
@@ -90,6 +90,7 @@ def sparse_errors(q: torch.Tensor, seed: int, qk8: bool) -> dict:
 
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     env = env_info()
     rows = []

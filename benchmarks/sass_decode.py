@@ -24,6 +24,7 @@ from collections import Counter
 
 import triton
 
+from fp8mla.bench.harness import script_args
 from fp8mla.runtime import DecodeConfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -112,6 +113,7 @@ def resources(kernel, usage: str) -> str:
 
 
 def main() -> None:
+    script_args(__doc__, 6, gpu=False)
     opts = dict(a.split("=", 1) for a in sys.argv[7:] if "=" in a)
     fmt, heads, block_n, stages, words_2d, warps = sys.argv[1:7]
     flags = [a for a in sys.argv[7:] if "=" not in a]

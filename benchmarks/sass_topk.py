@@ -15,11 +15,13 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from sass_decode import disassemble, kernel_mix, mix_phrase, resources  # noqa: E402
 
+from fp8mla.bench.harness import script_args
 from fp8mla.kernels.topk import _topk_kernel  # noqa: E402
 from portability_compile import TOPK_SIG, compile_for  # noqa: E402
 
 
 def main() -> None:
+    script_args(__doc__, 3, gpu=False)
     block, tail, warps = (int(a) for a in sys.argv[1:4])
     kernel = compile_for(_topk_kernel, TOPK_SIG, {
         "BLOCK": block, "ONE_BLOCK": True, "TAIL": tail, "ROWS_PER_REQ": 1, "TO_SLOTS": True},

@@ -21,7 +21,7 @@ import sys
 
 import fp8mla.decode as decode_mod
 from fp8mla.bench.decode import DecodeCase, run_case
-from fp8mla.bench.harness import announced_ceiling, by_backend, env_info
+from fp8mla.bench.harness import announced_ceiling, by_backend, env_info, script_args
 
 CASES = [DecodeCase(64, 8192, 128), DecodeCase(128, 2048, 128), DecodeCase(64, 8192, 64),
          DecodeCase(1, 131072, 128), DecodeCase(64, 8192, 128, page_size=256),
@@ -60,6 +60,7 @@ def _ab(cases, arms, run, out_path, env, ceiling) -> None:
 
 
 def main() -> int:
+    script_args(__doc__)
     env = env_info()
     ceiling = announced_ceiling(env)
     n = int(sys.argv[sys.argv.index("--cases") + 1]) if "--cases" in sys.argv else None

@@ -23,7 +23,7 @@ from dataclasses import asdict, replace
 
 from decode_variants import patched
 
-from fp8mla.bench.harness import announced_ceiling, by_backend, env_info
+from fp8mla.bench.harness import announced_ceiling, by_backend, env_info, script_args
 from fp8mla.bench.sparse import run_sparse
 from fp8mla.runtime import decode_config
 
@@ -51,6 +51,7 @@ PLAN = [
 ]
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)

@@ -30,6 +30,7 @@ from fp8mla.bench.harness import (
     event_median_us,
     graphed,
     l2_flushes,
+    script_args,
 )
 from fp8mla.bench.sparse import checked_sparse_plan
 
@@ -100,6 +101,7 @@ def cases(sparse_only: bool):
 
 
 def main() -> int:
+    script_args(__doc__)
     out_path = sys.argv[1]
     env = env_info()
     ceiling = announced_ceiling(env)

@@ -20,7 +20,7 @@ from functools import partial
 import torch
 
 from fp8mla import topk
-from fp8mla.bench.harness import env_info, graphed, read_ceiling_tbps, time_us
+from fp8mla.bench.harness import env_info, graphed, read_ceiling_tbps, script_args, time_us
 from fp8mla.bench.sparse import _index_problem, topk_reference
 from fp8mla.indexer import indexer_logits_paged
 
@@ -37,6 +37,7 @@ CHUNK_CASES = ((64, 16384), (64, 32768), (64, 65536), (64, 131072), (16, 32768),
 
 
 def main() -> int:
+    script_args(__doc__)
     rows_out = []
     env = {**env_info(), "ceiling_TBps": read_ceiling_tbps()}
     chunks = "--chunks" in sys.argv

@@ -24,6 +24,7 @@ from fp8mla.bench.harness import (
     graphed,
     keep_row,
     l2_flushes,
+    script_args,
 )
 from fp8mla.bench.sparse import check_sparse, sparse_problem
 from fp8mla.formats import kv_format
@@ -47,6 +48,7 @@ def _sparse(batch, heads, topk):
 
 
 def main() -> int:
+    script_args(__doc__, 2)
     out_path, label = sys.argv[1], sys.argv[2]
     env = dict(env_info(), tree=label, fp8mla=fp8mla.__file__)
     ceiling = announced_ceiling(env)

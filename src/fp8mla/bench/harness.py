@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 from dataclasses import asdict, dataclass
 
 import torch
@@ -19,7 +20,7 @@ import triton
 from fp8mla.kernels.launch import OPTIONS
 from fp8mla.kernels.stream import _stream_read_kernel
 
-__all__ = ["Record", "time_us", "time_us_clean_l2", "graphed", "read_ceiling_tbps", "env_info",
+__all__ = ["script_args", "Record", "time_us", "time_us_clean_l2", "graphed", "read_ceiling_tbps", "env_info",
            "write_records"]
 
 
@@ -112,6 +113,22 @@ def read_ceiling_tbps(gib: float = 4.0) -> float:
                                            num_warps=8, **OPTIONS)
     us = time_us(fn)
     return n_words * 4 / (us * 1e-6) / 1e12
+
+
+def script_args(usage: str | None, nargs: int = 1, *, gpu: bool = True) -> list[str]:
+    """A benchmarks/ script's command line after its two guards: fewer than ``nargs``
+    arguments (or ``-h`` / ``--help``) print ``usage`` (the script's docstring) and exit 2;
+    ``gpu`` on a machine without CUDA says the script needs one and exits 2 — before any
+    tensor is made. Returns sys.argv."""
+    name = os.path.basename(sys.argv[0])
+    if len(sys.argv) <= nargs or {"-h", "--help"} & set(sys.argv[1:]):
+        print(f"usage: python {name} (at least {nargs} argument{'s' * (nargs != 1)})\n\n"
+              f"{(usage or '').strip()}", file=sys.stderr)
+        sys.exit(2)
+    if gpu and not torch.cuda.is_available():
+        print(f"{name}: needs a CUDA GPU (none found)", file=sys.stderr)
+        sys.exit(2)
+    return sys.argv
 
 
 def announced_ceiling(env: dict[str, str]) -> float:
