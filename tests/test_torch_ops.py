@@ -43,3 +43,11 @@ def test_compiled_dsa_pipeline_matches_eager(device):
         assert torch.equal(g, e)
     ref, _ = dense_decode(q, kv.layer(0), table, seqlens, kv_format="fp8_ds_mla")
     assert_close(got[2], ref.float())
+
+
+def test_each_op_documents_its_tensors():
+    from fp8mla import torch_ops
+
+    for name in torch_ops.__all__:
+        doc = getattr(torch_ops, name).__doc__ or ""
+        assert doc.startswith(f"torch.ops.fp8mla.{name[:-3]}(") and "[" in doc and "→" in doc, name

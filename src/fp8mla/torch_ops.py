@@ -91,3 +91,24 @@ def topk_indices_op(logits: Tensor, k: int, lengths: Tensor | None) -> Tensor:
 @topk_indices_op.register_fake
 def _(logits, k, lengths):
     return logits.new_empty(logits.shape[0], k, dtype=torch.int32)
+
+
+# help(op) shows these (torch's CustomOpDef has no docstring of the function it wraps)
+dense_decode_op.__doc__ = """torch.ops.fp8mla.dense_decode(q, kv_cache, block_table, cache_seqlens,
+kv_format, softmax_scale, fp8_scale) -> (out, lse): `fp8mla.decode.dense_decode` without its
+host checks. q bf16 [batch, s_q, heads, 576]; kv_cache uint8 [num_pages, page_size, row_bytes];
+block_table int32 [batch, max_pages]; cache_seqlens int32 [batch]; fp8_scale float32 [1] or
+None → out bf16 [batch, s_q, heads, 512], lse float32 [batch, s_q, heads]."""
+sparse_attention_op.__doc__ = """torch.ops.fp8mla.sparse_attention(q, kv_cache, indices, topk_length,
+kv_format, softmax_scale, fp8_scale) -> (out, lse): `fp8mla.sparse.sparse_prefill` without its
+host checks. q bf16 [tokens, heads, 576]; kv_cache uint8 [num_pages, page_size, row_bytes] or
+[num_slots, row_bytes]; indices int32 [tokens, topk] (−1 skips); topk_length int32 [tokens] or
+None → out bf16 [tokens, heads, 512], lse float32 [tokens, heads]."""
+indexer_logits_op.__doc__ = """torch.ops.fp8mla.indexer_logits(q, weights, key_cache, block_table,
+context_lens, max_len) -> logits: `fp8mla.indexer.indexer_logits_paged` without its host
+checks. q float8_e4m3fn / bf16 / fp16 [batch, s_q, index_heads, 128]; weights float32
+[batch · s_q, index_heads]; key_cache uint8 [num_pages, page_size · 132]; block_table int32
+[batch, max_pages]; context_lens int32 [batch] → float32 [batch · s_q, max_len]."""
+topk_indices_op.__doc__ = """torch.ops.fp8mla.topk_indices(logits, k, lengths) -> indices:
+`fp8mla.topk.topk_indices`. logits float32 [rows, length]; lengths int32 [rows] or None →
+int32 [rows, k], positions in ascending order, −1 padded."""
