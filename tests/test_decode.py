@@ -1233,6 +1233,9 @@ def test_every_backend_takes_the_same_problems(small):
             call(q=q[:, :, :1].expand(-1, -1, 129, -1).contiguous())
         with pytest.raises(ValueError, match="kv_cache: expected device .*, got meta"):
             call(kv_cache=cache.layer(0).to("meta"))
+    with pytest.raises(ValueError, match="cache_seqlens: expected lengths to read .*got a meta"):
+        DecodePlan(batch=2, num_heads=2, kv_format="fp8", page_size=16, device=q.device,
+                   cache_seqlens=torch.zeros(2, dtype=torch.int32, device="meta"))
     with pytest.raises(ValueError, match="cache_seqlens: expected lengths >= 0, got -5"):
         DecodePlan(batch=2, num_heads=2, kv_format="fp8", page_size=16, device=q.device,
                    cache_seqlens=torch.tensor([-5, -1], dtype=torch.int32))

@@ -543,6 +543,9 @@ class DecodePlan:
         self.softmax_scale = check_softmax_scale(softmax_scale)
         if cache_seqlens is not None:
             check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(batch,))
+            if cache_seqlens.is_meta:
+                raise ValueError("cache_seqlens: expected lengths to read (on the CPU or a GPU), "
+                                 "got a meta tensor")
             lo, max_seqlen = (int(v) for v in cache_seqlens.aminmax())
             if lo < 0:
                 raise ValueError(f"cache_seqlens: expected lengths >= 0, got {lo}")
