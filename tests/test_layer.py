@@ -94,7 +94,8 @@ def test_dsa_prefill_indexer_in_chunks_of_rows(device, monkeypatch, backend):
     monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", 2 * PREFILL)  # two rows a chunk
     chunks = []
     monkeypatch.setattr(layer_mod, "row_chunks",
-                        lambda *a: chunks.append(prefill_mod.row_chunks(*a)) or chunks[-1])
+                        lambda *a, **k: chunks.append(prefill_mod.row_chunks(*a, **k))
+                        or chunks[-1])
     got, want = _covered_run(device, backend, "bf16")
     assert _rel(got, want) < 1e-2, _rel(got, want)
     # each request's prefill rows in chunks of two (then the reference's one-row decode steps)
@@ -507,3 +508,22 @@ def test_fused_row_helpers_reject_bad_input(device):
                   True)
     with pytest.raises(ValueError, match=r"x: expected a power-of-two last dimension"):
         quantize_rows_e4m3(torch.zeros(4, 96, device=device))
+
+
+def test_plans_used_in_a_graph_capture_are_kept(monkeypatch):
+    """The layer's shared plans keep the last KEEP shapes, but never drop one fetched while a
+    CUDA graph was being captured: its replays write into that plan's buffers."""
+    from fp8mla.layer import _Plans
+
+    plans, capturing = _Plans(), [False]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    capturing[0] = True
+    captured = plans.get(("graph",), object)
+    capturing[0] = False
+    first = plans.get(("eager", 0), object)
+    for i in range(1, 2 * _Plans.KEEP):
+        plans.get(("eager", i), object)
+    assert plans.get(("graph",), object) is captured  # kept, the same buffers
+    assert plans.get(("eager", 0), object) is not first  # dropped, built again
+    assert len(plans.plans) == _Plans.KEEP

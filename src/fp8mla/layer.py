@@ -194,44 +194,53 @@ def quantize_rows_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.view(torch.float8_e4m3fn).view(x.shape), scale.view(x.shape[:-1])
 
 
-_SPARSE_PLANS: OrderedDict[tuple, SparsePlan] = OrderedDict()
+class _Plans:
+    """Plans by shape, built once per process (compiling a kernel and sizing a split workspace
+    is host work a step should not repeat) and shared by every layer: layers pass their own
+    outputs, so sharing is stream-ordered. The last `KEEP` shapes are kept — except a plan run
+    while a CUDA graph was being captured, which is kept for good: the graph replays writes
+    into its buffers (max logits, split partials), which must outlive it."""
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        self.plans: OrderedDict[tuple, DecodePlan] = OrderedDict()
+        self.pinned: dict[tuple, DecodePlan] = {}
+
+    def get(self, key: tuple, make) -> DecodePlan:
+        plan = self.pinned.get(key) or self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = make()
+            while len(self.plans) > self.KEEP:
+                self.plans.popitem(last=False)
+        if key in self.plans:
+            self.plans.move_to_end(key)
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                self.pinned[key] = self.plans.pop(key)
+        return plan
+
+
+_SPARSE_PLANS = _Plans()
+_DECODE_PLANS = _Plans()
 
 
 def _sparse_plan(queries: int, heads: int, topk: int, fmt, softmax_scale: float,
                  device: torch.device) -> SparsePlan:
-    """A sparse plan per shape, built once per process (compiling its kernel and sizing its
-    split workspace is host work a decode step should not repeat) and shared by every layer:
-    the last 8 shapes are kept. Layers pass their own outputs, so sharing is stream-ordered."""
+    """The shared sparse plan of this shape (`_Plans`)."""
     key = (queries, heads, topk, getattr(fmt, "name", fmt), softmax_scale, str(device))
-    plan = _SPARSE_PLANS.get(key)
-    if plan is None:
-        plan = _SPARSE_PLANS[key] = SparsePlan(num_queries=queries, num_heads=heads,
-                                               topk=topk, kv_format=fmt,
-                                               softmax_scale=softmax_scale, device=device)
-        if len(_SPARSE_PLANS) > 8:
-            _SPARSE_PLANS.popitem(last=False)
-    _SPARSE_PLANS.move_to_end(key)
-    return plan
-
-
-_DECODE_PLANS: OrderedDict[tuple, DecodePlan] = OrderedDict()
+    return _SPARSE_PLANS.get(key, lambda: SparsePlan(
+        num_queries=queries, num_heads=heads, topk=topk, kv_format=fmt,
+        softmax_scale=softmax_scale, device=device))
 
 
 def _decode_plan(batch: int, heads: int, s_q: int, fmt, page_size: int, max_seqlen: int,
                  softmax_scale: float, device: torch.device) -> DecodePlan:
-    """A dense decode plan per shape, sized for ``max_seqlen`` (the block table's span, so no
-    step reads its lengths on the host) and shared by every layer, as `_sparse_plan`'s."""
+    """The shared dense decode plan of this shape (`_Plans`), sized for ``max_seqlen`` (the
+    block table's span, so no step reads its lengths on the host)."""
     key = (batch, heads, s_q, fmt.name, page_size, max_seqlen, softmax_scale, str(device))
-    plan = _DECODE_PLANS.get(key)
-    if plan is None:
-        plan = _DECODE_PLANS[key] = DecodePlan(batch=batch, num_heads=heads, s_q=s_q,
-                                               kv_format=fmt, page_size=page_size,
-                                               max_seqlen=max_seqlen,
-                                               softmax_scale=softmax_scale, device=device)
-        if len(_DECODE_PLANS) > 8:
-            _DECODE_PLANS.popitem(last=False)
-    _DECODE_PLANS.move_to_end(key)
-    return plan
+    return _DECODE_PLANS.get(key, lambda: DecodePlan(
+        batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt, page_size=page_size,
+        max_seqlen=max_seqlen, softmax_scale=softmax_scale, device=device))
 
 
 @dataclass(frozen=True)
@@ -549,14 +558,18 @@ class DSAAttention(nn.Module):
         width = int(step.lengths.max())  # (a host sync) every row sees ≥ 1 token: its own
         request = torch.arange(b * s, device=q.device) // s
         outs = []
-        for r0, r1 in row_chunks(b * s, width):
+        plans: dict = {}  # this call's own (prefill-sized plans are not kept for later steps)
+        for r0, r1 in row_chunks(b * s, width, heads=h):
             idx = visible_slots(block_table, request[r0:r1], step.visible[r0:r1], width, ps)
-            outs.append(self._attend(rows[r0:r1], kv_cache, layer, idx, step.visible[r0:r1]))
+            outs.append(self._attend(rows[r0:r1], kv_cache, layer, idx, step.visible[r0:r1],
+                                     plans))
         return torch.cat(outs)
 
-    def _attend(self, q, kv_cache, layer, idx, lengths=None):
+    def _attend(self, q, kv_cache, layer, idx, lengths=None, plans=None):
         """q [rows, heads, 576] over index lists idx int32 [rows, width] (slots, −1 = skip;
-        ``lengths`` int32 [rows]: only the first lengths[r] entries count, where given)."""
+        ``lengths`` int32 [rows]: only the first lengths[r] entries count, where given).
+        ``plans``: a dict of the caller's to keep the plans in, by shape, instead of the
+        process's shared ones (`_sparse_plan`)."""
         scale = self.cfg.softmax_scale
         if self.backend == "reference":
             kv = kv_cache.dequantize(layer).reshape(-1, KV_DIM)
@@ -581,7 +594,13 @@ class DSAAttention(nn.Module):
             # fresh outputs: the plan (and its split workspace) is shared by every layer
             out = torch.empty(*q.shape[:2], LATENT_DIM, dtype=torch.bfloat16, device=q.device)
             lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-            plan = _sparse_plan(q.shape[0], q.shape[1], idx.shape[1], fmt, scale, q.device)
+            shape = (q.shape[0], q.shape[1], idx.shape[1], fmt, scale, q.device)
+            if plans is None:
+                plan = _sparse_plan(*shape)
+            else:
+                plan = plans.get(shape[:3]) or plans.setdefault(shape[:3], SparsePlan(
+                    num_queries=shape[0], num_heads=shape[1], topk=shape[2], kv_format=fmt,
+                    softmax_scale=scale, device=q.device))
             return plan.run(q, rows, idx, lengths, fp8_scale=kv_scale, check=False, out=out,
                             lse=lse)[0]
 
