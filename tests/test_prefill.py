@@ -59,6 +59,7 @@ def test_prefill_matches_reference(device, monkeypatch, fmt, policy, heads, s, l
 
 def test_row_chunks_cover_the_rows_within_the_budget():
     assert row_chunks(10, 3, entries=9) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert row_chunks(1000, 1, heads=128) == [(0, 512), (512, 1000)]  # the plan's output bound
     assert row_chunks(5, 1000, entries=10) == [(r, r + 1) for r in range(5)]  # ≥ 1 row
     assert row_chunks(4, 0) == [(0, 4)] and row_chunks(0, 8) == []
 
@@ -115,3 +116,19 @@ def test_prefill_rejects_bad_input(device):
                                          "outside the pool"):
         call(block_table=bad)
     assert torch.equal(cache.pool, before)
+
+
+def test_prefill_chunks_share_their_plans(device, monkeypatch):
+    """Chunks of equal size share one sparse plan (its buffers are allocated once); only a
+    shorter last chunk gets a second."""
+    import fp8mla.sparse as sparse_mod
+
+    made = []
+    real = sparse_mod.SparsePlan
+    monkeypatch.setattr(sparse_mod, "SparsePlan",
+                        lambda **kw: made.append(kw["num_queries"]) or real(**kw))
+    monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", 2 * 40)  # two rows a chunk
+    cache, table, seqlens = paged_cache("fp8", [40], 16, device=device)
+    dense_prefill(_q(1, 7, 2, device, 0), cache.layer(0), table, seqlens, kv_format="fp8",
+                  fp8_scale=cache.scale(0))
+    assert made == [2, 1]  # 7 rows: three chunks of two, then one

@@ -5,9 +5,9 @@ cached tokens (causal, the dense decode's rule for any S). There is no dense pre
 its own: each query row's index list is the slots of the tokens it sees, in position order,
 and `fp8mla.sparse.SparsePlan` attends to them (every KV format read as stored, heads 1–128),
 its ``topk_length`` stopping each row at its visible count. The lists are built for
-`CHUNK_ENTRIES` index entries at a time (query rows × the longest visible count), so memory
-stays bounded for long prompts: a 32K-token prompt over its own 32K tokens would need 4 GB of
-int32 lists at once.
+`CHUNK_ENTRIES` index entries at a time (query rows × the longest visible count) and at most
+`CHUNK_ROW_HEADS` query rows × heads, so memory stays bounded for long prompts: a 32K-token
+prompt over its own 32K tokens would need 4 GB of int32 lists at once.
 
 Cost: the lists are written and read once per chunk (4 bytes a (query, token) pair against the
 row's 576–1152 bytes the kernel reads for it), and each query row reads its rows itself, as a
@@ -23,16 +23,22 @@ from fp8mla._checks import check_fp8_scale, check_int, check_pow2, check_tensor
 from fp8mla.decode import as_cache_rows, check_paged_inputs
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 
-__all__ = ["CHUNK_ENTRIES", "dense_prefill", "visible_slots", "row_chunks"]
+__all__ = ["CHUNK_ENTRIES", "CHUNK_ROW_HEADS", "dense_prefill", "visible_slots", "row_chunks"]
 
 #: index-list entries built at once (query rows × their longest visible count): 64 MB of int32
 CHUNK_ENTRIES = 1 << 24
+#: query rows × heads a chunk's sparse plan holds: its own output buffer (1 KB a row and head,
+#: allocated with the plan whatever the caller passes) stays within 64 MB
+CHUNK_ROW_HEADS = 1 << 16
 
 
-def row_chunks(rows: int, width: int, entries: int | None = None) -> list[tuple[int, int]]:
+def row_chunks(rows: int, width: int, entries: int | None = None,
+               heads: int = 1) -> list[tuple[int, int]]:
     """``[start, end)`` ranges covering ``rows`` query rows, each of at most ``entries //
-    width`` rows (at least one; ``entries`` default `CHUNK_ENTRIES`)."""
-    step = max(1, (CHUNK_ENTRIES if entries is None else entries) // max(1, width))
+    width`` rows (``entries`` default `CHUNK_ENTRIES`) and `CHUNK_ROW_HEADS` // ``heads``
+    rows, at least one."""
+    entries = CHUNK_ENTRIES if entries is None else entries
+    step = max(1, min(entries // max(1, width), CHUNK_ROW_HEADS // max(1, heads)))
     return [(r, min(rows, r + step)) for r in range(0, rows, step)]
 
 
@@ -45,11 +51,11 @@ def visible_slots(block_table: torch.Tensor, request: torch.Tensor, visible: tor
     block_table: int32 [batch, max_pages]; request: int64 [rows], each row's request (a row of
     block_table); visible: int32 / int64 [rows], tokens each row sees (≤ width, and within
     the pages block_table lists)."""
-    pos = torch.arange(width, device=block_table.device)
+    pos = torch.arange(width, dtype=torch.int32, device=block_table.device)
     cols = (pos // page_size).clamp_max(block_table.shape[1] - 1)
-    pages = block_table[request[:, None], cols[None, :]].long()
-    slots = pages * page_size + pos % page_size
-    return torch.where(pos[None, :] < visible[:, None], slots, -1).to(torch.int32)
+    slots = block_table[request[:, None], cols[None, :]]  # int32 [rows, width], in place below
+    slots.mul_(page_size).add_(pos % page_size)  # (pages of the pool: slots fit int32)
+    return slots.masked_fill_(pos[None, :] >= visible[:, None], -1)
 
 
 def dense_prefill(
@@ -94,10 +100,14 @@ def dense_prefill(
     visible = (cache_seqlens.long()[request] - s_q + 1 + rows % s_q).clamp(0, width)
     q_rows, out_rows, lse_rows = q.reshape(b * s_q, h, KV_DIM), out.view(-1, h, LATENT_DIM), \
         lse.view(-1, h)
-    for r0, r1 in row_chunks(b * s_q, width):
+    plans: dict[int, SparsePlan] = {}  # by chunk rows: every chunk but the last shares one
+    for r0, r1 in row_chunks(b * s_q, width, heads=h):
         idx = visible_slots(block_table, request[r0:r1], visible[r0:r1], width, page_size)
-        plan = SparsePlan(num_queries=r1 - r0, num_heads=h, topk=width, kv_format=fmt,
-                          softmax_scale=softmax_scale, device=q.device)
+        plan = plans.get(r1 - r0)
+        if plan is None:
+            plan = plans[r1 - r0] = SparsePlan(num_queries=r1 - r0, num_heads=h, topk=width,
+                                               kv_format=fmt, softmax_scale=softmax_scale,
+                                               device=q.device)
         plan.run(q_rows[r0:r1], pages, idx, visible[r0:r1].to(torch.int32),
                  fp8_scale=fp8_scale, check=False, out=out_rows[r0:r1], lse=lse_rows[r0:r1])
     return out, lse
