@@ -179,3 +179,4 @@ def test_block_table_and_slot_mapping_name_bad_entries():
     with pytest.raises(ValueError, match=r"batch_index: expected shape \[2\], got \[1\]"):
         slot_mapping(table, torch.tensor([5, 6]), 16, torch.tensor([1]))
     assert slot_mapping(table, torch.tensor([3, 17]), 16, torch.tensor([0, 0])).tolist() == [3, 17]
+    assert slot_mapping(table, torch.tensor([3]), 16, torch.tensor([1]), check=False).tolist() == [35]

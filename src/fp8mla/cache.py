@@ -243,20 +243,22 @@ def build_block_table(
 
 
 def slot_mapping(block_table: torch.Tensor, positions: torch.Tensor, page_size: int,
-                 batch_index: torch.Tensor) -> torch.Tensor:
+                 batch_index: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     """The cache slots of tokens, int64 [tokens]: block_table[b, pos // page_size] · page_size
     + pos % page_size for each token's request b and position pos.
 
     block_table: int32 [batch, max_pages] (`build_block_table`); positions: int32 / int64
     [tokens], each token's position in its request; page_size: the cache's; batch_index:
-    int32 / int64 [tokens], each token's request (a row of ``block_table``)."""
+    int32 / int64 [tokens], each token's request (a row of ``block_table``). ``check``
+    (default on) validates positions and requests on the host (a device sync); off, nothing
+    syncs (CUDA-graph safe) and out-of-range values index out of range."""
     check_page_size(page_size)
     check_tensor("block_table", block_table, dtype=torch.int32, ndim=2)
     check_tensor("positions", positions, dtype=(torch.int32, torch.int64), ndim=1,
                  device=block_table.device)
     check_tensor("batch_index", batch_index, dtype=(torch.int32, torch.int64),
                  shape=tuple(positions.shape), device=block_table.device)
-    if positions.numel():  # (a host sync, as indexing would raise anyway where out of range)
+    if check and positions.numel():  # (a host sync)
         cover = block_table.shape[1] * page_size
         lo, hi = (int(v) for v in positions.aminmax())
         if lo < 0 or hi >= cover:
