@@ -225,10 +225,10 @@ _DECODE_PLANS = _Plans()
 
 
 def _sparse_plan(queries: int, heads: int, topk: int, fmt, softmax_scale: float,
-                 device: torch.device) -> SparsePlan:
-    """The shared sparse plan of this shape (`_Plans`)."""
+                 device: torch.device, plans: _Plans | None = None) -> SparsePlan:
+    """The sparse plan of this shape in ``plans`` (default: the process's shared ones)."""
     key = (queries, heads, topk, getattr(fmt, "name", fmt), softmax_scale, str(device))
-    return _SPARSE_PLANS.get(key, lambda: SparsePlan(
+    return (_SPARSE_PLANS if plans is None else plans).get(key, lambda: SparsePlan(
         num_queries=queries, num_heads=heads, topk=topk, kv_format=fmt,
         softmax_scale=softmax_scale, device=device))
 
@@ -558,7 +558,7 @@ class DSAAttention(nn.Module):
         width = int(step.lengths.max())  # (a host sync) every row sees ≥ 1 token: its own
         request = torch.arange(b * s, device=q.device) // s
         outs = []
-        plans: dict = {}  # this call's own (prefill-sized plans are not kept for later steps)
+        plans = _Plans()  # this call's own (prefill-sized plans are not kept for later steps)
         for r0, r1 in row_chunks(b * s, width, heads=h):
             idx = visible_slots(block_table, request[r0:r1], step.visible[r0:r1], width, ps)
             outs.append(self._attend(rows[r0:r1], kv_cache, layer, idx, step.visible[r0:r1],
@@ -568,8 +568,8 @@ class DSAAttention(nn.Module):
     def _attend(self, q, kv_cache, layer, idx, lengths=None, plans=None):
         """q [rows, heads, 576] over index lists idx int32 [rows, width] (slots, −1 = skip;
         ``lengths`` int32 [rows]: only the first lengths[r] entries count, where given).
-        ``plans``: a dict of the caller's to keep the plans in, by shape, instead of the
-        process's shared ones (`_sparse_plan`)."""
+        ``plans``: the caller's `_Plans` to keep the plan in instead of the process's shared
+        ones (`_sparse_plan`)."""
         scale = self.cfg.softmax_scale
         if self.backend == "reference":
             kv = kv_cache.dequantize(layer).reshape(-1, KV_DIM)
@@ -594,13 +594,8 @@ class DSAAttention(nn.Module):
             # fresh outputs: the plan (and its split workspace) is shared by every layer
             out = torch.empty(*q.shape[:2], LATENT_DIM, dtype=torch.bfloat16, device=q.device)
             lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-            shape = (q.shape[0], q.shape[1], idx.shape[1], fmt, scale, q.device)
-            if plans is None:
-                plan = _sparse_plan(*shape)
-            else:
-                plan = plans.get(shape[:3]) or plans.setdefault(shape[:3], SparsePlan(
-                    num_queries=shape[0], num_heads=shape[1], topk=shape[2], kv_format=fmt,
-                    softmax_scale=scale, device=q.device))
+            plan = _sparse_plan(q.shape[0], q.shape[1], idx.shape[1], fmt, scale, q.device,
+                                plans)
             return plan.run(q, rows, idx, lengths, fp8_scale=kv_scale, check=False, out=out,
                             lse=lse)[0]
 
