@@ -34,6 +34,16 @@ class DemoConfig:
     tp: int = 8
     small: bool = False  # shrink hidden/q_lora/indexer widths (CPU runs)
 
+    @property
+    def num_pages(self) -> int:
+        """Pages of the pool: ``pool_tokens`` in whole pages."""
+        return -(-self.pool_tokens // self.page_size)
+
+    @property
+    def pages_per_request(self) -> int:
+        """Pages a request holds: its context and the token the step decodes."""
+        return -(-(self.context + 1) // self.page_size)
+
 
 def _model_config(dc: DemoConfig):
     import dataclasses as dc_mod
@@ -65,12 +75,11 @@ def build(dc: DemoConfig, device):
                 noise = torch.randn(p.shape, generator=gd, device=device)
                 p.copy_(noise * 0.02 if p.dim() > 1 else 1.0 + 0.1 * noise)
         layers.append(layer)
-    num_pages = -(-dc.pool_tokens // dc.page_size)
-    kv = PagedKVCache(num_pages, dc.page_size, dc.kv_format, num_layers=dc.layers, device=device)
-    ic = IndexKeyCache(num_pages, dc.page_size, num_layers=dc.layers, device=device)
-    pages_per_req = -(-(dc.context + 1) // dc.page_size)
-    perm = torch.randperm(num_pages, generator=g)[: dc.batch * pages_per_req]
-    table = build_block_table(perm.view(dc.batch, pages_per_req).tolist(), device=device)
+    kv = PagedKVCache(dc.num_pages, dc.page_size, dc.kv_format, num_layers=dc.layers,
+                      device=device)
+    ic = IndexKeyCache(dc.num_pages, dc.page_size, num_layers=dc.layers, device=device)
+    perm = torch.randperm(dc.num_pages, generator=g)[: dc.batch * dc.pages_per_request]
+    table = build_block_table(perm.view(dc.batch, dc.pages_per_request).tolist(), device=device)
     pos = torch.arange(dc.context, device=device)
     for layer_i in range(dc.layers):
         for b in range(dc.batch):
@@ -221,12 +230,11 @@ def demo_config(args, gpu: bool) -> DemoConfig:
                     context=given("context", 4096 if gpu else 48),
                     pool_tokens=given("pool_tokens", 495_000 if gpu else 2048),
                     kv_format=args.kv_format, small=not gpu)
-    pages = -(-dc.pool_tokens // dc.page_size)
-    needed = dc.batch * -(-(dc.context + 1) // dc.page_size)  # the cached tokens and the new one
-    if needed > pages:
+    needed = dc.batch * dc.pages_per_request
+    if needed > dc.num_pages:
         raise ValueError(f"--pool-tokens: {dc.batch} request(s) of {dc.context} + 1 tokens need "
                          f"{needed} pages of {dc.page_size}; a pool of {dc.pool_tokens} tokens "
-                         f"has {pages}")
+                         f"has {dc.num_pages}")
     return dc
 
 
@@ -265,7 +273,7 @@ def run(args) -> int:
     where = torch.cuda.get_device_name() if gpu else "CPU through the Triton interpreter (small " \
         "configuration: hidden 256, q_lora 128, 8 index heads; no GPU found)"
     print(f"fp8mla demo on {where}")
-    pages = -(-dc.pool_tokens // dc.page_size)
+    pages = dc.num_pages
     print(f"GLM-5 attention, {dc.layers} layers, {8} heads per GPU (TP{dc.tp}), batch "
           f"{dc.batch}, context {dc.context}, {dc.kv_format} pool of {dc.pool_tokens:,} tokens "
           f"({pages:,} page{'s' if pages > 1 else ''} of {dc.page_size}). "
