@@ -116,5 +116,13 @@ def check_pow2(name: str, value: object, lo: int, hi: int) -> int:
     return value
 
 
-def check_page_size(page_size: object) -> int:
-    return check_pow2("page_size", page_size, 1, 256)
+MAX_PAGE_SIZE = 256
+
+
+def is_page_size(value: int) -> bool:
+    """Whether ``value`` is a page size the kernels take: a power of two in [1, MAX_PAGE_SIZE]."""
+    return 1 <= value <= MAX_PAGE_SIZE and not value & (value - 1)
+
+
+def check_page_size(page_size: object, name: str = "page_size") -> int:
+    return check_pow2(name, page_size, 1, MAX_PAGE_SIZE)

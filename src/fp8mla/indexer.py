@@ -14,7 +14,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fp8mla._checks import check_int, check_tensor
+from fp8mla._checks import MAX_PAGE_SIZE, check_int, check_tensor, is_page_size
 from fp8mla.formats import INDEX_HEAD_DIM, INDEX_ROW_BYTES
 from fp8mla.kernels.fp8 import SW_DEQUANT_SCALE
 from fp8mla.kernels.indexer import _indexer_logits_kernel
@@ -202,13 +202,12 @@ def indexer_logits_paged(
     _check_q_w(q, weights, b * s_q)
     check_tensor("key_cache", key_cache, dtype=torch.uint8, device=q.device)
     want = (f"contiguous uint8 [num_pages ≥ 1, page_size · {INDEX_ROW_BYTES}], page_size a "
-            f"power of two in [1, 256]")
+            f"power of two in [1, {MAX_PAGE_SIZE}]")
     if key_cache.dim() < 2 or key_cache.numel() == 0:
         raise ValueError(f"key_cache: expected {want}, got {list(key_cache.shape)}")
     pages = key_cache.reshape(key_cache.shape[0], -1)
     page_size = pages.shape[1] // INDEX_ROW_BYTES
-    if (pages.shape[1] % INDEX_ROW_BYTES or not pages.is_contiguous() or not 1 <= page_size <= 256
-            or page_size & (page_size - 1)):
+    if pages.shape[1] % INDEX_ROW_BYTES or not pages.is_contiguous() or not is_page_size(page_size):
         raise ValueError(f"key_cache: expected {want}, got {list(key_cache.shape)}")
     check_tensor("block_table", block_table, dtype=torch.int32, shape=(b, None), device=q.device,
                  contiguous_last=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from fp8mla import formats
-from fp8mla._checks import check_fp8_scale, check_int, check_pow2, check_tensor
+from fp8mla._checks import check_fp8_scale, check_int, check_page_size, check_tensor
 from fp8mla.decode import as_cache_rows, check_paged_inputs
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 
@@ -86,7 +86,7 @@ def dense_prefill(
     check_int("heads (q.shape[2])", h, lo=1, hi=128)
     check_tensor("kv_cache", kv_cache, device=q.device)
     pages = as_cache_rows(kv_cache, fmt)
-    page_size = check_pow2("kv_cache (its page size)", pages.shape[1], 1, 256)
+    page_size = check_page_size(pages.shape[1], "kv_cache (its page size)")
     check_paged_inputs(block_table, cache_seqlens, b, page_size, pages.shape[0], q.device,
                        validate=check)
     check_fp8_scale(fp8_scale, q.device, validate=check and fmt.name == "fp8")
