@@ -1,24 +1,8 @@
 """fp8mla's kernels as torch custom ops (``torch.ops.fp8mla.*``), with fake (meta)
 implementations, so they trace under ``torch.compile`` and record into CUDA graphs as single
-opaque nodes. Importing this module registers them.
-
-    torch.ops.fp8mla.dense_decode(q, kv_cache, block_table, cache_seqlens, kv_format,
-                                  softmax_scale, fp8_scale) -> (out, lse)
-        q bf16 [batch, s_q, heads, 576]; kv_cache uint8 [num_pages, page_size, row_bytes];
-        block_table int32 [batch, max_pages]; cache_seqlens int32 [batch]; fp8_scale float32
-        [1] or None → out bf16 [batch, s_q, heads, 512], lse float32 [batch, s_q, heads]
-    torch.ops.fp8mla.sparse_attention(q, kv_cache, indices, topk_length, kv_format,
-                                      softmax_scale, fp8_scale) -> (out, lse)
-        q bf16 [tokens, heads, 576]; kv_cache uint8 [num_pages, page_size, row_bytes] or
-        [num_slots, row_bytes]; indices int32 [tokens, topk] (−1 skips); topk_length int32
-        [tokens] or None → out bf16 [tokens, heads, 512], lse float32 [tokens, heads]
-    torch.ops.fp8mla.indexer_logits(q, weights, key_cache, block_table, context_lens,
-                                    max_len) -> logits
-        q float8_e4m3fn / bf16 / fp16 [batch, s_q, index_heads, 128]; weights float32
-        [batch · s_q, index_heads]; key_cache uint8 [num_pages, page_size · 132]; block_table
-        int32 [batch, max_pages]; context_lens int32 [batch] → float32 [batch · s_q, max_len]
-    torch.ops.fp8mla.topk_indices(logits, k, lengths) -> indices
-        logits float32 [rows, length]; lengths int32 [rows] or None → int32 [rows, k]
+opaque nodes. Importing this module registers them: ``dense_decode``, ``sparse_attention``,
+``indexer_logits``, ``topk_indices`` — ``help()`` on each ``*_op`` gives its tensors' shapes and
+dtypes (set at the end of this file).
 
 The Python functions they wrap (fp8mla.decode.dense_decode, fp8mla.sparse.sparse_prefill,
 fp8mla.indexer.indexer_logits_paged, fp8mla.topk.topk_indices) say more; the ops skip the
