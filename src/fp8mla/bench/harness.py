@@ -20,8 +20,8 @@ import triton
 from fp8mla.kernels.launch import OPTIONS
 from fp8mla.kernels.stream import _stream_read_kernel
 
-__all__ = ["script_args", "Record", "time_us", "time_us_clean_l2", "graphed", "read_ceiling_tbps", "env_info",
-           "write_records"]
+__all__ = ["script_args", "Record", "time_us", "time_us_clean_l2", "graphed", "read_ceiling_tbps",
+           "env_info", "write_records"]
 
 
 @dataclass
