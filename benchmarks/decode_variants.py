@@ -139,7 +139,7 @@ FP8_BLOCKS = [("triton kernel", None, None, {"SM90_MMA16_FP8_HEAD_BLOCKS": False
 # × 16, 32 heads, s_q 4 × 8), B=8 × 32K × s_q 2 × 16, B=1 × 128K × 32, B=16 × 4K × s_q 2 × 16 —
 # head blocks far faster on 3.8, faster on 3.6 / 3.9 at 16 and 128 splits, slower at 2. The
 # second (s45-897e083-): the splits between (B=32 × 8K: 4, B=16: 8, B=4 × 32K: 32), all faster.
-# Not yet run — the fp8 wide form's length rule (`SM90_MMA16_MIN_TILES`: ≥ 16 tiles a program,
+# Session 48 — the fp8 wide form's length rule (`SM90_MMA16_MIN_TILES`: ≥ 16 tiles a program,
 # measured on 3.6 against the Triton kernel's 16-row program) on triton 3.8, whose Triton
 # kernel is slower (B=16 × 4K × s_q 2 × 16, 4 tiles a program: 52.1 µs against 3.6's 39.7):
 # short programs in head blocks and 16-head plans on the wide form, against the default
@@ -148,6 +148,10 @@ SHORT = [("wide form, any length", None, None,
          ("default again", None, None),
          ("wide form, any length again", None, None,
           {"SM90_MMA16_MIN_TILES": 0, "SM90_MMA16_FP8_HEAD_BLOCKS": True})]
+# Result (H100, h100-20261207-s48-65560b5-triton38-decode-variants.json): the wide form faster
+# in every case, by 22–36% (B=16 × 4K × s_q 2 × 8: 33.1 against 52.0 µs; B=1 × 16K × 32 heads
+# 19.6 against 27.0): on 3.8 no length rule since (`fp8mla.decode.mma16_min_tiles`). The plan
+# is that A/B.
 PLAN = [(DecodeCase(16, 4096, 16, s_q=2), "fp8", SHORT),
         (DecodeCase(8, 4096, 16, s_q=2), "fp8", SHORT),
         (DecodeCase(16, 4096, 16), "fp8", SHORT),

@@ -248,7 +248,8 @@ def test_mma8_sm90_kernel_serves_where_documented(monkeypatch):
 def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     """The ≤ 16-row kernel's wide form (`SM90_MMA16`) serves fp8 dense plans of 9–16 query
     rows over pages of ≥ 64 tokens (the 8-row form keeps ≤ 8) whose schedule gives programs
-    `SM90_MMA16_MIN_TILES` tiles or more (forced split counts included), its ring of
+    `mma16_min_tiles()` tiles or more (forced split counts included; 16, none on triton 3.8
+    where its Triton kernel is slower), its ring of
     `SM90_MMA16_STAGES` stages deciding the programs per SM; fp8_ds_mla plans take theirs
     (`SM90_MMA16_DS`, ring of `SM90_MMA8_DS_STAGES`) from `SM90_MMA16_DS_MIN_TILES` tiles,
     sparse ones stay at ≤ 8 rows; off, the Triton kernel serves 16 rows."""
@@ -262,7 +263,8 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     dense = functools.partial(_dense_plan, heads=16, batch=64, ctx=8192)
 
     monkeypatch.setattr(decode_mod, "SM90_MMA8", True)
-    assert decode_mod.SM90_MMA16 and decode_mod.SM90_MMA16_MIN_TILES == 16  # the defaults
+    assert decode_mod.SM90_MMA16 and decode_mod.SM90_MMA16_MIN_TILES is None  # the defaults
+    monkeypatch.setattr(decode_mod.triton, "__version__", "3.9.0")
     for stages, per_sm in ((2, 2), (3, 1)):
         monkeypatch.setattr(decode_mod, "SM90_MMA16_STAGES", stages)
         plan = dense()
@@ -331,8 +333,19 @@ def test_mma16_sm90_kernel_serves_where_documented(monkeypatch):
     assert dense(fmt="fp8_ds_mla", s_q=2).kernel == "triton"
     monkeypatch.setattr(decode_mod, "SM90_MMA8_DS_STAGES", 3)
     assert dense(fmt="fp8_ds_mla").programs_per_sm == 1  # 146 KB
+    for version, least in (("3.6.0", 16), ("3.8.0", 0), ("3.8.1+git1", 0), ("3.10.0", 16)):
+        monkeypatch.setattr(decode_mod.triton, "__version__", version)
+        assert decode_mod.mma16_min_tiles() == least, version
+        # 8 tiles a program; B=1 × 4K: 1
+        for case in (dict(batch=16), dict(batch=1, ctx=4096), dict(heads=8, s_q=2, batch=8)):
+            assert dense(**case).kernel == ("mma16" if least == 0 else "triton"), (version, case)
+    monkeypatch.setattr(decode_mod.triton, "__version__", "3.9.0")
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)  # an int forces the rule
+    assert dense(batch=16).kernel == "mma16" and decode_mod.mma16_min_tiles() == 0
+    monkeypatch.setattr(decode_mod.triton, "__version__", "3.8.0")
+    monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 16)
+    assert dense(batch=16).kernel == "triton"
     monkeypatch.setattr(decode_mod, "SM90_MMA16_MIN_TILES", 0)
-    assert dense(batch=16).kernel == "mma16"
     monkeypatch.setattr(decode_mod, "SM90_MMA16_DS", False)
     assert dense(fmt="fp8_ds_mla").kernel == "triton" and dense().kernel == "mma16"
     monkeypatch.setattr(decode_mod, "SM90_MMA16", False)
@@ -384,6 +397,9 @@ def test_fp8_head_blocks_serve_where_documented(monkeypatch):
     assert dense(heads=12).kernel == "triton"  # 12 % 8 heads ≠ 0
     assert dense(heads=32).kernel != "mma16"  # 64 rows
     assert dense(batch=1, ctx=4096).kernel == "triton"  # programs of 1 tile: the length rule
+    monkeypatch.setattr(decode_mod.triton, "__version__", "3.8.0")
+    assert dense(batch=1, ctx=4096).kernel == "mma16"  # none on triton 3.8
+    monkeypatch.setattr(decode_mod.triton, "__version__", "3.9.0")
     assert dense(page_size=32).kernel == "triton"  # a 64-token box would span pages
     with pytest.raises(ValueError, match=r"timeline: expected shape \[256, 12\], got \[128, 12\]"):
         mtp.timeline = torch.zeros(mtp.batch * mtp.num_splits, 12, dtype=torch.int64)

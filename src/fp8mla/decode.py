@@ -238,16 +238,23 @@ SM90_MMA16_FP8_HEAD_BLOCKS_MIN_SPLITS = 4
 # the fp8 kernel's wide form for dense plans of 9–16 query rows (s_q × heads: 16 heads, s_q
 # 2 × 8): two MMA column blocks, qᵀ read from shared memory every tile instead of held in
 # registers, a ring of `SM90_MMA16_STAGES` stages (2: two programs per SM), where the schedule
-# gives a program at least `SM90_MMA16_MIN_TILES` tiles (its fixed cost per program — q's
+# gives a program at least `mma16_min_tiles()` tiles (its fixed cost per program — q's
 # staging, the ring's fill — loses below: B=24 × 8K, 12 tiles, 55.3 / 55.4 against 53.4 / 53.4,
 # s22-0fa10af-decode-variants.json). H200, ABAB against the Triton kernel (16-row
 # programs): B=64 × 8K × 16 heads 105.0 / 105.7 µs against 114.8 / 115.1, s_q 2 × 8 106.0
 # against 115.7, B=128 × 4K 106.7 against 115.9, B=32 × 8K (16 tiles a program) 63.8 against
 # 65.6 (h200-20261202-s21-9271bf1-decode-variants.json); B=16 × 8K and B=1 × 128K (8 tiles)
-# 45.5 / 45.7 against 42.3 / 42.6 (s21-42e9e38); 3 stages (one program per SM) 118.2 at B=64
+# 45.5 / 45.7 against 42.3 / 42.6 (s21-42e9e38); 3 stages (one program per SM) 118.2 at B=64.
+# `SM90_MMA16_MIN_TILES`: an int forces the length rule; None (the default) is 16 tiles, and
+# none on triton 3.8, whose Triton kernel stages its converted FP8 operands through shared
+# memory: there the wide form wins at every length measured. H100, ABAB, µs, do_bench's flush
+# (h100-20261207-s48-65560b5-triton38-decode-variants.json; Triton kernel → wide form):
+#   B=16 × 4K × 16 heads (4 tiles a program) 40.7 → 31.6; B=16 × 8K (8 tiles) 65.6 → 48.1
+#   s_q 2 × 8 heads, B=16 × 4K 52.0 → 33.1; B=8 × 4K 34.4 → 23.8
+#   32 heads in head blocks, B=1 × 16K 27.0 → 19.6
 SM90_MMA16 = True
 SM90_MMA16_STAGES = 2
-SM90_MMA16_MIN_TILES = 16
+SM90_MMA16_MIN_TILES: int | None = None
 # the fp8 wide form's first product q · Kᵀ as FP8 wgmma (`decode_sm90_mma8._scores_fp8`): the
 # ring's e4m3 bytes are its A operand as the TMA wrote them, q split once per program into two
 # e4m3 halves (exact for bf16 q inside e4m3's exponent range: elements within ~2^13 of the
@@ -287,6 +294,14 @@ def mma8_stages(rows: int) -> int:
     from fp8mla.kernels import decode_sm90_mma8 as k8
 
     return k8.STAGES if rows == k8.ROWS else SM90_MMA16_STAGES
+
+
+def mma16_min_tiles() -> int:
+    """Tiles a program needs for the dense fp8 wide form to serve a plan of 9–16 rows:
+    `SM90_MMA16_MIN_TILES` where set, else 0 on triton 3.8 and 16 on other Tritons."""
+    if SM90_MMA16_MIN_TILES is not None:
+        return SM90_MMA16_MIN_TILES
+    return 0 if triton_minor(triton.__version__) == (3, 8) else 16
 
 
 def choose_num_splits(batch: int, head_blocks: int, max_seqlen: int, slots: int,
@@ -966,7 +981,7 @@ class DecodePlan:
         else None. It serves dense fp8 rows in pages of ≥ 64 tokens with s_q × heads ≤ 8
         (`SM90_MMA8`), dense fp8_ds_mla rows the same (`SM90_MMA8_DS`), either with 9–16 where
         the schedule (``num_splits``, the scheduler's where None) gives programs enough tiles
-        (`SM90_MMA16_MIN_TILES`, `SM90_MMA16_DS_MIN_TILES`; switches `SM90_MMA16`,
+        (`mma16_min_tiles`, `SM90_MMA16_DS_MIN_TILES`; switches `SM90_MMA16`,
         `SM90_MMA16_DS`) — dense plans of 17–32 rows too, in head blocks of 16 rows
         (`_head_block`) —, or sparse fp8_ds_mla rows over index lists with ≤ 8 heads
         (`SPARSE_SM90_MMA8`); one program for all heads (or a head block), a GPU of compute
@@ -993,7 +1008,7 @@ class DecodePlan:
             return None
         schedule = self._mma_schedule()
         if rows > k8.ROWS:  # the wide form: programs of enough tiles
-            least = SM90_MMA16_MIN_TILES if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
+            least = mma16_min_tiles() if self.fmt.name == "fp8" else SM90_MMA16_DS_MIN_TILES
             if self._program_tiles(max_seqlen, num_splits, schedule[2]) < least:
                 return None
         return schedule

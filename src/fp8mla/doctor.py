@@ -194,9 +194,9 @@ def triton_warnings(version: str | None) -> list[str]:
             "hardware (sm_89+), in shared memory: up to ~1.9x what 3.6, 3.7 and 3.9 use. Plans "
             "step such a config down to fit (fp8 plans of <= 16 rows on sm_120: 32-token tiles; "
             "32-row fp8 plans on sm_90: 64-token tiles) and elsewhere hold fewer programs an SM, "
-            "untimed. On sm_90, fp8 plans of 17-32 rows (whose Triton kernel ran 1.7x 3.6's "
-            "time) take the Gluon wide form in head blocks instead, where it serves (pages of "
-            ">= 64 tokens, >= 16 tiles a program). triton 3.9 (torch 2.15) or 3.6 / 3.7 run the "
+            "untimed. On sm_90, fp8 plans of 9-32 rows (whose Triton kernel ran up to 1.7x 3.6's "
+            "time) take the Gluon wide form instead, in head blocks above 16 rows, at any "
+            "length, where it serves (pages of >= 64 tokens). triton 3.9 (torch 2.15) or 3.6 / 3.7 run the "
             "measured configs"]
 
 

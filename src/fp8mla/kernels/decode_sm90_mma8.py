@@ -58,7 +58,8 @@ B=64 (s21-9e84ea7): DRAM 64% of peak, ALU 38% and tensor 33% busy, stalls per is
 fixed-latency waits (0.93) and the long scoreboard (0.75) — latency-bound at 8 warps an SM.
 Programs of few tiles lose to the Triton kernel (q's staging and the ring's fill per program):
 the launcher takes the wide form for programs of ≥ 16 tiles (`fp8mla.decode`; 12 tiles: 55.3
-against 53.4 µs, B=24 × 8K, s22-0fa10af). The fp8_ds_mla wide form has no such rule: its
+against 53.4 µs, B=24 × 8K, s22-0fa10af; on triton 3.8, whose Triton kernel is slower, at any
+length: `fp8mla.decode.mma16_min_tiles`). The fp8_ds_mla wide form has no such rule: its
 Triton kernel is further behind (`decode_sm90_mma8_ds`).
 
 Head blocks (`fp8mla.decode.SM90_MMA16_FP8_HEAD_BLOCKS`, as `decode_sm90_mma8_ds`'s): fp8
