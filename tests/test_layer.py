@@ -513,17 +513,17 @@ def test_fused_row_helpers_reject_bad_input(device):
 def test_plans_used_in_a_graph_capture_are_kept(monkeypatch):
     """The layer's shared plans keep the last KEEP shapes, but never drop one fetched while a
     CUDA graph was being captured: its replays write into that plan's buffers."""
-    from fp8mla.layer import _Plans
+    from fp8mla._plans import PlanCache
 
-    plans, capturing = _Plans(), [False]
+    plans, capturing = PlanCache(), [False]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
     capturing[0] = True
     captured = plans.get(("graph",), object)
     capturing[0] = False
     first = plans.get(("eager", 0), object)
-    for i in range(1, 2 * _Plans.KEEP):
+    for i in range(1, 2 * PlanCache.KEEP):
         plans.get(("eager", i), object)
     assert plans.get(("graph",), object) is captured  # kept, the same buffers
     assert plans.get(("eager", 0), object) is not first  # dropped, built again
-    assert len(plans.plans) == _Plans.KEEP
+    assert len(plans.plans) == PlanCache.KEEP

@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +38,7 @@ from torch import nn
 
 from fp8mla import reference
 from fp8mla._checks import check_page_size, check_tensor
+from fp8mla._plans import PlanCache
 from fp8mla.baselines import cast_rows_to_bf16
 from fp8mla.cache import IndexKeyCache, PagedKVCache
 from fp8mla.config import MLAConfig
@@ -194,38 +194,12 @@ def quantize_rows_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.view(torch.float8_e4m3fn).view(x.shape), scale.view(x.shape[:-1])
 
 
-class _Plans:
-    """Plans by shape, built once per process (compiling a kernel and sizing a split workspace
-    is host work a step should not repeat) and shared by every layer: layers pass their own
-    outputs, so sharing is stream-ordered. The last `KEEP` shapes are kept — except a plan run
-    while a CUDA graph was being captured, which is kept for good: the graph replays writes
-    into its buffers (max logits, split partials), which must outlive it."""
-
-    KEEP = 8
-
-    def __init__(self) -> None:
-        self.plans: OrderedDict[tuple, DecodePlan] = OrderedDict()
-        self.pinned: dict[tuple, DecodePlan] = {}
-
-    def get(self, key: tuple, make) -> DecodePlan:
-        plan = self.pinned.get(key) or self.plans.get(key)
-        if plan is None:
-            plan = self.plans[key] = make()
-            while len(self.plans) > self.KEEP:
-                self.plans.popitem(last=False)
-        if key in self.plans:
-            self.plans.move_to_end(key)
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                self.pinned[key] = self.plans.pop(key)
-        return plan
-
-
-_SPARSE_PLANS = _Plans()
-_DECODE_PLANS = _Plans()
+_SPARSE_PLANS = PlanCache()
+_DECODE_PLANS = PlanCache()
 
 
 def _sparse_plan(queries: int, heads: int, topk: int, fmt, softmax_scale: float,
-                 device: torch.device, plans: _Plans | None = None) -> SparsePlan:
+                 device: torch.device, plans: PlanCache | None = None) -> SparsePlan:
     """The sparse plan of this shape in ``plans`` (default: the process's shared ones)."""
     key = (queries, heads, topk, getattr(fmt, "name", fmt), softmax_scale, str(device))
     return (_SPARSE_PLANS if plans is None else plans).get(key, lambda: SparsePlan(
@@ -235,7 +209,7 @@ def _sparse_plan(queries: int, heads: int, topk: int, fmt, softmax_scale: float,
 
 def _decode_plan(batch: int, heads: int, s_q: int, fmt, page_size: int, max_seqlen: int,
                  softmax_scale: float, device: torch.device) -> DecodePlan:
-    """The shared dense decode plan of this shape (`_Plans`), sized for ``max_seqlen`` (the
+    """The shared dense decode plan of this shape (`PlanCache`), sized for ``max_seqlen`` (the
     block table's span, so no step reads its lengths on the host)."""
     key = (batch, heads, s_q, fmt.name, page_size, max_seqlen, softmax_scale, str(device))
     return _DECODE_PLANS.get(key, lambda: DecodePlan(
@@ -558,7 +532,7 @@ class DSAAttention(nn.Module):
         width = int(step.lengths.max())  # (a host sync) every row sees ≥ 1 token: its own
         request = torch.arange(b * s, device=q.device) // s
         outs = []
-        plans = _Plans()  # this call's own (prefill-sized plans are not kept for later steps)
+        plans = PlanCache()  # this call's own (prefill-sized plans are not kept for later steps)
         for r0, r1 in row_chunks(b * s, width, heads=h):
             idx = visible_slots(block_table, request[r0:r1], step.visible[r0:r1], width, ps)
             outs.append(self._attend(rows[r0:r1], kv_cache, layer, idx, step.visible[r0:r1],
@@ -568,7 +542,7 @@ class DSAAttention(nn.Module):
     def _attend(self, q, kv_cache, layer, idx, lengths=None, plans=None):
         """q [rows, heads, 576] over index lists idx int32 [rows, width] (slots, −1 = skip;
         ``lengths`` int32 [rows]: only the first lengths[r] entries count, where given).
-        ``plans``: the caller's `_Plans` to keep the plan in instead of the process's shared
+        ``plans``: the caller's `PlanCache` to keep the plan in instead of the process's shared
         ones (`_sparse_plan`)."""
         scale = self.cfg.softmax_scale
         if self.backend == "reference":
