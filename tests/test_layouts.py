@@ -209,8 +209,8 @@ def test_engine_entry_points_any_layout(device):
     keys, ktable = index_cache([70, 30], 16, device, seed=17)
     q8 = torch.randn(2, 1, 4, 128, generator=g).to(torch.float8_e4m3fn).to(device)
     lens = torch.tensor([70, 30], dtype=torch.int32, device=device)
-    call = functools.partial(deep_gemm.fp8_paged_mqa_logits, kv_cache_fp8=keys.deep_gemm_view(0),
+    call = functools.partial(deep_gemm.fp8_paged_mqa_logits, kv_cache=keys.deep_gemm_view(0),
                              schedule_meta=None, max_context_len=80)
-    _check_views(call, dict(q_fp8=q8, weights=torch.rand(2, 4, generator=g).to(device),
+    _check_views(call, dict(q=q8, weights=torch.rand(2, 4, generator=g).to(device),
                             context_lens=lens, block_table=ktable),
-                 ("q_fp8", "weights", "context_lens", "block_table"))
+                 ("q", "weights", "context_lens", "block_table"))

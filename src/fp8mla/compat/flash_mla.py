@@ -11,6 +11,10 @@ Intended differences (where FlashMLA refuses, fp8mla serves):
   1), BF16 sparse decode with ``is_fp8_kvcache=False``;
 - a schedule object is reusable while the shapes stay the same — ``cache_seqlens`` values may
   change between calls (FlashMLA asks that they stay the same);
+- FlashMLA's earlier interface is served too (sgl_kernel's, `fp8mla.compat.sgl_flash_mla`): a
+  ``tile_scheduler_metadata`` tensor with a ``num_splits`` tensor, both from that interface's
+  ``get_mla_metadata``; their contents are not read (plans are kept per problem shape,
+  `fp8mla._plans.PlanCache`);
 - ``extra_k_cache`` / ``extra_indices_in_kvcache`` / ``extra_topk_length`` / ``indexer_topk``
   are not supported (an error unless None / 0).
 Lonely queries (nothing to attend) return out 0 and lse +inf, as FlashMLA does.
@@ -21,8 +25,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import triton
 
 from fp8mla._checks import argument_names, check_tensor
+from fp8mla._plans import PlanCache
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, LATENT_DIM
 from fp8mla.numerics import enabled as validating
@@ -34,7 +40,12 @@ __all__ = ["FlashMLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache",
 
 @dataclasses.dataclass
 class FlashMLASchedMeta:
-    """The schedule handle: the problem of its first call, and the fp8mla plan built for it."""
+    """The schedule handle: the problem of its first call, and the fp8mla plan built for it.
+
+    ``tile_scheduler_metadata`` / ``num_splits``: FlashMLA's schedule tensors, which fp8mla
+    neither fills nor reads. A caller that sets them before the first call — vLLM's
+    batch-invariant mode forces FlashMLA's single partition that way — gets one split per
+    request: each request's result then does not depend on the rest of the batch."""
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -50,6 +61,8 @@ class FlashMLASchedMeta:
     have_initialized: bool = False
     config: Config | None = None
     plan: DecodePlan | None = None
+    tile_scheduler_metadata: torch.Tensor | None = None
+    num_splits: torch.Tensor | None = None
 
 
 def get_mla_metadata(*args, **kwargs) -> tuple[FlashMLASchedMeta, None]:
@@ -105,16 +118,51 @@ def _apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | 
     if attn_sink.dtype != torch.float32 or attn_sink.shape != (h_q,):
         raise ValueError(f"attn_sink: expected float32 [{h_q}], got {attn_sink.dtype} "
                          f"{list(attn_sink.shape)}")
-    return (out.float() * torch.sigmoid(lse - attn_sink).unsqueeze(-1)).to(out.dtype)
+    # a query with nothing attended (lse +inf) keeps out 0 whatever the sink (+inf − +inf
+    # would make its factor NaN)
+    factor = torch.sigmoid(lse - attn_sink).masked_fill(lse == float("inf"), 0.0)
+    return (out.float() * factor.unsqueeze(-1)).to(out.dtype)
 
 
 K_CACHE = {"kv_cache": "k_cache"}  # the plans' name for it, as FlashMLA's callers name it
+# plans of the earlier interface's calls (tensor schedules carry none), by problem shape
+_TENSOR_SCHEDULE_PLANS = PlanCache()
+
+
+def _schedule(meta: object, num_splits: object) -> bool:
+    """Which interface the schedule arguments follow: True for the earlier one (tensors)."""
+    if isinstance(meta, torch.Tensor):
+        if not isinstance(num_splits, torch.Tensor):
+            raise TypeError("num_splits: with a tile_scheduler_metadata tensor (FlashMLA's "
+                            "earlier interface) expected the int32 tensor get_mla_metadata "
+                            f"returned with it, got {type(num_splits).__name__}")
+        return True
+    if not isinstance(meta, FlashMLASchedMeta):
+        raise TypeError("tile_scheduler_metadata: expected the FlashMLASchedMeta from "
+                        f"get_mla_metadata, got {type(meta).__name__}")
+    if num_splits is not None:
+        raise ValueError("num_splits: must be None with a FlashMLASchedMeta (FlashMLA's current "
+                         "interface)")
+    return False
+
+
+def _make_plan(cfg: FlashMLASchedMeta.Config, fmt: str, scale: float, span: int,
+               device: torch.device, splits: int | None) -> DecodePlan:
+    """The plan of one problem: sparse over ``cfg.topk`` entries, else dense over a block
+    table spanning ``span`` tokens."""
+    if cfg.topk is not None:
+        return SparsePlan(num_queries=cfg.b * cfg.s_q, num_heads=cfg.h_q, topk=cfg.topk,
+                          kv_format=fmt, softmax_scale=scale, device=device, num_splits=splits)
+    return DecodePlan(batch=cfg.b, num_heads=cfg.h_q, s_q=cfg.s_q, kv_format=fmt,
+                      page_size=cfg.page_block_size, max_seqlen=span, softmax_scale=scale,
+                      device=device, causal=cfg.causal or cfg.s_q == 1, num_splits=splits)
 
 
 def flash_mla_with_kvcache(
     q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor | None,
     cache_seqlens: torch.Tensor | None, head_dim_v: int,
-    tile_scheduler_metadata: FlashMLASchedMeta, num_splits: None = None,
+    tile_scheduler_metadata: FlashMLASchedMeta | torch.Tensor,
+    num_splits: torch.Tensor | None = None,
     softmax_scale: float | None = None, causal: bool = False, is_fp8_kvcache: bool = False,
     indices: torch.Tensor | None = None, attn_sink: torch.Tensor | None = None,
     extra_k_cache: torch.Tensor | None = None,
@@ -126,16 +174,15 @@ def flash_mla_with_kvcache(
     q: [b, s_q, h_q, 576] bfloat16; k_cache: [num_blocks, page_block_size, 1, 576] bfloat16, or
     1-byte rows [.., 1, 656] (fp8_ds_mla) / [.., 1, 576] (per-tensor e4m3, scale 1) with
     is_fp8_kvcache; block_table: int32 [b, max_blocks] and cache_seqlens: int32 [b] (dense);
-    indices: int32 [b, s_q, topk] slots, −1 invalid (sparse); topk_length: int32 [b];
-    attn_sink: float32 [h_q]; extra_k_cache / extra_indices_in_kvcache / extra_topk_length:
-    not supported (None). Returns (out bfloat16 [b, s_q, h_q, 512], lse float32 [b, h_q, s_q]).
+    tile_scheduler_metadata: the FlashMLASchedMeta from `get_mla_metadata` (num_splits None),
+    or the earlier interface's int32 tensor with its int32 num_splits tensor
+    (`fp8mla.compat.sgl_flash_mla.get_mla_metadata`); indices: int32 [b, s_q, topk] slots, −1
+    invalid (sparse); topk_length: int32 [b]; attn_sink: float32 [h_q]; extra_k_cache /
+    extra_indices_in_kvcache / extra_topk_length: not supported (None). Returns (out bfloat16
+    [b, s_q, h_q, 512], lse float32 [b, h_q, s_q]).
     """
     meta = tile_scheduler_metadata
-    if not isinstance(meta, FlashMLASchedMeta):
-        raise TypeError("tile_scheduler_metadata: expected the FlashMLASchedMeta from "
-                        f"get_mla_metadata, got {type(meta).__name__}")
-    if num_splits is not None:
-        raise ValueError("num_splits: must be None (FlashMLA's current interface)")
+    tensor_schedule = _schedule(meta, num_splits)
     if head_dim_v != LATENT_DIM:
         raise ValueError(f"head_dim_v: must be {LATENT_DIM}, got {head_dim_v}")
     for name, value in (("extra_k_cache", extra_k_cache),
@@ -155,7 +202,31 @@ def flash_mla_with_kvcache(
     sparse = indices is not None
     cfg = FlashMLASchedMeta.Config(b, s_q, h_q, k_cache.shape[1], k_cache.shape[2], causal,
                                    is_fp8_kvcache, indices.shape[-1] if sparse else None)
-    _check_config(meta, cfg)
+    if sparse:
+        if causal:
+            raise ValueError("causal: must be False when indices is given (sparse attention)")
+        if indices.dtype != torch.int32 or tuple(indices.shape[:2]) != (b, s_q):
+            raise ValueError(f"indices: expected int32 [{b}, {s_q}, topk], got {indices.dtype} "
+                             f"{list(indices.shape)}")
+        span = 0
+    else:
+        if topk_length is not None or attn_sink is not None:
+            raise ValueError("topk_length, attn_sink: only with indices (sparse attention)")
+        if block_table is None or cache_seqlens is None:
+            raise ValueError("block_table, cache_seqlens: required for dense attention")
+        _check_tensors(block_table=block_table)
+        span = block_table.shape[-1] * k_cache.shape[1]
+    if tensor_schedule:  # one plan per shape, sized for a power-of-two span of the table
+        span = triton.next_power_of_2(max(span, 1)) if span else 0
+        plan = _TENSOR_SCHEDULE_PLANS.get(
+            (cfg, fmt, scale, span, str(q.device)),
+            lambda: _make_plan(cfg, fmt, scale, span, q.device, None))
+    else:
+        _check_config(meta, cfg)
+        if not meta.have_initialized:
+            forced = meta.tile_scheduler_metadata is not None or meta.num_splits is not None
+            meta.plan = _make_plan(cfg, fmt, scale, span, q.device, 1 if forced else None)
+        plan = meta.plan
     # fresh outputs, as FlashMLA returns; the kernels write lse straight into its [b, h_q, s_q]
     # layout, +inf for a query with nothing to attend
     out = torch.empty(b, s_q, h_q, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
@@ -165,14 +236,6 @@ def flash_mla_with_kvcache(
     # the pool (and past topk_length), which the kernels do (`fp8mla.sparse`); dense lengths and
     # tables are validated in the diagnosis mode (`validating`)
     if sparse:
-        if causal:
-            raise ValueError("causal: must be False when indices is given (sparse attention)")
-        if indices.dtype != torch.int32 or tuple(indices.shape[:2]) != (b, s_q):
-            raise ValueError(f"indices: expected int32 [{b}, {s_q}, topk], got {indices.dtype} "
-                             f"{list(indices.shape)}")
-        if not meta.have_initialized:
-            meta.plan = SparsePlan(num_queries=b * s_q, num_heads=h_q, topk=indices.shape[-1],
-                                   kv_format=fmt, softmax_scale=scale, device=q.device)
         lengths = None
         if topk_length is not None:
             if topk_length.dtype != torch.int32 or topk_length.shape != (b,):
@@ -182,28 +245,20 @@ def flash_mla_with_kvcache(
         flat_out = out.view(b * s_q, h_q, LATENT_DIM)
         if s_q == 1:  # lse [b, h_q, 1] is the plan's [queries, h_q]
             with argument_names(K_CACHE):
-                meta.plan.run(q[:, 0], k_cache, indices[:, 0], lengths,
-                              check=False, out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
+                plan.run(q[:, 0], k_cache, indices[:, 0], lengths,
+                         check=False, out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
         else:  # queries b·s_q do not map onto [b, h_q, s_q] with strides: one transpose
             with argument_names(K_CACHE):
-                _, plan_lse = meta.plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
-                                            indices.reshape(b * s_q, -1), lengths, check=False,
-                                            out=flat_out, empty_lse=inf)
+                _, plan_lse = plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
+                                       indices.reshape(b * s_q, -1), lengths, check=False,
+                                       out=flat_out, empty_lse=inf)
             lse.copy_(plan_lse.view(b, s_q, h_q).transpose(1, 2))
     else:
-        if topk_length is not None or attn_sink is not None:
-            raise ValueError("topk_length, attn_sink: only with indices (sparse attention)")
-        if block_table is None or cache_seqlens is None:
-            raise ValueError("block_table, cache_seqlens: required for dense attention")
-        if not meta.have_initialized:
-            meta.plan = DecodePlan(batch=b, num_heads=h_q, s_q=s_q, kv_format=fmt,
-                                   page_size=k_cache.shape[1],
-                                   max_seqlen=block_table.shape[1] * k_cache.shape[1],
-                                   softmax_scale=scale, device=q.device, causal=causal or s_q == 1)
         with argument_names(K_CACHE):
-            meta.plan.run(q, k_cache, block_table, cache_seqlens, check=validating(), out=out,
-                          lse=lse.transpose(1, 2), empty_lse=inf)
-    meta.have_initialized, meta.config = True, cfg
+            plan.run(q, k_cache, block_table, cache_seqlens, check=validating(), out=out,
+                     lse=lse.transpose(1, 2), empty_lse=inf)
+    if not tensor_schedule:
+        meta.have_initialized, meta.config = True, cfg
     return _apply_sink(out, lse.transpose(1, 2), attn_sink, h_q), lse
 
 

@@ -1,0 +1,294 @@
+"""The compat APIs as serving engines call them today: sgl_kernel's earlier FlashMLA interface
+(tensor schedules, SGLang), vLLM's batch-invariant schedule, attention sinks on queries with
+nothing to attend, and DeepGEMM's current indexer entry points (2-D context lengths, any
+next_n, the ``fp8_fp4_*`` forms, ``max_seqlen_k``, upstream argument names)."""
+
+import pytest
+import torch
+
+from fp8mla import reference
+from fp8mla.compat import deep_gemm, flash_mla, sgl_flash_mla
+from fp8mla.formats import dequantize_kv, quantize_index_keys
+from fp8mla.testing import assert_close
+from helpers import index_cache, indexer_reference_paged, paged_cache
+from test_compat import _flashmla_fp8_cache
+
+
+def _dense_case(device, lens=(70, 5, 33), heads=3, s_q=2, seed=2):
+    cache, table, seqlens = paged_cache("fp8_ds_mla", list(lens), 16, device=device, seed=seed)
+    q = torch.randn(len(lens), s_q, heads, 576,
+                    generator=torch.Generator().manual_seed(seed)).bfloat16().to(device)
+    return cache, table, seqlens, q
+
+
+def test_sink_on_a_query_with_nothing_attended_keeps_out_zero(device):
+    """FlashMLA zeroes a lonely query's output whatever its sink: a sink of +inf on a query
+    whose lse is +inf (nothing attended) gave NaN (e^(inf − inf))."""
+    k_cache = _flashmla_fp8_cache(2, 64, device)
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 1, 4, 576, generator=g).bfloat16().to(device)
+    idx = torch.randint(0, 128, (2, 1, 8), generator=g, dtype=torch.int32).to(device)
+    idx[1] = -1  # request 1 attends nothing
+    sink = torch.tensor([float("inf"), float("-inf"), 0.5, float("inf")], device=device)
+    out, lse = flash_mla.flash_mla_with_kvcache(q, k_cache, None, None, 512,
+                                                flash_mla.get_mla_metadata()[0],
+                                                is_fp8_kvcache=True, indices=idx, attn_sink=sink)
+    assert not out.isnan().any()
+    assert torch.all(out[1] == 0) and torch.all(lse[1] == float("inf"))
+    kv = dequantize_kv(k_cache.view(-1, 656).cpu(), "fp8_ds_mla").to(device)
+    ro, rl = reference.sparse_mla(q[0], kv, idx[0], 576 ** -0.5)
+    factor = 1.0 / (1.0 + torch.exp(sink - rl[0]))  # sink +inf: 0; −inf: 1
+    assert_close(out[0, 0], ro[0] * factor[:, None], name="out")
+    assert torch.all(out[0, 0, 0] == 0) and torch.all(out[0, 0, 3] == 0)
+
+
+def test_earlier_interface_schedules_are_tensors_callers_can_copy(device):
+    """sgl_kernel's get_mla_metadata returns (tile_scheduler_metadata int32 [parts, 8],
+    num_splits int32 [batch + 1]) which SGLang copies into its graph buffers and slices;
+    fp8mla's are zeros of those shapes, on cache_seqlens's device."""
+    seqlens = torch.tensor([5, 9, 70], dtype=torch.int32, device=device)
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 2 * 8, 1)
+    assert meta.dtype == splits.dtype == torch.int32
+    assert meta.shape[1] == sgl_flash_mla.SCHEDULE_WORDS and meta.shape[0] >= 1
+    assert splits.shape == (4,) and meta.device == splits.device == seqlens.device
+    assert not meta.any() and not splits.any()
+    sparse_meta, _ = sgl_flash_mla.get_mla_metadata(cache_seqlens=seqlens,
+                                                    num_q_tokens_per_head_k=64, topk=2048)
+    buffer = torch.ones_like(sparse_meta)
+    buffer.copy_(sparse_meta)  # what NSAFlashMLAMetadata.copy_ does
+    with pytest.raises(ValueError, match=r"num_q_tokens_per_head_k: expected an int in \[1, inf\], got 0"):
+        sgl_flash_mla.get_mla_metadata(seqlens, 0, 1)
+    with pytest.raises(TypeError, match="cache_seqlens: expected a torch.Tensor, got list"):
+        sgl_flash_mla.get_mla_metadata([5, 9], 16, 1)
+
+
+def test_earlier_interface_dense_and_sparse_match_the_reference(device):
+    """flash_mla_with_kvcache with the earlier interface's tensors: dense (causal MTP) and
+    sparse decode against the float32 reference; one plan per problem shape, reused by the
+    next call of that shape with new lengths."""
+    cache, table, seqlens, q = _dense_case(device)
+    k_cache = cache.layer(0).unsqueeze(2)
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 2 * 3, 1)
+    plans = flash_mla._TENSOR_SCHEDULE_PLANS
+    out, lse = sgl_flash_mla.flash_mla_with_kvcache(q, k_cache, table, seqlens, 512, meta, splits,
+                                                    causal=True, is_fp8_kvcache=True)
+    kv = cache.dequantize(0)
+    ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl.transpose(1, 2), atol=1e-3, rtol=1e-3, name="lse")
+    kept = dict(plans.plans)
+    shorter = seqlens - torch.tensor([60, 0, 20], dtype=torch.int32, device=device)
+    out, _ = sgl_flash_mla.flash_mla_with_kvcache(q, k_cache, table, shorter, 512, meta, splits,
+                                                  causal=True, is_fp8_kvcache=True)
+    assert dict(plans.plans) == kept  # the same plan, new lengths
+    assert_close(out, reference.dense_mla_decode(q, kv, table, shorter, 576 ** -0.5)[0])
+
+    k8 = _flashmla_fp8_cache(4, 64, device)
+    g = torch.Generator().manual_seed(9)
+    qs = torch.randn(2, 1, 8, 576, generator=g).bfloat16().to(device)
+    idx = torch.randint(-1, 256, (2, 1, 40), generator=g, dtype=torch.int32).to(device)
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens[:2], 8, 1, 8, True, 40)
+    out, lse = sgl_flash_mla.flash_mla_with_kvcache(qs, k8, None, None, 512, meta, splits,
+                                                    is_fp8_kvcache=True, indices=idx)
+    kvs = dequantize_kv(k8.view(-1, 656).cpu(), "fp8_ds_mla").to(device)
+    ro, rl = reference.sparse_mla(qs[:, 0], kvs, idx[:, 0], 576 ** -0.5)
+    assert_close(out[:, 0], ro, name="out")
+    assert_close(lse[:, :, 0], rl, atol=1e-3, rtol=1e-3, name="lse")
+    # the current interface's schedule object is taken by the same entry point
+    out2, _ = sgl_flash_mla.flash_mla_with_kvcache(qs, k8, None, None, 512,
+                                                   flash_mla.get_mla_metadata()[0],
+                                                   is_fp8_kvcache=True, indices=idx)
+    assert_close(out2, out, atol=0, rtol=0)
+
+
+def test_earlier_interface_bad_schedules_and_descales_name_the_argument(device):
+    cache, table, seqlens, q = _dense_case(device, lens=(20, 9), s_q=1)
+    k_cache = cache.layer(0).unsqueeze(2)
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 3, 1)
+    call = sgl_flash_mla.flash_mla_with_kvcache
+    with pytest.raises(TypeError, match=r"num_splits: with a tile_scheduler_metadata tensor .* "
+                                        r"got NoneType"):
+        call(q, k_cache, table, seqlens, 512, meta, None, is_fp8_kvcache=True)
+    with pytest.raises(ValueError, match=r"num_splits: must be None with a FlashMLASchedMeta"):
+        call(q, k_cache, table, seqlens, 512, flash_mla.get_mla_metadata()[0], splits,
+             is_fp8_kvcache=True)
+    with pytest.raises(TypeError, match=r"tile_scheduler_metadata: expected the "
+                                        r"FlashMLASchedMeta .* got list"):
+        call(q, k_cache, table, seqlens, 512, [0], splits, is_fp8_kvcache=True)
+    scale = torch.ones(2, device=device)
+    with pytest.raises(ValueError, match=r"descale_q, descale_k: expected both or neither"):
+        call(q, k_cache, table, seqlens, 512, meta, splits, descale_q=scale,
+             is_fp8_kvcache=True)
+    with pytest.raises(ValueError, match=r"descale_q, descale_k: fp8mla serves bfloat16 q"):
+        call(q, k_cache, table, seqlens, 512, meta, splits, descale_q=scale, descale_k=scale,
+             is_fp8_kvcache=True)
+
+
+def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
+    """vLLM's batch-invariant mode sets a FlashMLASchedMeta's tile_scheduler_metadata /
+    num_splits to force one partition: fp8mla then plans one split per request, so a
+    request's output is bit for bit the same alone or in a batch."""
+    cache, table, seqlens, q = _dense_case(device, lens=(300, 41, 170), s_q=1, heads=8)
+    k_cache = cache.layer(0).unsqueeze(2)
+
+    def forced():
+        meta = flash_mla.get_mla_metadata()[0]
+        meta.tile_scheduler_metadata = torch.zeros(1, 8, dtype=torch.int32, device=device)
+        meta.num_splits = torch.zeros(4, dtype=torch.int32, device=device)
+        return meta
+
+    meta = forced()
+    batch, _ = flash_mla.flash_mla_with_kvcache(q, k_cache, table, seqlens, 512, meta,
+                                                causal=True, is_fp8_kvcache=True)
+    assert meta.plan.num_splits == 1
+    for b in range(3):
+        alone, _ = flash_mla.flash_mla_with_kvcache(q[b:b + 1], k_cache, table[b:b + 1],
+                                                    seqlens[b:b + 1], 512, forced(),
+                                                    causal=True, is_fp8_kvcache=True)
+        assert torch.equal(alone[0], batch[b]), b
+    plain = flash_mla.get_mla_metadata()[0]
+    flash_mla.flash_mla_with_kvcache(q[:1], k_cache, table[:1], seqlens[:1], 512, plain,
+                                     causal=True, is_fp8_kvcache=True)
+    assert plain.plan.num_splits > 1  # what the forced schedule turned off: 300 tokens split
+
+
+def _paged_case(device, lens=(70, 30), heads=4, next_n=2, seed=5):
+    cache, table = index_cache(list(lens), 16, device, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    q = torch.randn(len(lens), next_n, heads, 128, generator=g).to(torch.float8_e4m3fn)
+    w = torch.rand(len(lens) * next_n, heads, generator=g)
+    return cache, table, q.to(device), w.to(device)
+
+
+def _per_query_reference(cache, table, q, w, lens2d, max_len):
+    """float32 [B · next_n, max_len]: query (b, i) over keys s < lens2d[b][i]."""
+    keys = cache.dequantize(0)
+    rows = []
+    for b, row in enumerate(lens2d):
+        n = max(row)
+        pos = torch.arange(n, device=keys.device)
+        kb = torch.zeros(max_len, 128, device=keys.device)
+        kb[:n] = keys[table[b, pos // cache.page_size].long() * cache.page_size
+                      + pos % cache.page_size]
+        for i, hi in enumerate(row):
+            rows.append(reference.indexer_logits(
+                q[b, i:i + 1].float(), w[b * len(row) + i:b * len(row) + i + 1], kb,
+                torch.tensor([0]), torch.tensor([hi])))
+    return torch.cat(rows)
+
+
+def test_deep_gemm_two_dimensional_context_lens(device):
+    """DeepGEMM now takes context_lens [B, next_n], each query's own length (vLLM and SGLang
+    pass it so; [B, 1] at next_n 1): the same logits as the 1-D form where they agree, and each
+    query's own window where they do not."""
+    cache, table, q, w = _paged_case(device)
+    view = cache.deep_gemm_view(0)
+    lens = torch.tensor([70, 30], dtype=torch.int32, device=device)
+    one = deep_gemm.fp8_paged_mqa_logits(q, view, w, lens, table, None, 80)
+    two = deep_gemm.fp8_paged_mqa_logits(q, view, w, torch.stack([lens - 1, lens], 1), table,
+                                         None, 80)
+    assert torch.equal(one, two)
+    odd = [[12, 70], [30, 3]]  # not the causal staircase: each query its own length
+    got = deep_gemm.fp8_paged_mqa_logits(
+        q, view, w, torch.tensor(odd, dtype=torch.int32, device=device), table, None, 80)
+    assert_close(got, _per_query_reference(cache, table, q, w, odd, 80), atol=1e-3, rtol=1e-3)
+    single = deep_gemm.fp8_paged_mqa_logits(q[:, :1].contiguous(), view, w.view(2, 2, 4)[:, 0],
+                                            lens[:, None], table, None, 80)
+    assert_close(single, _per_query_reference(cache, table, q[:, :1], w.view(2, 2, 4)[:, 0],
+                                              [[70], [30]], 80), atol=1e-3, rtol=1e-3)
+    with pytest.raises(ValueError, match=r"context_lens: expected int32 \[2, 2\] or \[2\], "
+                                         r"got \[2, 3\]"):
+        deep_gemm.fp8_paged_mqa_logits(q, view, w, torch.zeros(2, 3, dtype=torch.int32,
+                                                                device=device), table, None, 80)
+
+
+def test_deep_gemm_serves_any_next_n(device):
+    """MTP with more than 3 draft tokens: next_n 6 (the kernel takes ≤ 4 queries a request;
+    more run as requests of their own) against the reference, 1-D and 2-D lengths alike."""
+    cache, table, q, w = _paged_case(device, next_n=6, seed=8)
+    view = cache.deep_gemm_view(0)
+    lens = torch.tensor([70, 4], dtype=torch.int32, device=device)  # request 1: 4 < next_n
+    got = deep_gemm.fp8_paged_mqa_logits(q, view, w, lens, table, None, 72)
+    want = indexer_reference_paged(cache, table, [70, 4], q, w, 6, 72)
+    assert_close(got, want, atol=1e-3, rtol=1e-3)
+    steps = torch.arange(-5, 1, dtype=torch.int32, device=device)
+    lens2d = (lens[:, None] + steps).clamp_min(0)
+    assert torch.equal(deep_gemm.fp8_paged_mqa_logits(q, view, w, lens2d, table, None, 72), got)
+
+
+def test_deep_gemm_current_entry_points_and_names(device):
+    """The fp8_fp4_* forms (q as (values, None)) and DeepGEMM's keyword names; bf16 logits;
+    FP4 queries, variable-length ``indices`` and other dtypes refused by name."""
+    cache, table, q, w = _paged_case(device)
+    view = cache.deep_gemm_view(0)
+    lens = torch.tensor([[69, 70], [29, 30]], dtype=torch.int32, device=device)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(lens, 16, 132)
+    assert meta.shape == (133, 2) and meta.dtype == torch.int32
+    base = deep_gemm.fp8_paged_mqa_logits(q=q, kv_cache=view, weights=w, context_lens=lens,
+                                          block_table=table, schedule_meta=meta,
+                                          max_context_len=80, clean_logits=False)
+    new = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), view, w, lens, table, meta, 80)
+    assert torch.equal(new, base)
+    half = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), view, w, lens, table, meta, 80,
+                                              logits_dtype=torch.bfloat16)
+    assert half.dtype == torch.bfloat16 and torch.equal(half, base.bfloat16())
+    with pytest.raises(ValueError, match=r"q: FP4 queries with MX scales \(q\[1\]\) are not"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((q, torch.zeros(2, 2, 4, dtype=torch.int32)), view,
+                                           w, lens, table, meta, 80)
+    with pytest.raises(TypeError, match=r"q: expected a pair \(values, scales or None\), got "
+                                        r"Tensor"):
+        deep_gemm.fp8_fp4_paged_mqa_logits(q, view, w, lens, table, meta, 80)
+    with pytest.raises(ValueError, match=r"indices: DeepGEMM's variable-length batches"):
+        deep_gemm.fp8_paged_mqa_logits(q, view, w, lens, table, meta, 80,
+                                       indices=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"logits_dtype: expected torch.float32 or "
+                                         r"torch.bfloat16, got torch.float16"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((q, None), view, w, lens, table, meta, 80,
+                                           logits_dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"^max_context_len: expected an int in \[0, inf\], got -1"):
+        deep_gemm.fp8_paged_mqa_logits(q, view, w, lens, table, meta, -1)
+    deep_gemm.set_num_sms(100)
+    try:
+        assert deep_gemm.get_num_sms() == 100
+    finally:
+        deep_gemm._num_sms = None
+    with pytest.raises(ValueError, match=r"num_sms: expected an int in \[1, inf\], got 0"):
+        deep_gemm.set_num_sms(0)
+
+
+def _ragged_case(device, seed=11):
+    g = torch.Generator().manual_seed(seed)
+    kbytes, kscales = quantize_index_keys(torch.randn(50, 128, generator=g))
+    q = torch.randn(5, 8, 128, generator=g).to(torch.float8_e4m3fn)
+    w = torch.rand(5, 8, generator=g)
+    ks = torch.tensor([0, 4, 9, 30, 50], dtype=torch.int32)
+    ke = torch.tensor([50, 4, 20, 41, 50], dtype=torch.int32)
+    keys = kbytes.view(torch.float8_e4m3fn).float() * kscales[:, None]
+    want = reference.indexer_logits(q.float(), w, keys, ks, ke)
+    kv = (kbytes.to(device), kscales.to(device))
+    return q.to(device), kv, w.to(device), ks.to(device), ke.to(device), want
+
+
+@pytest.mark.parametrize("chunk", [None, 100])
+def test_deep_gemm_max_seqlen_k_counts_columns_from_each_rows_start(device, chunk, monkeypatch):
+    """fp8_mqa_logits(max_seqlen_k=m): [seq_len, m], column j of row t the key start[t] + j,
+    −inf past the row's window — the full logits' windows shifted to column 0 (taken a bounded
+    number of rows at a time: ``chunk`` logits forces two rows a chunk)."""
+    if chunk:
+        monkeypatch.setattr(deep_gemm, "CHUNK_LOGITS", chunk)
+    q, kv, w, ks, ke, want = _ragged_case(device)
+    full = deep_gemm.fp8_mqa_logits(q, kv, w, cu_seq_len_k_start=ks, cu_seq_len_k_end=ke)
+    assert_close(full, want, atol=1e-3, rtol=1e-3)
+    got = deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke, False, 24)
+    assert got.shape == (5, 24)
+    for t in range(5):
+        n = int(ke[t] - ks[t])
+        assert torch.equal(got[t, :min(n, 24)], full[t, int(ks[t]):int(ks[t]) + min(n, 24)])
+        assert torch.all(got[t, n:] == float("-inf"))
+    new = deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke, max_seqlen_k=24,
+                                       logits_dtype=torch.bfloat16)
+    assert torch.equal(new, got.bfloat16())
+    with pytest.raises(ValueError, match=r"cu_seq_len_k_end: expected shape \[5\], got \[4\]"):
+        deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke[:4], False, 24)
+    with pytest.raises(ValueError, match=r"max_seqlen_k: expected an int in \[0, inf\], got -3"):
+        deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke, False, -3)
