@@ -211,10 +211,38 @@ def test_indexer_bad_input(device):
         indexer_logits_paged(q, torch.rand(1, 8, device=device), cache.layer(0), table,
                              lens + 13, max_len=32)
     for bad in (torch.zeros(0, 16 * 132), torch.zeros(4, 3 * 132), torch.zeros(4, 100)):
-        with pytest.raises(ValueError, match=r"key_cache: expected contiguous uint8 \[num_pages "
-                                             r"≥ 1, page_size · 132\], page_size a power of two"):
+        with pytest.raises(ValueError, match=r"key_cache: expected uint8 \[num_pages ≥ 1, "
+                                             r"page_size · 132\], page_size a power of two"):
             indexer_logits_paged(q, torch.rand(1, 8, device=device),
                                  bad.to(torch.uint8).to(device), table, lens, max_len=32)
+
+
+def test_indexer_pool_with_padded_pages_is_read_right_and_said(device, monkeypatch):
+    """A key pool whose pages are padded apart (a page stride above page · 132 bytes, as some
+    engines allocate it) gives the packed pool's logits — through a copy of the pool, which a
+    warning says once per process."""
+    import warnings
+
+    import fp8mla.indexer as indexer_mod
+
+    cache, table = index_cache([40, 9], 16, device, seed=3)
+    q = torch.randn(2, 1, 8, 128).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(2, 8, device=device)
+    lens = torch.tensor([40, 9], dtype=torch.int32, device=device)
+    packed = cache.deep_gemm_view(0)
+    want = indexer_logits_paged(q, w, packed, table, lens, max_len=48)
+    wide = torch.full((packed.shape[0], 16 * 132 + 512), 0x7F, dtype=torch.uint8, device=device)
+    wide[:, :16 * 132] = packed.reshape(packed.shape[0], -1)
+    padded = wide[:, :16 * 132].view(packed.shape[0], 16, 1, 132)  # page stride 2624 bytes
+    assert not padded.is_contiguous()
+    monkeypatch.setattr(indexer_mod, "_warned_padded", False)
+    with pytest.warns(UserWarning, match=r"key_cache: pages are not packed .* copies the whole"):
+        got = indexer_logits_paged(q, w, padded, table, lens, max_len=48)
+    assert torch.equal(got, want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per process; the 2-D form alike
+        assert torch.equal(indexer_logits_paged(q, w, wide[:, :16 * 132], table, lens,
+                                                max_len=48), want)
 
 
 @pytest.mark.parametrize("chunk", [0, 1024])  # one program per row / several

@@ -10,6 +10,8 @@ Both write −inf at every position outside a row's window, up to the output wid
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -183,6 +185,23 @@ def _check_q_w(q: torch.Tensor, weights: torch.Tensor, rows: int) -> None:
         raise ValueError("weights: expected a contiguous last dimension")
 
 
+_warned_padded = False
+
+
+def _packed_pages(key_cache: torch.Tensor) -> torch.Tensor:
+    """key_cache as [num_pages, page bytes], packed: a view, or — pages padded apart (a pool
+    with a page stride above its page's bytes; the kernels take packed pages) — a copy of
+    the whole pool, said once per process."""
+    global _warned_padded
+    if key_cache.is_contiguous():
+        return key_cache.view(key_cache.shape[0], -1)
+    if not _warned_padded:
+        _warned_padded = True
+        warnings.warn(f"key_cache: pages are not packed (strides {key_cache.stride()}); fp8mla "
+                      "copies the whole pool on each call (correct, not fast)", stacklevel=3)
+    return key_cache.reshape(key_cache.shape[0], -1).contiguous()
+
+
 def indexer_logits_paged(
     q: torch.Tensor, weights: torch.Tensor, key_cache: torch.Tensor, block_table: torch.Tensor,
     context_lens: torch.Tensor, *, max_len: int, check: bool = True,
@@ -201,13 +220,13 @@ def indexer_logits_paged(
     check_int("s_q (q.shape[1])", s_q, lo=1, hi=4)
     _check_q_w(q, weights, b * s_q)
     check_tensor("key_cache", key_cache, dtype=torch.uint8, device=q.device)
-    want = (f"contiguous uint8 [num_pages ≥ 1, page_size · {INDEX_ROW_BYTES}], page_size a "
+    want = (f"uint8 [num_pages ≥ 1, page_size · {INDEX_ROW_BYTES}], page_size a "
             f"power of two in [1, {MAX_PAGE_SIZE}]")
     if key_cache.dim() < 2 or key_cache.numel() == 0:
         raise ValueError(f"key_cache: expected {want}, got {list(key_cache.shape)}")
-    pages = key_cache.reshape(key_cache.shape[0], -1)
+    pages = _packed_pages(key_cache)
     page_size = pages.shape[1] // INDEX_ROW_BYTES
-    if pages.shape[1] % INDEX_ROW_BYTES or not pages.is_contiguous() or not is_page_size(page_size):
+    if pages.shape[1] % INDEX_ROW_BYTES or not is_page_size(page_size):
         raise ValueError(f"key_cache: expected {want}, got {list(key_cache.shape)}")
     check_tensor("block_table", block_table, dtype=torch.int32, shape=(b, None), device=q.device,
                  contiguous_last=True)
