@@ -292,3 +292,27 @@ def test_deep_gemm_max_seqlen_k_counts_columns_from_each_rows_start(device, chun
         deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke[:4], False, 24)
     with pytest.raises(ValueError, match=r"max_seqlen_k: expected an int in \[0, inf\], got -3"):
         deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke, False, -3)
+
+
+@pytest.mark.parametrize("s_q,causal", [(6, True), (9, True), (5, False)])
+def test_dense_decode_serves_any_s_q(device, s_q, causal):
+    """FlashMLA's dense decode takes any s_q (vLLM sends uniform batches of up to 128 queries a
+    request to it); fp8mla's kernels take ≤ 4 a request, so the compat call runs them in runs
+    of 4 — query i still sees cache_seqlens − s_q + 1 + i tokens (causal) or all of them."""
+    cache, table, seqlens, q = _dense_case(device, lens=(70, 12, 33), s_q=s_q, seed=s_q)
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, s_q * 3, 1)
+    for schedule in ((meta, splits), (flash_mla.get_mla_metadata()[0], None)):
+        out, lse = flash_mla.flash_mla_with_kvcache(q, cache.layer(0).unsqueeze(2), table,
+                                                    seqlens, 512, *schedule, causal=causal,
+                                                    is_fp8_kvcache=True)
+        kv = cache.dequantize(0)
+        if causal:
+            ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
+        else:
+            parts = [reference.dense_mla_decode(q[:, i:i + 1], kv, table, seqlens, 576 ** -0.5)
+                     for i in range(s_q)]
+            ro, rl = torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+        assert_close(out, ro, name="out")
+        assert_close(lse, rl.transpose(1, 2).masked_fill(rl.transpose(1, 2) == float("-inf"),
+                                                         float("inf")),
+                     atol=1e-3, rtol=1e-3, name="lse")

@@ -9,6 +9,8 @@ Intended differences (where FlashMLA refuses, fp8mla serves):
 - any head count 1–128 (FlashMLA sparse: 64 or 128), any power-of-two page size 1–256 (dense:
   64), FP8 dense decode (656-byte ``fp8_ds_mla`` rows; 576-byte per-tensor e4m3 rows with scale
   1), BF16 sparse decode with ``is_fp8_kvcache=False``;
+- dense decode of more than 4 queries a request runs the kernels on runs of 4 (`_QueryRuns`),
+  each reading the request's pages again;
 - a schedule object is reusable while the shapes stay the same — ``cache_seqlens`` values may
   change between calls (FlashMLA asks that they stay the same);
 - FlashMLA's earlier interface is served too (sgl_kernel's, `fp8mla.compat.sgl_flash_mla`): a
@@ -125,6 +127,7 @@ def _apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | 
 
 
 K_CACHE = {"kv_cache": "k_cache"}  # the plans' name for it, as FlashMLA's callers name it
+MAX_S_Q = 4  # queries a request the dense decode kernels take at once
 # plans of the earlier interface's calls (tensor schedules carry none), by problem shape
 _TENSOR_SCHEDULE_PLANS = PlanCache()
 
@@ -146,16 +149,39 @@ def _schedule(meta: object, num_splits: object) -> bool:
     return False
 
 
+class _QueryRuns:
+    """Dense decode of more queries a request than the decode kernels take (`MAX_S_Q`; FlashMLA
+    takes any s_q, and vLLM sends uniform batches of up to 128 a request its way) as runs of
+    ≤ `MAX_S_Q`: in a causal call, queries [a, a + k) see the request's length less the
+    s_q − a − k queries after them. Each run reads the request's pages again."""
+
+    def __init__(self, cfg: FlashMLASchedMeta.Config, make) -> None:
+        self.s_q, self.causal = cfg.s_q, cfg.causal
+        self.runs = [(a, min(MAX_S_Q, cfg.s_q - a)) for a in range(0, cfg.s_q, MAX_S_Q)]
+        self.plans = {k: make(k) for _, k in self.runs}
+
+    def run(self, q, kv_cache, block_table, cache_seqlens, *, check, out, lse, empty_lse):
+        for a, k in self.runs:
+            later = self.s_q - a - k if self.causal else 0
+            lens = (cache_seqlens - later).clamp_min(0) if later else cache_seqlens
+            self.plans[k].run(q[:, a:a + k], kv_cache, block_table, lens, check=check,
+                              out=out[:, a:a + k], lse=lse[:, a:a + k], empty_lse=empty_lse)
+
+
 def _make_plan(cfg: FlashMLASchedMeta.Config, fmt: str, scale: float, span: int,
-               device: torch.device, splits: int | None) -> DecodePlan:
+               device: torch.device, splits: int | None) -> DecodePlan | _QueryRuns:
     """The plan of one problem: sparse over ``cfg.topk`` entries, else dense over a block
-    table spanning ``span`` tokens."""
+    table spanning ``span`` tokens (in runs of queries above `MAX_S_Q`)."""
     if cfg.topk is not None:
         return SparsePlan(num_queries=cfg.b * cfg.s_q, num_heads=cfg.h_q, topk=cfg.topk,
                           kv_format=fmt, softmax_scale=scale, device=device, num_splits=splits)
-    return DecodePlan(batch=cfg.b, num_heads=cfg.h_q, s_q=cfg.s_q, kv_format=fmt,
-                      page_size=cfg.page_block_size, max_seqlen=span, softmax_scale=scale,
-                      device=device, causal=cfg.causal or cfg.s_q == 1, num_splits=splits)
+
+    def dense(s_q: int) -> DecodePlan:
+        return DecodePlan(batch=cfg.b, num_heads=cfg.h_q, s_q=s_q, kv_format=fmt,
+                          page_size=cfg.page_block_size, max_seqlen=span, softmax_scale=scale,
+                          device=device, causal=cfg.causal or s_q == 1, num_splits=splits)
+
+    return dense(cfg.s_q) if cfg.s_q <= MAX_S_Q else _QueryRuns(cfg, dense)
 
 
 def flash_mla_with_kvcache(
