@@ -126,8 +126,9 @@ def test_earlier_interface_bad_schedules_and_descales_name_the_argument(device):
 
 def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
     """vLLM's batch-invariant mode sets a FlashMLASchedMeta's tile_scheduler_metadata /
-    num_splits to force one partition: fp8mla then plans one split per request, so a
-    request's output is bit for bit the same alone or in a batch."""
+    num_splits to force one partition: fp8mla then plans one split per request and picks its
+    kernel whatever the table's width, so a request's output is bit for bit the same alone
+    (over a table of its own pages) or in a batch."""
     cache, table, seqlens, q = _dense_case(device, lens=(300, 41, 170), s_q=1, heads=8)
     k_cache = cache.layer(0).unsqueeze(2)
 
@@ -141,8 +142,9 @@ def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
     batch, _ = flash_mla.flash_mla_with_kvcache(q, k_cache, table, seqlens, 512, meta,
                                                 causal=True, is_fp8_kvcache=True)
     assert meta.plan.num_splits == 1
-    for b in range(3):
-        alone, _ = flash_mla.flash_mla_with_kvcache(q[b:b + 1], k_cache, table[b:b + 1],
+    for b in range(3):  # alone, over a table only as wide as the request's own pages
+        pages = -(-int(seqlens[b]) // 16)
+        alone, _ = flash_mla.flash_mla_with_kvcache(q[b:b + 1], k_cache, table[b:b + 1, :pages],
                                                     seqlens[b:b + 1], 512, forced(),
                                                     causal=True, is_fp8_kvcache=True)
         assert torch.equal(alone[0], batch[b]), b

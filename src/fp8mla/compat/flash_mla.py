@@ -47,7 +47,8 @@ class FlashMLASchedMeta:
     ``tile_scheduler_metadata`` / ``num_splits``: FlashMLA's schedule tensors, which fp8mla
     neither fills nor reads. A caller that sets them before the first call — vLLM's
     batch-invariant mode forces FlashMLA's single partition that way — gets one split per
-    request: each request's result then does not depend on the rest of the batch."""
+    request and a kernel chosen whatever the table's width: each dense request's result then
+    does not depend on the rest of the batch (docs/engines.md: sparse exceptions)."""
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -128,6 +129,9 @@ def _apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | 
 
 K_CACHE = {"kv_cache": "k_cache"}  # the plans' name for it, as FlashMLA's callers name it
 MAX_S_Q = 4  # queries a request the dense decode kernels take at once
+# the table span a forced single-partition schedule plans for (its kernel must not depend on
+# the batch's widest table)
+INVARIANT_SPAN = 1 << 20
 # plans of the earlier interface's calls (tensor schedules carry none), by problem shape
 _TENSOR_SCHEDULE_PLANS = PlanCache()
 
@@ -251,7 +255,9 @@ def flash_mla_with_kvcache(
         _check_config(meta, cfg)
         if not meta.have_initialized:
             forced = meta.tile_scheduler_metadata is not None or meta.num_splits is not None
-            meta.plan = _make_plan(cfg, fmt, scale, span, q.device, 1 if forced else None)
+            # one split a request, and a kernel chosen whatever the table's width
+            meta.plan = (_make_plan(cfg, fmt, scale, INVARIANT_SPAN, q.device, 1) if forced
+                         else _make_plan(cfg, fmt, scale, span, q.device, None))
         plan = meta.plan
     # fresh outputs, as FlashMLA returns; the kernels write lse straight into its [b, h_q, s_q]
     # layout, +inf for a query with nothing to attend
