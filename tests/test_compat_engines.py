@@ -152,6 +152,31 @@ def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
     flash_mla.flash_mla_with_kvcache(q[:1], k_cache, table[:1], seqlens[:1], 512, plain,
                                      causal=True, is_fp8_kvcache=True)
     assert plain.plan.num_splits > 1  # what the forced schedule turned off: 300 tokens split
+    multi = flash_mla.get_mla_metadata()[0]  # a caller-set schedule of several parts: not read
+    multi.tile_scheduler_metadata = torch.zeros(3, 8, dtype=torch.int32, device=device)
+    multi.num_splits = torch.zeros(2, dtype=torch.int32, device=device)
+    flash_mla.flash_mla_with_kvcache(q[:1], k_cache, table[:1], seqlens[:1], 512, multi,
+                                     causal=True, is_fp8_kvcache=True)
+    assert multi.plan.num_splits == plain.plan.num_splits
+
+
+def test_dense_decode_reads_tables_by_their_row_stride(device):
+    """FlashMLA reads a block table by its row stride and the lengths alone: SGLang captures
+    its graphs with a one-page view of its full-width table buffer and replays them with
+    longer tables written into the buffer. fp8mla widens such a view to its rows (a view, no
+    copy), so the lengths decide what is read, as in FlashMLA — both interfaces."""
+    cache, table, seqlens, q = _dense_case(device, lens=(70, 5, 33), s_q=1)
+    k_cache = cache.layer(0).unsqueeze(2)
+    want = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)[0]
+    narrow = table[:, :1]  # the capture's view: one page of each row
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 3, 1)
+    for schedule in ((meta, splits), (flash_mla.get_mla_metadata()[0], None)):
+        out, _ = flash_mla.flash_mla_with_kvcache(q, k_cache, narrow, seqlens, 512, *schedule,
+                                                  causal=True, is_fp8_kvcache=True)
+        assert_close(out, want, name="out")
+    one = table[1:2, :1]  # a single row keeps its row's width, not the rest of the buffer
+    assert flash_mla._whole_rows(one).shape == (1, table.shape[1])
+    assert flash_mla._whole_rows(table.clone()[:, :2].contiguous()).shape == (3, 2)  # its own
 
 
 def _paged_case(device, lens=(70, 30), heads=4, next_n=2, seed=5):
@@ -198,6 +223,13 @@ def test_deep_gemm_two_dimensional_context_lens(device):
                                             lens[:, None], table, None, 80)
     assert_close(single, _per_query_reference(cache, table, q[:, :1], w.view(2, 2, 4)[:, 0],
                                               [[70], [30]], 80), atol=1e-3, rtol=1e-3)
+    column = torch.stack([lens, lens + 5], 1)[:, :1]  # [B, 1], a column of a wider buffer
+    assert torch.equal(deep_gemm.fp8_paged_mqa_logits(q[:, :1].contiguous(), view,
+                                                      w.view(2, 2, 4)[:, 0], column, table,
+                                                      None, 80), single)
+    with pytest.raises(ValueError, match=r"block_table: expected shape \[2, \*\], got \[3, "):
+        deep_gemm.fp8_paged_mqa_logits(q, view, w, torch.stack([lens, lens], 1),
+                                       torch.cat([table, table[:1]]), None, 80)
     with pytest.raises(ValueError, match=r"context_lens: expected int32 \[2, 2\] or \[2\], "
                                          r"got \[2, 3\]"):
         deep_gemm.fp8_paged_mqa_logits(q, view, w, torch.zeros(2, 3, dtype=torch.int32,
@@ -271,16 +303,21 @@ def _ragged_case(device, seed=11):
     return q.to(device), kv, w.to(device), ks.to(device), ke.to(device), want
 
 
-@pytest.mark.parametrize("chunk", [None, 100])
+@pytest.mark.parametrize("chunk", [None, 1100])
 def test_deep_gemm_max_seqlen_k_counts_columns_from_each_rows_start(device, chunk, monkeypatch):
     """fp8_mqa_logits(max_seqlen_k=m): [seq_len, m], column j of row t the key start[t] + j,
     −inf past the row's window — the full logits' windows shifted to column 0 (taken a bounded
-    number of rows at a time: ``chunk`` logits forces two rows a chunk)."""
+    number of rows at a time: ``chunk`` bytes force two rows a chunk); windows past the keys
+    are −inf there, not the last key repeated."""
     if chunk:
-        monkeypatch.setattr(deep_gemm, "CHUNK_LOGITS", chunk)
+        monkeypatch.setattr(deep_gemm, "CHUNK_BYTES", chunk)
     q, kv, w, ks, ke, want = _ragged_case(device)
     full = deep_gemm.fp8_mqa_logits(q, kv, w, cu_seq_len_k_start=ks, cu_seq_len_k_end=ke)
     assert_close(full, want, atol=1e-3, rtol=1e-3)
+    past = ke.clone()
+    past[0] = 60  # a window past the 50 keys (unchecked, as DeepGEMM): −inf there
+    wide = deep_gemm.fp8_mqa_logits(q, kv, w, ks, past, False, 64)
+    assert torch.equal(wide[0, :50], full[0]) and torch.all(wide[0, 50:] == float("-inf"))
     got = deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke, False, 24)
     assert got.shape == (5, 24)
     for t in range(5):

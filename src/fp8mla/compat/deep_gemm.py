@@ -23,8 +23,9 @@ from fp8mla.numerics import enabled as validating
 __all__ = ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "fp8_mqa_logits",
            "fp8_fp4_paged_mqa_logits", "fp8_fp4_mqa_logits", "get_num_sms", "set_num_sms"]
 
-# gathered windows (``max_seqlen_k``) are taken this many logits at a time (256 MB of float32)
-CHUNK_LOGITS = 1 << 26
+# gathered windows (``max_seqlen_k``) are taken a bounded number of rows at a time: at most
+# this many bytes of full logits, indices and gathered values together
+CHUNK_BYTES = 1 << 28
 _LOGITS_DTYPES = (torch.float32, torch.bfloat16)
 _num_sms: int | None = None
 
@@ -114,10 +115,10 @@ def fp8_fp4_paged_mqa_logits(
         raise ValueError(f"context_lens: expected int32 [{b}, {next_n}] or [{b}], got "
                          f"{list(context_lens.shape)}")
     rows = _per_query_rows(context_lens, next_n)
-    if rows is None:
-        lens = context_lens.reshape(b)
+    if rows is None:  # ([B, 1] may be a column of a wider buffer: made unit-stride)
+        lens = context_lens.reshape(b).contiguous()
     else:  # each query a request of its own, over its request's pages
-        check_tensor("block_table", block_table, ndim=2)
+        check_tensor("block_table", block_table, shape=(b, None))
         q, lens = q.reshape(b * next_n, 1, *q.shape[2:]), rows
         block_table = block_table.repeat_interleave(next_n, dim=0)
     with argument_names({"key_cache": "kv_cache", "max_len": "max_context_len"}):
@@ -139,21 +140,21 @@ def fp8_paged_mqa_logits(
 
 def _windows(logits_of, starts: torch.Tensor, ends: torch.Tensor, seq_kv: int,
              width: int) -> torch.Tensor:
-    """float32 [rows, width]: row t's logits from key starts[t] on (−inf past ends[t]), from
-    ``logits_of(r0, r1)`` (rows r0..r1 over all seq_kv keys) a bounded chunk of rows at a time."""
-    rows, inf = starts.shape[0], float("inf")
+    """float32 [rows, width]: row t's logits from key starts[t] on (−inf past ends[t] and past
+    the keys), from ``logits_of(r0, r1)`` (rows r0..r1 over all seq_kv keys) a chunk of rows
+    at a time: 4 · seq_kv + 13 · width bytes a row (logits, int64 indices, mask) within
+    `CHUNK_BYTES`."""
+    rows = starts.shape[0]
     out = torch.empty(rows, width, dtype=torch.float32, device=starts.device)
-    step = max(1, CHUNK_LOGITS // max(seq_kv, 1))
+    step = max(1, CHUNK_BYTES // (4 * seq_kv + 13 * width))
     cols = torch.arange(width, dtype=torch.int64, device=starts.device)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         at = starts[r0:r1, None].long() + cols
-        inside = at < ends[r0:r1, None].long()
-        full = logits_of(r0, r1)
+        outside = (at >= ends[r0:r1, None].long()) | (at >= seq_kv)
         if seq_kv:  # (clamped: never an index outside the row, whatever the windows say)
-            out[r0:r1] = full.gather(1, at.clamp(0, seq_kv - 1)).masked_fill(~inside, -inf)
-        else:
-            out[r0:r1] = -inf
+            torch.gather(logits_of(r0, r1), 1, at.clamp_(0, seq_kv - 1), out=out[r0:r1])
+        out[r0:r1].masked_fill_(outside, float("-inf"))
     return out
 
 

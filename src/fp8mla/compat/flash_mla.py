@@ -45,8 +45,8 @@ class FlashMLASchedMeta:
     """The schedule handle: the problem of its first call, and the fp8mla plan built for it.
 
     ``tile_scheduler_metadata`` / ``num_splits``: FlashMLA's schedule tensors, which fp8mla
-    neither fills nor reads. A caller that sets them before the first call — vLLM's
-    batch-invariant mode forces FlashMLA's single partition that way — gets one split per
+    does not fill. A caller that sets a schedule of one partition ([1, 8]) before the first
+    call — vLLM's batch-invariant mode forces FlashMLA's single partition that way — gets one split per
     request and a kernel chosen whatever the table's width: each dense request's result then
     does not depend on the rest of the batch (docs/engines.md: sparse exceptions)."""
 
@@ -172,6 +172,29 @@ class _QueryRuns:
                               out=out[:, a:a + k], lse=lse[:, a:a + k], empty_lse=empty_lse)
 
 
+def _whole_rows(block_table: torch.Tensor) -> torch.Tensor:
+    """The block table as wide as its rows are apart in memory, a view. FlashMLA reads a table
+    by its row stride and the lengths alone, so engines pass a narrow view of a wider buffer
+    (SGLang captures its graphs with a one-page view, then writes longer tables into the
+    buffer for the replays); the kernels here stop at the view's width, which a graph keeps."""
+    if block_table.dim() != 2 or block_table.stride(-1) != 1 or block_table.shape[0] == 0:
+        return block_table  # (the plan's checks name what is wrong)
+    rows, row = block_table.shape[0], block_table.stride(0)
+    left = (block_table.untyped_storage().nbytes() // block_table.element_size()
+            - block_table.storage_offset() - (rows - 1) * row)  # the last row's room
+    width = min(row, left)
+    if width <= block_table.shape[1]:
+        return block_table
+    return block_table.as_strided((rows, width), (row, 1))
+
+
+def _single_partition(tile_scheduler_metadata: object) -> bool:
+    """Whether a caller set a schedule of one partition (vLLM's batch-invariant mode): FlashMLA
+    runs every request in one split then. Other caller-set schedules are not read."""
+    return (isinstance(tile_scheduler_metadata, torch.Tensor)
+            and tile_scheduler_metadata.dim() == 2 and tile_scheduler_metadata.shape[0] == 1)
+
+
 def _make_plan(cfg: FlashMLASchedMeta.Config, fmt: str, scale: float, span: int,
                device: torch.device, splits: int | None) -> DecodePlan | _QueryRuns:
     """The plan of one problem: sparse over ``cfg.topk`` entries, else dense over a block
@@ -245,6 +268,7 @@ def flash_mla_with_kvcache(
         if block_table is None or cache_seqlens is None:
             raise ValueError("block_table, cache_seqlens: required for dense attention")
         _check_tensors(block_table=block_table)
+        block_table = _whole_rows(block_table)
         span = block_table.shape[-1] * k_cache.shape[1]
     if tensor_schedule:  # one plan per shape, sized for a power-of-two span of the table
         span = triton.next_power_of_2(max(span, 1)) if span else 0
@@ -254,7 +278,7 @@ def flash_mla_with_kvcache(
     else:
         _check_config(meta, cfg)
         if not meta.have_initialized:
-            forced = meta.tile_scheduler_metadata is not None or meta.num_splits is not None
+            forced = _single_partition(meta.tile_scheduler_metadata)
             # one split a request, and a kernel chosen whatever the table's width
             meta.plan = (_make_plan(cfg, fmt, scale, INVARIANT_SPAN, q.device, 1) if forced
                          else _make_plan(cfg, fmt, scale, span, q.device, None))
