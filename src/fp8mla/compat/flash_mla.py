@@ -17,6 +17,10 @@ Intended differences (where FlashMLA refuses, fp8mla serves):
   ``tile_scheduler_metadata`` tensor with a ``num_splits`` tensor, both from that interface's
   ``get_mla_metadata``; their contents are not read (plans are kept per problem shape,
   `fp8mla._plans.PlanCache`);
+- a dense block table is read by its row stride, as FlashMLA reads it: a narrow view of a
+  wider buffer is widened to its rows (`_whole_rows`), and the plan is sized for that width;
+- a `FlashMLASchedMeta` given a one-partition schedule by its caller runs one split per
+  request (`_single_partition`: vLLM's batch-invariant mode);
 - ``extra_k_cache`` / ``extra_indices_in_kvcache`` / ``extra_topk_length`` / ``indexer_topk``
   are not supported (an error unless None / 0).
 Lonely queries (nothing to attend) return out 0 and lse +inf, as FlashMLA does.
