@@ -119,9 +119,48 @@ def test_earlier_interface_bad_schedules_and_descales_name_the_argument(device):
     with pytest.raises(ValueError, match=r"descale_q, descale_k: expected both or neither"):
         call(q, k_cache, table, seqlens, 512, meta, splits, descale_q=scale,
              is_fp8_kvcache=True)
-    with pytest.raises(ValueError, match=r"descale_q, descale_k: fp8mla serves bfloat16 q"):
-        call(q, k_cache, table, seqlens, 512, meta, splits, descale_q=scale, descale_k=scale,
-             is_fp8_kvcache=True)
+    q8 = q.to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"descale_k: expected shape \[1\], got \[2\]"):
+        call(q8, k_cache, table, seqlens, 512, meta, splits, descale_q=scale, descale_k=scale)
+    with pytest.raises(ValueError, match=r"descale_q: expected float32 \[1\] or \[2\], got "
+                                         r"\[3\]"):
+        call(q8, k_cache, table, seqlens, 512, meta, splits, descale_q=torch.ones(3, device=device),
+             descale_k=scale[:1])
+    with pytest.raises(ValueError, match=r"q: float8_e4m3fn q serves dense decode only"):
+        call(q8, k_cache, None, None, 512, meta, splits,
+             indices=torch.zeros(2, 1, 4, dtype=torch.int32, device=device))
+
+
+def test_earlier_interface_fp8_path_reads_the_pool_with_its_descales(device):
+    """sgl_kernel's FP8 dense path (SGLang's FlashMLA backend over an FP8 pool; disabled in
+    sgl_kernel itself): e4m3 q with descale_q over 576-byte e4m3 rows whose scale is
+    descale_k, read directly — against the reference over the dequantized q and pool. With
+    bf16 q the descales are not read, as in sgl_kernel."""
+    cache, table, seqlens = paged_cache("fp8", [70, 5, 33], 64, device=device, seed=21,
+                                        fp8_scale=0.05)
+    k_cache = cache.layer(0).view(torch.float8_e4m3fn).unsqueeze(2)  # [pages, 64, 1, 576]
+    g = torch.Generator().manual_seed(22)
+    q = torch.randn(3, 2, 4, 576, generator=g).bfloat16().to(device)
+    q_scale = torch.tensor([0.02, 0.03, 0.01], device=device)  # per request
+    q8 = (q.float() / q_scale.view(-1, 1, 1, 1)).to(torch.float8_e4m3fn)
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 2 * 4, 1)
+    out, lse = sgl_flash_mla.flash_mla_with_kvcache(
+        q8, k_cache, table, seqlens, 512, meta, splits, causal=True,
+        descale_q=q_scale, descale_k=cache.scale(0))
+    q_seen = (q8.float() * q_scale.view(-1, 1, 1, 1)).bfloat16()
+    ro, rl = reference.dense_mla_decode(q_seen, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl.transpose(1, 2), atol=1e-3, rtol=1e-3, name="lse")
+    unscaled, _ = sgl_flash_mla.flash_mla_with_kvcache(
+        q8, k_cache, table, seqlens, 512, meta, splits, causal=True,
+        descale_q=torch.ones(1, device=device), descale_k=torch.ones(1, device=device))
+    assert not torch.allclose(unscaled.float(), out.float(), atol=1e-2)  # the scales were read
+    bf16, _ = sgl_flash_mla.flash_mla_with_kvcache(
+        q_seen, k_cache, table, seqlens, 512, meta, splits, causal=True, is_fp8_kvcache=True,
+        descale_q=q_scale, descale_k=cache.scale(0))
+    plain, _ = sgl_flash_mla.flash_mla_with_kvcache(
+        q_seen, k_cache, table, seqlens, 512, meta, splits, causal=True, is_fp8_kvcache=True)
+    assert torch.equal(bf16, plain)
 
 
 def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):

@@ -168,12 +168,14 @@ class _QueryRuns:
         self.runs = [(a, min(MAX_S_Q, cfg.s_q - a)) for a in range(0, cfg.s_q, MAX_S_Q)]
         self.plans = {k: make(k) for _, k in self.runs}
 
-    def run(self, q, kv_cache, block_table, cache_seqlens, *, check, out, lse, empty_lse):
+    def run(self, q, kv_cache, block_table, cache_seqlens, *, fp8_scale, check, out, lse,
+            empty_lse):
         for a, k in self.runs:
             later = self.s_q - a - k if self.causal else 0
             lens = (cache_seqlens - later).clamp_min(0) if later else cache_seqlens
-            self.plans[k].run(q[:, a:a + k], kv_cache, block_table, lens, check=check,
-                              out=out[:, a:a + k], lse=lse[:, a:a + k], empty_lse=empty_lse)
+            self.plans[k].run(q[:, a:a + k], kv_cache, block_table, lens, fp8_scale=fp8_scale,
+                              check=check, out=out[:, a:a + k], lse=lse[:, a:a + k],
+                              empty_lse=empty_lse)
 
 
 def _whole_rows(block_table: torch.Tensor) -> torch.Tensor:
@@ -238,6 +240,18 @@ def flash_mla_with_kvcache(
     extra_indices_in_kvcache / extra_topk_length: not supported (None). Returns (out bfloat16
     [b, s_q, h_q, 512], lse float32 [b, h_q, s_q]).
     """
+    return _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                         tile_scheduler_metadata, num_splits, softmax_scale, causal,
+                         is_fp8_kvcache, indices, attn_sink, extra_k_cache,
+                         extra_indices_in_kvcache, topk_length, extra_topk_length)
+
+
+def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                  num_splits, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
+                  extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length,
+                  fp8_scale: torch.Tensor | None = None):
+    """`flash_mla_with_kvcache`, and the scale of a 576-byte e4m3 pool (``fp8_scale``: float32
+    [1], sgl_kernel's ``descale_k``; 1 where None)."""
     meta = tile_scheduler_metadata
     tensor_schedule = _schedule(meta, num_splits)
     if head_dim_v != LATENT_DIM:
@@ -315,8 +329,8 @@ def flash_mla_with_kvcache(
             lse.copy_(plan_lse.view(b, s_q, h_q).transpose(1, 2))
     else:
         with argument_names(K_CACHE):
-            plan.run(q, k_cache, block_table, cache_seqlens, check=validating(), out=out,
-                     lse=lse.transpose(1, 2), empty_lse=inf)
+            plan.run(q, k_cache, block_table, cache_seqlens, fp8_scale=fp8_scale,
+                     check=validating(), out=out, lse=lse.transpose(1, 2), empty_lse=inf)
     if not tensor_schedule:
         meta.have_initialized, meta.config = True, cfg
     return _apply_sink(out, lse.transpose(1, 2), attn_sink, h_q), lse

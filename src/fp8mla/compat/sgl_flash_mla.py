@@ -5,7 +5,8 @@ NSA and FlashMLA backends call it), served by fp8mla's kernels on any GPU.
 [num_sm_parts, 8] and ``num_splits`` [batch + 1] — which callers slice, copy into their CUDA-graph
 buffers and pass back; fp8mla plans on its own (per problem shape, `fp8mla._plans.PlanCache`)
 and neither fills nor reads them (zeros). ``flash_mla_with_kvcache`` takes them, or the current
-interface's `FlashMLASchedMeta` (`fp8mla.compat.flash_mla`), and the FP8 descale arguments;
+interface's `FlashMLASchedMeta` (`fp8mla.compat.flash_mla`), and serves its FP8 path (e4m3 q
+and 576-byte e4m3 rows with their descale factors, which sgl_kernel has disabled);
 ``flash_mla_sparse_fwd`` is the current interface's (its lse natural-log, as FlashMLA's reference
 computes it; sgl_kernel's docstring says base 2).
 """
@@ -54,16 +55,35 @@ def flash_mla_with_kvcache(
     descale_k: torch.Tensor | None = None, is_fp8_kvcache: bool = False,
     indices: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`fp8mla.compat.flash_mla.flash_mla_with_kvcache` under sgl_kernel's signature:
-    descale_q / descale_k (float32 [batch], the FP8 query path's scales) must come together, as
-    sgl_kernel asks, and fp8mla serves only bf16 q (no FP8 query path): given, an error.
-    Returns (out bfloat16 [b, s_q, h_q, 512], lse float32 [b, h_q, s_q])."""
+    """`fp8mla.compat.flash_mla.flash_mla_with_kvcache` under sgl_kernel's signature, with its
+    FP8 dense path (SGLang's FlashMLA backend over an FP8 pool; disabled in sgl_kernel today):
+    q float8_e4m3fn [b, s_q, h_q, 576] with descale_q float32 [1] or [b] (q's dequantization:
+    q · descale_q, rounded once to bf16), over 576-byte e4m3 rows [num_blocks, page, 1, 576]
+    whose one scale is descale_k (float32 [1]; the pool read directly, ``is_fp8_kvcache``
+    implied). descale_q / descale_k come together or not at all, as sgl_kernel asks; with bf16
+    q they are not read (sgl_kernel's bf16 path does not read them). Returns (out bfloat16
+    [b, s_q, h_q, 512], lse float32 [b, h_q, s_q])."""
     if (descale_q is None) != (descale_k is None):
         raise ValueError("descale_q, descale_k: expected both or neither")
-    if descale_q is not None:
-        raise ValueError("descale_q, descale_k: fp8mla serves bfloat16 q only (FP8 KV rows "
-                         "dequantize with their own scales); pass None")
-    return _current.flash_mla_with_kvcache(
+    fp8_scale = None
+    if isinstance(q, torch.Tensor) and q.dtype == torch.float8_e4m3fn:
+        if indices is not None:
+            raise ValueError("q: float8_e4m3fn q serves dense decode only (sgl_kernel's FP8 "
+                             "path); sparse attention takes bfloat16 q")
+        check_tensor("q", q, ndim=4)
+        if descale_q is not None:
+            check_tensor("descale_q", descale_q, dtype=torch.float32, device=q.device)
+            check_tensor("descale_k", descale_k, dtype=torch.float32, shape=(1,),
+                         device=q.device)
+            if descale_q.numel() not in (1, q.shape[0]):
+                raise ValueError(f"descale_q: expected float32 [1] or [{q.shape[0]}], got "
+                                 f"{list(descale_q.shape)}")
+            q = (q.float() * descale_q.reshape(-1, 1, 1, 1)).bfloat16()
+            fp8_scale = descale_k
+        else:
+            q = q.bfloat16()
+        is_fp8_kvcache = True
+    return _current._with_kvcache(
         q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
-        num_splits, softmax_scale=softmax_scale, causal=causal, is_fp8_kvcache=is_fp8_kvcache,
-        indices=indices)
+        num_splits, softmax_scale, causal, is_fp8_kvcache, indices, None, None, None, None, None,
+        fp8_scale=fp8_scale)
