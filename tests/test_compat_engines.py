@@ -394,3 +394,110 @@ def test_dense_decode_serves_any_s_q(device, s_q, causal):
         assert_close(lse, rl.transpose(1, 2).masked_fill(rl.transpose(1, 2) == float("-inf"),
                                                          float("inf")),
                      atol=1e-3, rtol=1e-3, name="lse")
+
+
+def test_earlier_interface_plans_are_keyed_by_what_changes_the_answer(device):
+    """The earlier interface's shared plans differ by softmax scale, KV format and table span
+    (a power of two: widths of 48 and 64 tokens share one): a call never runs another
+    problem's plan. (Found by mutation testing: dropping a key part passed every test.)"""
+    cache, table, seqlens, q = _dense_case(device, lens=(40, 5, 33), s_q=1, seed=6)
+    k_cache = cache.layer(0).unsqueeze(2)
+    plans = flash_mla._TENSOR_SCHEDULE_PLANS
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 3, 1)
+
+    def call(k, tbl, lens=seqlens, **kw):
+        return sgl_flash_mla.flash_mla_with_kvcache(q, k, tbl, lens, 512, meta, splits,
+                                                    causal=True, is_fp8_kvcache=True, **kw)[0]
+
+    call(k_cache, table)
+    out = call(k_cache, table, softmax_scale=0.3)
+    assert_close(out, reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 0.3)[0])
+    fp8, table8, _ = paged_cache("fp8", [40, 5, 33], 16, device=device, seed=7, fp8_scale=1.0)
+    out = call(fp8.layer(0).unsqueeze(2), table8)
+    assert_close(out, reference.dense_mla_decode(q, fp8.dequantize(0), table8, seqlens,
+                                                 576 ** -0.5)[0])
+    call(k_cache, table[:, :3].contiguous())  # 48 tokens: the 64-token plan
+    n = len(plans.plans)
+    call(k_cache, table[:, :4].contiguous())
+    assert len(plans.plans) == n
+    lens = seqlens.clamp_max(16)
+    call(k_cache, table[:, :1].contiguous(), lens)  # 16 tokens: a plan of its own
+    assert len(plans.plans) == n + 1
+
+
+def test_compat_edge_rules_found_by_mutation_testing(device, monkeypatch):
+    """Rules no test pinned down before (each mutated away, the suite passed): a sink of the
+    wrong size is refused, not broadcast; a table view is widened only within its storage; a
+    one-element schedule is not a one-partition one; s_q 4 is one plan reused across calls;
+    causal runs of queries past a short request give it nothing to attend even under the
+    validating mode; windows over no keys are all −inf; the gather takes as many rows a chunk
+    as its byte bound allows; get_num_sms without a GPU says so; plans evict least recently
+    used first; sgl_kernel's schedule parts follow SMs / h_k / ⌈rows / 64⌉."""
+    from fp8mla import numerics
+    from fp8mla._plans import PlanCache
+    from fp8mla.decode import DecodePlan
+    from fp8mla.runtime import target_for
+
+    k8 = _flashmla_fp8_cache(2, 64, device)
+    q1 = torch.randn(1, 1, 4, 576).bfloat16().to(device)
+    idx = torch.zeros(1, 1, 8, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"attn_sink: expected float32 \[4\]"):
+        flash_mla.flash_mla_with_kvcache(q1, k8, None, None, 512, flash_mla.get_mla_metadata()[0],
+                                         is_fp8_kvcache=True, indices=idx,
+                                         attn_sink=torch.zeros(1, device=device))
+    t = torch.arange(12, dtype=torch.int32, device=device).view(3, 4)
+    assert flash_mla._whole_rows(t[:, 1:2]).shape == (3, 3)  # the last row has 3 left
+    assert not flash_mla._single_partition(torch.zeros(1, dtype=torch.int32))
+
+    cache, table, seqlens, q = _dense_case(device, lens=(30, 5), s_q=4)
+    meta, plans = flash_mla.get_mla_metadata()[0], []
+    for lens in (seqlens, seqlens - 1):
+        flash_mla.flash_mla_with_kvcache(q, cache.layer(0).unsqueeze(2), table, lens, 512, meta,
+                                         causal=True, is_fp8_kvcache=True)
+        plans.append(meta.plan)
+    assert isinstance(plans[0], DecodePlan) and plans[1] is plans[0]
+
+    cache, table, seqlens, q = _dense_case(device, lens=(70, 3, 33), s_q=9, seed=9)
+    numerics.enable(True)
+    try:
+        out, lse = flash_mla.flash_mla_with_kvcache(q, cache.layer(0).unsqueeze(2), table,
+                                                    seqlens, 512, flash_mla.get_mla_metadata()[0],
+                                                    causal=True, is_fp8_kvcache=True)
+    finally:
+        numerics.enable(None)
+    assert torch.all(out[1, :6] == 0) and torch.all(lse[1, :, :6] == float("inf"))
+
+    q3 = torch.randn(3, 8, 128).to(torch.float8_e4m3fn).to(device)
+    none = (torch.zeros(0, 128, dtype=torch.uint8, device=device),
+            torch.zeros(0, device=device))
+    z = torch.zeros(3, dtype=torch.int32, device=device)
+    got = deep_gemm.fp8_mqa_logits(q3, none, torch.rand(3, 8, device=device), z, z, False, 4)
+    assert got.shape == (3, 4) and torch.all(got == float("-inf"))
+    monkeypatch.setattr(deep_gemm, "CHUNK_BYTES", 2 * (4 * 50 + 13 * 24))
+    calls = []
+
+    def logits_of(r0, r1):
+        calls.append((r0, r1))
+        return torch.zeros(r1 - r0, 50, device=device)
+
+    s = torch.zeros(5, dtype=torch.int32, device=device)
+    deep_gemm._windows(logits_of, s, s + 50, 50, 24)
+    assert calls == [(0, 2), (2, 4), (4, 5)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(deep_gemm, "_num_sms", None)
+    with pytest.raises(RuntimeError, match="get_num_sms: no CUDA GPU here"):
+        deep_gemm.get_num_sms()
+    monkeypatch.undo()
+
+    c = PlanCache()
+    first = {i: c.get(i, object) for i in range(PlanCache.KEEP)}
+    c.get(0, object)  # used again: the least recently used is now 1
+    c.get(PlanCache.KEEP, object)
+    assert c.get(0, object) is first[0] and 1 not in c.plans
+
+    s2 = torch.tensor([5, 9], dtype=torch.int32, device=device)
+    sms = target_for(s2.device).num_sms
+    assert sgl_flash_mla.get_mla_metadata(s2, 64, 1)[0].shape[0] == sms
+    assert sgl_flash_mla.get_mla_metadata(s2, 65, 1)[0].shape[0] == max(1, sms // 2)
+    assert sgl_flash_mla.get_mla_metadata(s2, 128, 2)[0].shape[0] == max(1, sms // 2 // 2)
+    assert sgl_flash_mla.get_mla_metadata(s2, 64 * (sms + 1), 1)[0].shape[0] == 1
