@@ -396,13 +396,16 @@ def test_dense_decode_serves_any_s_q(device, s_q, causal):
                      atol=1e-3, rtol=1e-3, name="lse")
 
 
-def test_earlier_interface_plans_are_keyed_by_what_changes_the_answer(device):
+def test_earlier_interface_plans_are_keyed_by_what_changes_the_answer(device, monkeypatch):
     """The earlier interface's shared plans differ by softmax scale, KV format and table span
     (a power of two: widths of 48 and 64 tokens share one): a call never runs another
     problem's plan. (Found by mutation testing: dropping a key part passed every test.)"""
     cache, table, seqlens, q = _dense_case(device, lens=(40, 5, 33), s_q=1, seed=6)
     k_cache = cache.layer(0).unsqueeze(2)
-    plans = flash_mla._TENSOR_SCHEDULE_PLANS
+    from fp8mla._plans import PlanCache
+
+    plans = PlanCache()  # this test's own: the counts below are its plans alone
+    monkeypatch.setattr(flash_mla, "_TENSOR_SCHEDULE_PLANS", plans)
     meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 3, 1)
 
     def call(k, tbl, lens=seqlens, **kw):
