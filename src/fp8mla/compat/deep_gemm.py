@@ -62,10 +62,14 @@ def _q_fp8(q: object) -> torch.Tensor:
     return q[0]
 
 
-def _as(logits: torch.Tensor, logits_dtype: torch.dtype) -> torch.Tensor:
+def _check_logits_dtype(logits_dtype: object) -> None:
     if logits_dtype not in _LOGITS_DTYPES:
         raise ValueError(f"logits_dtype: expected torch.float32 or torch.bfloat16, got "
                          f"{logits_dtype}")
+
+
+def _as(logits: torch.Tensor, logits_dtype: torch.dtype) -> torch.Tensor:
+    """The float32 logits in the checked ``logits_dtype`` (`_check_logits_dtype`)."""
     return logits if logits_dtype == torch.float32 else logits.to(logits_dtype)
 
 
@@ -106,6 +110,7 @@ def fp8_fp4_paged_mqa_logits(
     or None, ignored. Returns logits_dtype (float32 or bfloat16) [B · next_n,
     max_context_len]."""
     _no_indices(indices)
+    _check_logits_dtype(logits_dtype)
     q = _q_fp8(q)
     check_tensor("q", q, ndim=4)
     check_tensor("context_lens", context_lens, dtype=torch.int32)
@@ -174,6 +179,7 @@ def fp8_fp4_mqa_logits(
     if not (isinstance(kv, tuple | list) and len(kv) == 2):
         raise TypeError(f"kv: expected a pair (keys, scales), got {type(kv).__name__}")
     width = check_int("max_seqlen_k", max_seqlen_k, lo=0)
+    _check_logits_dtype(logits_dtype)
     keys, scales = kv
     starts, ends = cu_seq_len_k_start, cu_seq_len_k_end
     check_tensor("q", q, ndim=3)  # the per-row arguments in full, before any chunk of rows
