@@ -116,15 +116,21 @@ def _check_tensors(**tensors: object) -> None:
             check_tensor(name, t)
 
 
-def _apply_sink(out: torch.Tensor, lse: torch.Tensor, attn_sink: torch.Tensor | None,
-                h_q: int) -> torch.Tensor:
-    """out [.., h_q, 512] scaled by e^lse / (e^lse + e^sink) per head (lse [.., h_q], +inf
-    where nothing was attended: out stays 0); out itself without a sink."""
-    if attn_sink is None:
-        return out
-    if attn_sink.dtype != torch.float32 or attn_sink.shape != (h_q,):
+def _check_sink(attn_sink: torch.Tensor | None, h_q: int) -> None:
+    """attn_sink: None or float32 [h_q] (checked before any launch)."""
+    if attn_sink is not None and (attn_sink.dtype != torch.float32
+                                  or attn_sink.shape != (h_q,)):
         raise ValueError(f"attn_sink: expected float32 [{h_q}], got {attn_sink.dtype} "
                          f"{list(attn_sink.shape)}")
+
+
+def _apply_sink(out: torch.Tensor, lse: torch.Tensor,
+                attn_sink: torch.Tensor | None) -> torch.Tensor:
+    """out [.., h_q, 512] scaled by e^lse / (e^lse + e^sink) per head (lse [.., h_q], +inf
+    where nothing was attended: out stays 0; attn_sink checked by `_check_sink`); out itself
+    without a sink."""
+    if attn_sink is None:
+        return out
     # a query with nothing attended (lse +inf) keeps out 0 whatever the sink (+inf − +inf
     # would make its factor NaN)
     factor = torch.sigmoid(lse - attn_sink).masked_fill(lse == float("inf"), 0.0)
@@ -242,14 +248,16 @@ def flash_mla_with_kvcache(
     """
     return _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                          tile_scheduler_metadata, num_splits, softmax_scale, causal,
-                         is_fp8_kvcache, indices, attn_sink, extra_k_cache,
-                         extra_indices_in_kvcache, topk_length, extra_topk_length)
+                         is_fp8_kvcache, indices, attn_sink=attn_sink,
+                         extra_k_cache=extra_k_cache,
+                         extra_indices_in_kvcache=extra_indices_in_kvcache,
+                         topk_length=topk_length, extra_topk_length=extra_topk_length)
 
 
 def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
-                  num_splits, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
-                  extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length,
-                  fp8_scale: torch.Tensor | None = None):
+                  num_splits, softmax_scale, causal, is_fp8_kvcache, indices, *, attn_sink=None,
+                  extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                  extra_topk_length=None, fp8_scale: torch.Tensor | None = None):
     """`flash_mla_with_kvcache`, and the scale of a 576-byte e4m3 pool (``fp8_scale``: float32
     [1], sgl_kernel's ``descale_k``; 1 where None)."""
     meta = tile_scheduler_metadata
@@ -268,6 +276,7 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
         raise ValueError(f"k_cache: expected [num_blocks, page_block_size, 1, head_dim] (h_k = 1),"
                          f" got {list(k_cache.shape)}")
     b, s_q, h_q, _ = q.shape
+    _check_sink(attn_sink, h_q)
     fmt = _kv_format(k_cache, is_fp8_kvcache)
     scale = KV_DIM ** -0.5 if softmax_scale is None else softmax_scale
     sparse = indices is not None
@@ -289,7 +298,7 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
         block_table = _whole_rows(block_table)
         span = block_table.shape[-1] * k_cache.shape[1]
     if tensor_schedule:  # one plan per shape, sized for a power-of-two span of the table
-        span = triton.next_power_of_2(max(span, 1)) if span else 0
+        span = triton.next_power_of_2(span) if span else 0
         plan = _TENSOR_SCHEDULE_PLANS.get(
             (cfg, fmt, scale, span, str(q.device)),
             lambda: _make_plan(cfg, fmt, scale, span, q.device, None))
@@ -333,7 +342,7 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
                      check=validating(), out=out, lse=lse.transpose(1, 2), empty_lse=inf)
     if not tensor_schedule:
         meta.have_initialized, meta.config = True, cfg
-    return _apply_sink(out, lse.transpose(1, 2), attn_sink, h_q), lse
+    return _apply_sink(out, lse.transpose(1, 2), attn_sink), lse
 
 
 def flash_mla_sparse_fwd(
@@ -362,6 +371,7 @@ def flash_mla_sparse_fwd(
     with argument_names({"k_cache": "kv"}):
         fmt = "bf16" if kv.dtype == torch.bfloat16 else _kv_format(kv, True)
     s_q, h_q = q.shape[0], q.shape[1]
+    _check_sink(attn_sink, h_q)
     with argument_names({"softmax_scale": "sm_scale"}):
         plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1],
                           kv_format=fmt, softmax_scale=sm_scale, device=q.device)
@@ -369,4 +379,4 @@ def flash_mla_sparse_fwd(
         out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=False,
                             empty_lse=float("inf"))
     # the plan is this call's own: its buffers are fresh tensors
-    return _apply_sink(out, lse, attn_sink, h_q), plan.max_logits[:, 0], lse
+    return _apply_sink(out, lse, attn_sink), plan.max_logits[:, 0], lse

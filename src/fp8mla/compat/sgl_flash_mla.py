@@ -85,5 +85,4 @@ def flash_mla_with_kvcache(
         is_fp8_kvcache = True
     return _current._with_kvcache(
         q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
-        num_splits, softmax_scale, causal, is_fp8_kvcache, indices, None, None, None, None, None,
-        fp8_scale=fp8_scale)
+        num_splits, softmax_scale, causal, is_fp8_kvcache, indices, fp8_scale=fp8_scale)
