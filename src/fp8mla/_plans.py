@@ -14,9 +14,9 @@ __all__ = ["PlanCache"]
 class PlanCache:
     """Plans by shape, built once per process (compiling a kernel and sizing a split workspace
     is host work a step should not repeat) and shared by every caller of that shape: callers
-    pass their own outputs, so sharing is stream-ordered. The last `KEEP` shapes are kept — except a plan run
-    while a CUDA graph was being captured, which is kept for good: the graph replays writes
-    into its buffers (max logits, split partials), which must outlive it."""
+    pass their own outputs, so sharing is stream-ordered. The last `KEEP` shapes are kept —
+    except a plan run while a CUDA graph was being captured, which is kept for good: the graph
+    replays writes into its buffers (max logits, split partials), which must outlive it."""
 
     KEEP = 8
 
