@@ -8,6 +8,7 @@ import torch
 import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan, choose_num_splits, dense_decode
+from fp8mla.sparse import sparse_decode
 from fp8mla.testing import assert_close
 from helpers import LaunchRecorder, assert_blind_rows, paged_cache
 
@@ -70,6 +71,29 @@ def test_zero_length_gives_zeros_and_minus_inf(device):
     assert torch.all(out[0] == 0)
     assert torch.all(lse[0] == float("-inf"))
     assert torch.all(lse[1].isfinite())
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS[1:])
+def test_stored_nan_reaches_the_attention_output(device, fmt, policy):
+    """A NaN stored in one request's row makes that request's dense and sparse attention NaN
+    and leaves the other request's finite, on every conversion path (the software one, SM80's
+    and the interpreter's, read e4m3fn's NaN code as 480 before)."""
+    def rows(b, lat, rope):
+        if b == 0:
+            lat[3, 100] = float("nan")
+        return lat, rope
+
+    cache, table, seqlens = paged_cache(fmt, [9, 12], 4, policy=policy, device=device,
+                                        rows=rows)
+    q = _q(2, 1, 3, device, 5)
+    out, _ = dense_decode(q, cache.layer(0), table, seqlens, kv_format=cache.fmt,
+                          fp8_scale=cache.scale(0))
+    assert out[0].isnan().all() and out[1].isfinite().all()
+    pos = torch.arange(9, device=device)
+    slots = (table[:, pos // 4].long() * 4 + pos % 4).int().unsqueeze(1)  # [2, 1, 9]
+    out, _ = sparse_decode(q, cache.layer(0), slots, kv_format=cache.fmt,
+                           fp8_scale=cache.scale(0))
+    assert out[0].isnan().all() and out[1].isfinite().all()
 
 
 @pytest.mark.parametrize("backend", ["full_cast", "gather_cast", "reference"])

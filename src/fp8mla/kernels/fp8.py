@@ -6,7 +6,8 @@ words instead of bytes keeps address arithmetic at one op per four values (docs/
 - `e4m3x4_to_f16_hw`: two packed ``cvt.rn.f16x2.e4m3x2`` per word (SM89+; inline PTX).
 - `e4m3x4_to_f16_sw`: integer bit placement, for SM80, which has no e4m3 hardware, and for the
   interpreter. Placing the e4m3 sign/exponent/mantissa bits into an fp16 gives value · 2⁻⁸
-  exactly, subnormals included; callers fold 2⁸ into their scale (`SW_DEQUANT_SCALE`).
+  exactly, subnormals included; callers fold 2⁸ into their scale (`SW_DEQUANT_SCALE`). The NaN
+  code (0x7F / 0xFF) becomes an fp16 NaN, as the hardware conversion makes it.
 Both return the four lanes as fp16 tensors shaped like the input.
 """
 
@@ -52,7 +53,8 @@ def e4m3x4_to_f16_hw(words):
 @triton.jit
 def _lane_sw(words, SHIFT: tl.constexpr):
     b = (words >> SHIFT) & 0xFF
-    h = ((b & 0x7F) << 7) | ((b & 0x80) << 8)
+    m = b & 0x7F  # 0x7F is e4m3fn's NaN: fp16's quiet NaN, not the 480 its bits would place
+    h = tl.where(m == 0x7F, 0x7E00, m << 7) | ((b & 0x80) << 8)
     return h.to(tl.int16).to(tl.float16, bitcast=True)
 
 
@@ -74,7 +76,7 @@ def e4m3x4_to_f16(words, HW_FP8: tl.constexpr):
 def e4m3_encode(x):
     """float32 → e4m3fn bits (int32 in [0, 255]); round to nearest even, saturating at ±448;
     NaN → 0x7F (e4m3fn's NaN: a NaN stored stays visible to the hardware conversion and
-    dequantize, not clamped into a finite value; `e4m3x4_to_f16`'s software path reads 480).
+    dequantize, not clamped into a finite value; both `e4m3x4_to_f16` paths read it as NaN).
 
     Pure integer/float ops, so every target (SM80 included) and the interpreter agree bit for
     bit with ``torch.Tensor.to(torch.float8_e4m3fn)`` on clamped input.
