@@ -96,6 +96,29 @@ def test_stored_nan_reaches_the_attention_output(device, fmt, policy):
     assert out[0].isnan().all() and out[1].isfinite().all()
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_nan_in_q_gives_nan_in_that_row_alone(device, splits):
+    """A NaN in one query head's q makes that row's output and lse NaN, as the reference's, on
+    one split, through the split combine and in sparse decode (the lse was −inf before, the
+    marker of a row that attended nothing); every other row stays finite."""
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [40, 33], 16, device=device, seed=3)
+    q = _q(2, 2, 5, device, 4)
+    q[1, 0, 2, 7] = float("nan")
+    plan = DecodePlan(batch=2, num_heads=5, s_q=2, kv_format=cache.fmt, page_size=16,
+                      cache_seqlens=seqlens, device=device, num_splits=splits)
+    out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    want = torch.zeros(2, 2, 5, dtype=torch.bool)
+    want[1, 0, 2] = True
+    assert torch.equal(lse.isnan().cpu(), want)
+    assert torch.equal(out.isnan().any(-1).cpu(), want) and out[1, 0, 2].isnan().all()
+    assert lse[~want.to(device)].isfinite().all()
+    pos = torch.arange(33, device=device)
+    slots = (table[:, pos // 16].long() * 16 + pos % 16).int()[:, None].expand(2, 2, 33)
+    out, lse = sparse_decode(q, cache.layer(0), slots.contiguous(), kv_format=cache.fmt,
+                             fp8_scale=cache.scale(0))
+    assert torch.equal(lse.isnan().cpu(), want) and out[1, 0, 2].isnan().all()
+
+
 @pytest.mark.parametrize("backend", ["full_cast", "gather_cast", "reference"])
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla", "bf16"])
 def test_baselines_match_reference(device, backend, fmt):

@@ -696,7 +696,7 @@ def _mla_decode_kernel(
     # --- normalize; write the final output (one split) or this split's partial -------------
     if LATE_SUM:
         l_i = tl.sum(l_i, axis=1)
-    has = l_i > 0.0
+    has = l_i != 0.0  # NaN (a NaN score) too: its lse stays NaN, not the empty row's −inf
     inv = tl.where(has, kv_mult / tl.where(has, l_i, 1.0), 0.0)
     if FOLD and not HW_FP8:  # the folded P · V ran without the software conversion's factor
         inv = inv * SW_SCALE
@@ -771,7 +771,7 @@ def _combine_splits_kernel(
         acc = acc * old + tl.sum(parts * w[:, None], axis=0)
         total = total * old + tl.sum(w, axis=0)
         mx = m_new
-    has = total > 0.0
+    has = total != 0.0  # NaN too (a NaN partial), as in the decode kernels
     o = acc / tl.where(has, total, 1.0)
     tl.store(out_ptr + b.to(tl.int64) * stride_ob + qi * stride_os + head * stride_oh + offs_d,
              o.to(tl.bfloat16))

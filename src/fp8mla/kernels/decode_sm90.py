@@ -314,7 +314,7 @@ if AVAILABLE:
         nothing was attended — and max_logits [batch, S_Q, num_heads]) or this split's partial
         for the combine (workspace rows [batch, num_splits, S_Q, num_heads]); O's rows as
         `_store_o` (IN_ORDER) stores them."""
-        has = l_i > 0.0
+        has = l_i != 0.0  # NaN (a NaN score) too: its lse stays NaN, not the empty row's −inf
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.convert_layout(gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0),
                                 gl.SliceLayout(1, O_LAYOUT))

@@ -704,7 +704,7 @@ if AVAILABLE:
         them for STEP) and write the final rows (one split: out, lse — ``lse_empty`` where
         nothing was attended — and max_logits) or this split's partials (workspace rows
         [batch, num_splits, S_Q, num_heads]), 16 bytes a store (`_store_in_order`)."""
-        has = l_i > 0.0
+        has = l_i != 0.0  # NaN (a NaN score) too: its lse stays NaN, not the empty row's −inf
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0)
         qi, head, ok = _rows(gl.arange(0, m_i.shape[0], layout=gl.SliceLayout(0, MMA)),
