@@ -199,6 +199,31 @@ def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
     assert multi.plan.num_splits == plain.plan.num_splits
 
 
+def test_forced_schedule_makes_sparse_decode_batch_invariant(device):
+    """The same for sparse decode: 16 heads of fp8_ds_mla lists, where on SM90 a batch of at
+    most `SPARSE_SM90_SMALL_BATCH` queries took another kernel than a larger one (the result
+    changed with the batch size until session 49); 34 queries against each alone."""
+    k_cache = _flashmla_fp8_cache(4, 64, device)
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(34, 1, 16, 576, generator=g).bfloat16().to(device)
+    idx = torch.randint(-1, 256, (34, 1, 40), generator=g, dtype=torch.int32).to(device)
+
+    def forced():
+        meta = flash_mla.get_mla_metadata()[0]
+        meta.tile_scheduler_metadata = torch.zeros(1, 8, dtype=torch.int32, device=device)
+        return meta
+
+    meta = forced()
+    batch, _ = flash_mla.flash_mla_with_kvcache(q, k_cache, None, None, 512, meta,
+                                                is_fp8_kvcache=True, indices=idx)
+    assert meta.plan.num_splits == 1 and meta.plan.batch_invariant
+    for b in (0, 21, 33):
+        alone, _ = flash_mla.flash_mla_with_kvcache(q[b:b + 1], k_cache, None, None, 512,
+                                                    forced(), is_fp8_kvcache=True,
+                                                    indices=idx[b:b + 1])
+        assert torch.equal(alone[0], batch[b]), b
+
+
 def test_dense_decode_reads_tables_by_their_row_stride(device):
     """FlashMLA reads a block table by its row stride and the lengths alone: SGLang captures
     its graphs with a one-page view of its full-width table buffer and replays them with

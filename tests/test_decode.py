@@ -188,7 +188,7 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
         """The plan's kernel, and the 64-row form where that is "sm90"."""
         if sparse:
             plan = SparsePlan(num_queries=queries, num_heads=heads, topk=256, kv_format=fmt,
-                              device="cpu")
+                              device="cpu", **kw)
         else:
             plan = DecodePlan(batch=2, num_heads=heads, s_q=s_q, kv_format=fmt,
                               page_size=page_size, max_seqlen=4096, device="cpu", **kw)
@@ -246,6 +246,10 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
                                       (8, 2, ("mma8",))):
         assert form(**dict(sds, heads=heads, queries=queries)) == want_form, (heads, queries)
     assert form(heads=16, sparse=True, queries=2) == ("triton",)  # fp8 lists: not measured faster
+    # a batch-invariant plan's kernel does not follow the batch size (one split a query)
+    for queries in (1, 32, 33):
+        assert form(**dict(sds, heads=16, queries=queries, batch_invariant=True)) == ("triton",)
+    assert form(**dict(sds, heads=17, queries=2, batch_invariant=True)) == gather
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_SMALL_BATCH", 0)
     assert form(**dict(sds, heads=16, queries=2)) == ("triton",)
     monkeypatch.setattr(decode_mod, "SPARSE_SM90_SMALL_BATCH", 32)
@@ -874,6 +878,16 @@ def test_rejects_bad_plan_arguments(device):
     plan = DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1,
                       softmax_scale=torch.tensor(0.125), device=device)
     assert plan.softmax_scale == 0.125
+    with pytest.raises(TypeError, match=r"batch_invariant: expected a bool, got int"):
+        DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1,
+                   batch_invariant=1, device=device)
+    with pytest.raises(ValueError, match=r"num_splits: expected None or 1 with batch_invariant "
+                                         r"\(one split a request\), got 2"):
+        DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1,
+                   batch_invariant=True, num_splits=2, device=device)
+    plan = DecodePlan(batch=3, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=10**5,
+                      batch_invariant=True, device=device)
+    assert plan.num_splits == 1 and plan.batch_invariant
 
 
 @pytest.mark.parametrize("field,value,error,message", [

@@ -521,6 +521,12 @@ class DecodePlan:
             ~1.5e-4 of its row's largest logit, ~1.3e-3 where one q element dwarfs the rest
             (float32 accumulation errs by ~1e-6; BENCHMARKS.md, session 25). False never;
             None (the default) as the module's switches say (off).
+        batch_invariant: True fixes the schedule and the kernel whatever the batch size, so a
+            request's output is bit for bit the same alone or in any batch (vLLM's
+            batch-invariant mode): one split a request (``num_splits`` None or 1) and no
+            batch-size rule picking the kernel (`SPARSE_SM90_SMALL_BATCH`). The kernel may
+            still follow the length bound (``cache_seqlens`` / ``max_seqlen``): pass one bound
+            for every batch.
 
     A plan of several splits keeps each split's normalized partial output in a workspace
     sized once (`workspace_bytes`): in bfloat16 on the kernels where halving its traffic
@@ -541,9 +547,17 @@ class DecodePlan:
         cache_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None, s_q: int = 1,
         softmax_scale: float | None = None, device: str | torch.device = "cuda",
         num_splits: int | None = None, config: DecodeConfig | None = None, causal: bool = True,
-        fp8_scores: bool | None = None,
+        fp8_scores: bool | None = None, batch_invariant: bool = False,
     ) -> None:
         self.batch = check_int("batch", batch, lo=1)
+        if not isinstance(batch_invariant, bool):
+            raise TypeError(f"batch_invariant: expected a bool, got "
+                            f"{type(batch_invariant).__name__}")
+        if batch_invariant and num_splits not in (None, 1):
+            raise ValueError(f"num_splits: expected None or 1 with batch_invariant (one split "
+                             f"a request), got {num_splits}")
+        self.batch_invariant = batch_invariant
+        num_splits = 1 if batch_invariant else num_splits
         if not isinstance(causal, bool):
             raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
         if fp8_scores is not None and not isinstance(fp8_scores, bool):
@@ -896,7 +910,7 @@ class DecodePlan:
         fmt = self.fmt.name
         if self.sparse:
             lists = fmt == "fp8_ds_mla" or (fmt == "fp8" and SM90_GATHER_FP8)
-            small = (fmt == "fp8_ds_mla" and self.num_heads > 8
+            small = (fmt == "fp8_ds_mla" and self.num_heads > 8 and not self.batch_invariant
                      and self.batch <= SPARSE_SM90_SMALL_BATCH)
             return ("gather" if SPARSE_SM90_GLUON and lists
                     and (self.num_heads >= SPARSE_SM90_MIN_HEADS or small) else None)

@@ -50,9 +50,10 @@ class FlashMLASchedMeta:
 
     ``tile_scheduler_metadata`` / ``num_splits``: FlashMLA's schedule tensors, which fp8mla
     does not fill. A caller that sets a schedule of one partition ([1, 8]) before the first
-    call — vLLM's batch-invariant mode forces FlashMLA's single partition that way — gets one split per
-    request and a kernel chosen whatever the table's width: each dense request's result then
-    does not depend on the rest of the batch (docs/engines.md: sparse exceptions)."""
+    call — vLLM's batch-invariant mode forces FlashMLA's single partition that way — gets
+    batch-invariant plans (one split a request, a kernel chosen whatever the batch size and
+    the table's width): each request's result then does not depend on the rest of the
+    batch, dense or sparse."""
 
     @dataclasses.dataclass(frozen=True)
     class Config:
@@ -208,17 +209,20 @@ def _single_partition(tile_scheduler_metadata: object) -> bool:
 
 
 def _make_plan(cfg: FlashMLASchedMeta.Config, fmt: str, scale: float, span: int,
-               device: torch.device, splits: int | None) -> DecodePlan | _QueryRuns:
+               device: torch.device, invariant: bool) -> DecodePlan | _QueryRuns:
     """The plan of one problem: sparse over ``cfg.topk`` entries, else dense over a block
-    table spanning ``span`` tokens (in runs of queries above `MAX_S_Q`)."""
+    table spanning ``span`` tokens (in runs of queries above `MAX_S_Q`); ``invariant``: the
+    plans' ``batch_invariant``."""
     if cfg.topk is not None:
         return SparsePlan(num_queries=cfg.b * cfg.s_q, num_heads=cfg.h_q, topk=cfg.topk,
-                          kv_format=fmt, softmax_scale=scale, device=device, num_splits=splits)
+                          kv_format=fmt, softmax_scale=scale, device=device,
+                          batch_invariant=invariant)
 
     def dense(s_q: int) -> DecodePlan:
         return DecodePlan(batch=cfg.b, num_heads=cfg.h_q, s_q=s_q, kv_format=fmt,
                           page_size=cfg.page_block_size, max_seqlen=span, softmax_scale=scale,
-                          device=device, causal=cfg.causal or s_q == 1, num_splits=splits)
+                          device=device, causal=cfg.causal or s_q == 1,
+                          batch_invariant=invariant)
 
     return dense(cfg.s_q) if cfg.s_q <= MAX_S_Q else _QueryRuns(cfg, dense)
 
@@ -301,14 +305,14 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
         span = triton.next_power_of_2(span) if span else 0
         plan = _TENSOR_SCHEDULE_PLANS.get(
             (cfg, fmt, scale, span, str(q.device)),
-            lambda: _make_plan(cfg, fmt, scale, span, q.device, None))
+            lambda: _make_plan(cfg, fmt, scale, span, q.device, False))
     else:
         _check_config(meta, cfg)
         if not meta.have_initialized:
             forced = _single_partition(meta.tile_scheduler_metadata)
             # one split a request, and a kernel chosen whatever the table's width
-            meta.plan = (_make_plan(cfg, fmt, scale, INVARIANT_SPAN, q.device, 1) if forced
-                         else _make_plan(cfg, fmt, scale, span, q.device, None))
+            meta.plan = (_make_plan(cfg, fmt, scale, INVARIANT_SPAN, q.device, True) if forced
+                         else _make_plan(cfg, fmt, scale, span, q.device, False))
         plan = meta.plan
     # fresh outputs, as FlashMLA returns; the kernels write lse straight into its [b, h_q, s_q]
     # layout, +inf for a query with nothing to attend
