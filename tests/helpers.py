@@ -256,15 +256,18 @@ def index_cache(lens, page_size, device, seed=0, policy="fp32"):
 
 def indexer_reference_paged(cache, table, lens, q, w, s_q, max_len):
     """The float32 reference logits of `index_cache`'s requests: float32 [len(lens) · s_q,
-    max_len], row b · s_q + i query i of request b (q: [len(lens), s_q, heads, 128])."""
+    max_len], row b · s_q + i query i of request b (q: [len(lens), s_q, heads, 128]). lens:
+    each request's length (query i sees n − s_q + 1 + i keys) or, a list per request, each
+    query's own length."""
     keys = cache.dequantize(0)
     rows = []
     for b, n in enumerate(lens):
+        his = n if isinstance(n, list) else [max(0, n - s_q + 1 + i) for i in range(s_q)]
+        n = max(his)
         pos = torch.arange(n, device=keys.device)
         kb = torch.zeros(max_len, 128, device=keys.device)
         kb[:n] = keys[table[b, pos // cache.page_size].long() * cache.page_size + pos % cache.page_size]
-        for i in range(s_q):
-            hi = max(0, n - s_q + 1 + i)
+        for i, hi in enumerate(his):
             rows.append(reference.indexer_logits(
                 q[b, i:i + 1].float(), w[b * s_q + i:b * s_q + i + 1], kb,
                 torch.tensor([0]), torch.tensor([hi])))

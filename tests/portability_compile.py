@@ -273,7 +273,8 @@ def indexer_compile(cc, heads, keys_as_rows=KEYS_AS_ROWS):
     return compile_for(_indexer_logits_kernel, sig, {
         "S_Q": 1, "H_P2": heads, "BLOCK_S": 64, "PAGED": True, "Q_FP8": True, "HW_FP8": hw,
         "DOT_F32": False, "OUT_SCALE": 1.0 if hw else 65536.0, "KEYS_AS_ROWS": keys_as_rows,
-        "ROWS_ALIGNED": True, "PREFETCH": not tma and heads >= PREFETCH_MIN_HEADS, "TMA": tma},
+        "ROWS_ALIGNED": True, "PREFETCH": not tma and heads >= PREFETCH_MIN_HEADS, "TMA": tma,
+        "ROW_LENS": False},
         cc, num_stages=INDEXER_TMA_STAGES if tma else INDEXER_STAGES, aligned=True)
 
 
@@ -295,7 +296,7 @@ def indexer_sm90_compile(heads, paged=True, s_q=1):
            "num_pages": "i32"}
     return _gluon_sm90_compile(ki._indexer_sm90_kernel, sig, {
         "S_Q": s_q, "H": max(16, triton.next_power_of_2(heads)), "PAGED": paged, "NS": ki.NS,
-        "KSPLIT": ki.KSPLIT},
+        "KSPLIT": ki.KSPLIT, "ROW_LENS": False},
         pointers=("q_ptr", "w_ptr", "out_ptr", "stride_qr", "stride_wr", "stride_or"),
         num_warps=ki.NUM_WARPS)
 

@@ -251,23 +251,6 @@ def _paged_case(device, lens=(70, 30), heads=4, next_n=2, seed=5):
     return cache, table, q.to(device), w.to(device)
 
 
-def _per_query_reference(cache, table, q, w, lens2d, max_len):
-    """float32 [B · next_n, max_len]: query (b, i) over keys s < lens2d[b][i]."""
-    keys = cache.dequantize(0)
-    rows = []
-    for b, row in enumerate(lens2d):
-        n = max(row)
-        pos = torch.arange(n, device=keys.device)
-        kb = torch.zeros(max_len, 128, device=keys.device)
-        kb[:n] = keys[table[b, pos // cache.page_size].long() * cache.page_size
-                      + pos % cache.page_size]
-        for i, hi in enumerate(row):
-            rows.append(reference.indexer_logits(
-                q[b, i:i + 1].float(), w[b * len(row) + i:b * len(row) + i + 1], kb,
-                torch.tensor([0]), torch.tensor([hi])))
-    return torch.cat(rows)
-
-
 def test_deep_gemm_two_dimensional_context_lens(device):
     """DeepGEMM now takes context_lens [B, next_n], each query's own length (vLLM and SGLang
     pass it so; [B, 1] at next_n 1): the same logits as the 1-D form where they agree, and each
@@ -282,11 +265,12 @@ def test_deep_gemm_two_dimensional_context_lens(device):
     odd = [[12, 70], [30, 3]]  # not the causal staircase: each query its own length
     got = deep_gemm.fp8_paged_mqa_logits(
         q, view, w, torch.tensor(odd, dtype=torch.int32, device=device), table, None, 80)
-    assert_close(got, _per_query_reference(cache, table, q, w, odd, 80), atol=1e-3, rtol=1e-3)
+    assert_close(got, indexer_reference_paged(cache, table, odd, q, w, 2, 80), atol=1e-3,
+                 rtol=1e-3)
     single = deep_gemm.fp8_paged_mqa_logits(q[:, :1].contiguous(), view, w.view(2, 2, 4)[:, 0],
                                             lens[:, None], table, None, 80)
-    assert_close(single, _per_query_reference(cache, table, q[:, :1], w.view(2, 2, 4)[:, 0],
-                                              [[70], [30]], 80), atol=1e-3, rtol=1e-3)
+    assert_close(single, indexer_reference_paged(cache, table, [70, 30], q[:, :1],
+                                                 w.view(2, 2, 4)[:, 0], 1, 80), atol=1e-3, rtol=1e-3)
     column = torch.stack([lens, lens + 5], 1)[:, :1]  # [B, 1], a column of a wider buffer
     assert torch.equal(deep_gemm.fp8_paged_mqa_logits(q[:, :1].contiguous(), view,
                                                       w.view(2, 2, 4)[:, 0], column, table,
@@ -301,8 +285,9 @@ def test_deep_gemm_two_dimensional_context_lens(device):
 
 
 def test_deep_gemm_serves_any_next_n(device):
-    """MTP with more than 3 draft tokens: next_n 6 (the kernel takes ≤ 4 queries a request;
-    more run as requests of their own) against the reference, 1-D and 2-D lengths alike."""
+    """MTP with more than 3 draft tokens: next_n 6 (the kernels' causal form takes ≤ 4 queries
+    a request; above, each query's length is computed) against the reference, 1-D and 2-D
+    lengths alike."""
     cache, table, q, w = _paged_case(device, next_n=6, seed=8)
     view = cache.deep_gemm_view(0)
     lens = torch.tensor([70, 4], dtype=torch.int32, device=device)  # request 1: 4 < next_n

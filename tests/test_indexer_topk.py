@@ -51,6 +51,37 @@ def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page
     assert_close(out, ref, atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("heads,page_size", [(5, 16), (64, 64)])
+def test_indexer_paged_per_query_lengths(device, heads, page_size, tiles_per_program):
+    """context_lens [batch, s_q]: each query row its own window [0, L), read in place (no
+    causal staircase, any s_q — 6 here, above the causal form's 4 — zero lengths too) over
+    its request's pages; the keys past a row's length are NaN-poisoned by `index_cache`'s
+    pool; 64 heads of fp8 q over pages of 64 take the Gluon kernel on an SM90 GPU."""
+    lens = [[130, 7, 0, 129, 64, 1], [3, 40, 40, 2, 0, 17]]
+    cache, table = index_cache([130, 40], page_size, device, seed=heads + 2)
+    g = torch.Generator().manual_seed(heads + 3)
+    q = torch.randn(2, 6, heads, 128, generator=g).to(torch.float8_e4m3fn).to(device)
+    w = torch.rand(12, heads, generator=g).to(device)
+    max_len = table.shape[1] * page_size
+    got = indexer_logits_paged(q, w, cache.layer(0), table,
+                               torch.tensor(lens, dtype=torch.int32, device=device),
+                               max_len=max_len)
+    assert_close(got, indexer_reference_paged(cache, table, lens, q, w, 6, max_len),
+                 atol=1e-3, rtol=1e-3)
+    with pytest.raises(ValueError, match=r"context_lens: expected shape \[2, 6\], got \[2, 5\]"):
+        indexer_logits_paged(q, w, cache.layer(0), table,
+                             torch.zeros(2, 5, dtype=torch.int32, device=device), max_len=max_len)
+    with pytest.raises(ValueError, match=r"context_lens: expected a contiguous \[batch, s_q\]"):
+        indexer_logits_paged(q, w, cache.layer(0), table,
+                             torch.zeros(2, 8, dtype=torch.int32, device=device)[:, :6],
+                             max_len=max_len)
+    with pytest.raises(ValueError, match=r"s_q \(q.shape\[1\]\): expected an int in \[1, 4\], "
+                                         r"got 6"):  # the causal form: 1–4 queries
+        indexer_logits_paged(q, w, cache.layer(0), table,
+                             torch.tensor([130, 40], dtype=torch.int32, device=device),
+                             max_len=max_len)
+
+
 @pytest.mark.parametrize("heads,page_size", [(8, 16), (32, 64)])
 def test_indexer_fast_path_skips_pages_outside_the_pool(device, heads, page_size,
                                                         tiles_per_program):

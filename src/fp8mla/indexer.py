@@ -3,8 +3,9 @@ and for fp8 q of 33+ heads on SM90 in fp8mla.kernels.indexer_sm90: FP8 wgmma ove
 as copied, to ~14 bits — `SM90_MIN_HEADS`).
 
 `indexer_logits_paged` is the decode form (DeepGEMM's ``fp8_paged_mqa_logits`` layout: a paged
-132-byte key cache, s_q 1–4 queries per request, causal among them); `indexer_logits_ragged` the
-prefill form (``fp8_mqa_logits``: contiguous keys, each query row its own [start, end)).
+132-byte key cache, s_q 1–4 queries per request, causal among them, or each query its own
+length); `indexer_logits_ragged` the prefill form (``fp8_mqa_logits``: contiguous keys, each
+query row its own [start, end)).
 Both write −inf at every position outside a row's window, up to the output width.
 """
 
@@ -99,7 +100,7 @@ def _num_pages(keys_u8: torch.Tensor, page_size: int, paged: bool) -> int:
 
 
 def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, target,
-                 rows_per_req, page_size, paged):
+                 rows_per_req, page_size, paged, row_lens):
     """`_launch` through `fp8mla.kernels.indexer_sm90`; keys_u8: the pool's (paged) or the
     keys' bytes, flat uint8."""
     from fp8mla.kernels import indexer_sm90 as ki
@@ -116,7 +117,7 @@ def _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *, t
         out.shape[1], page_size.bit_length() - 1, page_rows, per_program * BLOCK_S,
         _num_pages(keys_u8, page_size, paged), S_Q=rows_per_req,
         H=max(16, triton.next_power_of_2(heads)), PAGED=paged, NS=ki.NS, KSPLIT=ki.KSPLIT,
-        num_warps=ki.NUM_WARPS)
+        ROW_LENS=row_lens, num_warps=ki.NUM_WARPS)
     return out
 
 
@@ -128,10 +129,10 @@ def _q_view(q: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 
 def _launch(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *,
-            rows_per_req, page_size, paged):
+            rows_per_req, page_size, paged, row_lens=False):
     """keys_u8: the pool's (paged) or the keys' bytes, flat uint8; key_scales: float32, the
     pool seen as float32 words (paged) or the keys' scales; lo / hi: int32 per-row windows, or
-    (paged) both the int32 per-request context lengths."""
+    (paged) both the int32 per-request context lengths — per query row with ``row_lens``."""
     rows, heads = q.shape[0], q.shape[1]
     target = target_for(q.device)
     if rows == 0 or out.shape[1] == 0:
@@ -139,7 +140,7 @@ def _launch(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *,
     if _sm90_serves(target, q, keys_u8, paged, page_size):
         return _launch_sm90(q, weights, keys_u8, key_scales, block_table, lo, hi, out,
                             target=target, rows_per_req=rows_per_req, page_size=page_size,
-                            paged=paged)
+                            paged=paged, row_lens=row_lens)
     keys_u32 = keys_u8.view(torch.int32)
     keys_f32 = keys_u8.view(torch.float32)
     qv, q_fp8 = _q_view(q)
@@ -163,7 +164,7 @@ def _launch(q, weights, keys_u8, key_scales, block_table, lo, hi, out, *,
         PAGED=paged, Q_FP8=q_fp8, HW_FP8=target.hw_fp8, DOT_F32=target.interpreted,
         OUT_SCALE=sw * (sw if q_fp8 else 1.0), KEYS_AS_ROWS=KEYS_AS_ROWS,
         ROWS_ALIGNED=paged and page_size % 4 == 0,
-        PREFETCH=not tma and h_p2 >= PREFETCH_MIN_HEADS, TMA=tma,
+        PREFETCH=not tma and h_p2 >= PREFETCH_MIN_HEADS, TMA=tma, ROW_LENS=row_lens,
         num_warps=NUM_WARPS, num_stages=TMA_STAGES if tma else NUM_STAGES,
     )
     return out
@@ -211,13 +212,16 @@ def indexer_logits_paged(
     q: [batch, s_q, index_heads, 128] float8_e4m3fn (per-token scale folded into weights) or
     bf16/fp16; weights: float32 [batch · s_q, index_heads]; key_cache: one layer of
     `IndexKeyCache`, uint8 [num_pages, page_size · 132] (or DeepGEMM's [num_pages, page_size, 1,
-    132] view); block_table: int32 [batch, max_pages]; context_lens: int32 [batch]; max_len: the
-    output width. Query i of s_q sees keys s < context_lens[b] − s_q + 1 + i.
+    132] view); block_table: int32 [batch, max_pages]; context_lens: int32 [batch] — query i
+    of s_q (1–4) sees keys s < context_lens[b] − s_q + 1 + i (causal MTP) — or int32
+    [batch, s_q], contiguous — query i sees s < context_lens[b, i] (any s_q ≥ 1: DeepGEMM's
+    2-D lengths); max_len: the output width.
     Returns float32 [batch · s_q, max_len], −inf outside each row's window.
     """
     check_tensor("q", q, dtype=_Q_DTYPES, ndim=4)
     b, s_q = q.shape[0], q.shape[1]
-    check_int("s_q (q.shape[1])", s_q, lo=1, hi=4)
+    row_lens = isinstance(context_lens, torch.Tensor) and context_lens.dim() == 2
+    check_int("s_q (q.shape[1])", s_q, lo=1, hi=None if row_lens else 4)
     _check_q_w(q, weights, b * s_q)
     check_tensor("key_cache", key_cache, dtype=torch.uint8, device=q.device)
     want = (f"uint8 [num_pages ≥ 1, page_size · {INDEX_ROW_BYTES}], page_size a "
@@ -230,8 +234,11 @@ def indexer_logits_paged(
         raise ValueError(f"key_cache: expected {want}, got {list(key_cache.shape)}")
     check_tensor("block_table", block_table, dtype=torch.int32, shape=(b, None), device=q.device,
                  contiguous_last=True)
-    check_tensor("context_lens", context_lens, dtype=torch.int32, shape=(b,), device=q.device,
-                 contiguous_last=True)
+    check_tensor("context_lens", context_lens, dtype=torch.int32,
+                 shape=(b, s_q) if row_lens else (b,), device=q.device, contiguous_last=True)
+    if row_lens and not context_lens.is_contiguous():
+        raise ValueError(f"context_lens: expected a contiguous [batch, s_q] tensor, got strides "
+                         f"{context_lens.stride()}")
     check_int("max_len", max_len, lo=0)
     if check and b:
         lens = context_lens.cpu()
@@ -240,6 +247,8 @@ def indexer_logits_paged(
         if lo < 0 or hi > cover:
             raise ValueError(f"context_lens: expected values in [0, {cover}] (block table "
                              f"coverage and max_len), got {lo if lo < 0 else hi}")
+        if row_lens:  # the pages a request's longest query reads
+            lens = lens.amax(dim=1)
         used = (torch.arange(block_table.shape[1]) * page_size)[None, :] < lens[:, None]
         ids = block_table.cpu()[used]
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pages.shape[0]):
@@ -247,10 +256,10 @@ def indexer_logits_paged(
                              f"[0, {pages.shape[0]})")
     out = torch.empty(b * s_q, max_len, dtype=torch.float32, device=q.device)
     flat = pages.view(-1)
-    # the kernel derives each row's window from its request's context length
+    # the kernel derives each row's window from its request's context length (or its own)
     return _launch(q.reshape(b * s_q, q.shape[2], INDEX_HEAD_DIM), weights, flat,
                    flat.view(torch.float32), block_table, context_lens, context_lens, out,
-                   rows_per_req=s_q, page_size=page_size, paged=True)
+                   rows_per_req=s_q, page_size=page_size, paged=True, row_lens=row_lens)
 
 
 def indexer_logits_ragged(

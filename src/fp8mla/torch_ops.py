@@ -92,7 +92,8 @@ indexer_logits_op.__doc__ = """torch.ops.fp8mla.indexer_logits(q, weights, key_c
 context_lens, max_len) -> logits: `fp8mla.indexer.indexer_logits_paged` without its host
 checks. q float8_e4m3fn / bf16 / fp16 [batch, s_q, index_heads, 128]; weights float32
 [batch · s_q, index_heads]; key_cache uint8 [num_pages, page_size · 132]; block_table int32
-[batch, max_pages]; context_lens int32 [batch] → float32 [batch · s_q, max_len]."""
+[batch, max_pages]; context_lens int32 [batch] or [batch, s_q] → float32 [batch · s_q,
+max_len]."""
 topk_indices_op.__doc__ = """torch.ops.fp8mla.topk_indices(logits, k, lengths) -> indices:
 `fp8mla.topk.topk_indices`. logits float32 [rows, length]; lengths int32 [rows] or None →
 int32 [rows, k], positions in ascending order, −1 padded."""

@@ -73,18 +73,17 @@ def _as(logits: torch.Tensor, logits_dtype: torch.dtype) -> torch.Tensor:
     return logits if logits_dtype == torch.float32 else logits.to(logits_dtype)
 
 
-def _per_query_rows(context_lens: torch.Tensor, next_n: int) -> torch.Tensor | None:
-    """int32 [batch · next_n], each query's own context length, where the call needs queries
-    as requests of their own (2-D ``context_lens`` with next_n > 1, or next_n above the
-    kernel's 4); None where the kernel takes ``context_lens`` as it is."""
-    if context_lens.dim() == 2:
-        if context_lens.shape[1] == 1:
-            return None
-        return context_lens.reshape(-1)
+def _per_query_lens(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
+    """``context_lens`` as `indexer_logits_paged` takes them: int32 [B, next_n], each query's
+    own length, contiguous (2-D lengths, or next_n above its causal form's 4), or [B] (query i
+    sees its request's length − next_n + 1 + i)."""
+    if context_lens.dim() == 2:  # ([B, 1] may be a column of a wider buffer)
+        return (context_lens.reshape(-1) if context_lens.shape[1] == 1
+                else context_lens).contiguous()
     if next_n <= 4:
-        return None
+        return context_lens.contiguous()
     steps = torch.arange(1 - next_n, 1, dtype=torch.int32, device=context_lens.device)
-    return (context_lens[:, None] + steps).clamp_min(0).reshape(-1)
+    return (context_lens[:, None] + steps).clamp_min(0)
 
 
 def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int,
@@ -119,13 +118,7 @@ def fp8_fp4_paged_mqa_logits(
             context_lens.dim() == 2 and context_lens.shape[1] != next_n):
         raise ValueError(f"context_lens: expected int32 [{b}, {next_n}] or [{b}], got "
                          f"{list(context_lens.shape)}")
-    rows = _per_query_rows(context_lens, next_n)
-    if rows is None:  # ([B, 1] may be a column of a wider buffer: made unit-stride)
-        lens = context_lens.reshape(b).contiguous()
-    else:  # each query a request of its own, over its request's pages
-        check_tensor("block_table", block_table, shape=(b, None))
-        q, lens = q.reshape(b * next_n, 1, *q.shape[2:]), rows
-        block_table = block_table.repeat_interleave(next_n, dim=0)
+    lens = _per_query_lens(context_lens, next_n)
     with argument_names({"key_cache": "kv_cache", "max_len": "max_context_len"}):
         logits = indexer_logits_paged(q, weights, kv_cache, block_table, lens,
                                       max_len=max_context_len, check=validating())

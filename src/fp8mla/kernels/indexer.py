@@ -4,7 +4,8 @@
     −inf elsewhere in [0, max_len).
 
 Windows: contiguous keys take lo / hi per row; paged decode takes the context lengths and
-derives them (query i of S_Q in a request of length L sees [0, L − S_Q + 1 + i)).
+derives them (query i of S_Q in a request of length L sees [0, L − S_Q + 1 + i)), or with
+ROW_LENS each query row's own length L (it sees [0, L)).
 
 One program per (query row, ``span`` key positions), span a multiple of BLOCK_S chosen by the
 launcher (more positions per program when rows × positions leave programs to spare): q is loaded
@@ -142,13 +143,16 @@ def _indexer_logits_kernel(
     S_Q: tl.constexpr, H_P2: tl.constexpr, BLOCK_S: tl.constexpr, PAGED: tl.constexpr,
     Q_FP8: tl.constexpr, HW_FP8: tl.constexpr, DOT_F32: tl.constexpr, OUT_SCALE: tl.constexpr,
     KEYS_AS_ROWS: tl.constexpr, ROWS_ALIGNED: tl.constexpr, PREFETCH: tl.constexpr,
-    TMA: tl.constexpr = False,
+    TMA: tl.constexpr = False, ROW_LENS: tl.constexpr = False,
 ):
     r = tl.program_id(0)
     base = tl.program_id(1) * span
-    if PAGED:  # hi_ptr: the requests' context lengths; row r is query r % S_Q of its request
+    if PAGED:  # row r is query r % S_Q of request r // S_Q
         lo = 0
-        hi = tl.maximum(tl.load(hi_ptr + r // S_Q) - S_Q + 1 + r % S_Q, 0)
+        if ROW_LENS:  # hi_ptr: each query row's own context length
+            hi = tl.maximum(tl.load(hi_ptr + r), 0)
+        else:  # hi_ptr: the requests' context lengths, the queries causal among them
+            hi = tl.maximum(tl.load(hi_ptr + r // S_Q) - S_Q + 1 + r % S_Q, 0)
     else:
         lo = tl.load(lo_ptr + r)
         hi = tl.load(hi_ptr + r)

@@ -136,21 +136,25 @@ if AVAILABLE:
         out_ptr, stride_qr, stride_wr, stride_bt, stride_or, num_heads, max_len, page_shift,
         page_rows, span, num_pages,
         S_Q: gl.constexpr, H: gl.constexpr, PAGED: gl.constexpr, NS: gl.constexpr,
-        KSPLIT: gl.constexpr,
+        KSPLIT: gl.constexpr, ROW_LENS: gl.constexpr,
     ):
         """q_ptr: uint8 [rows, num_heads · 128] (e4m3 bytes, row stride ``stride_qr``);
         w_ptr: float32 [rows, num_heads]; out_ptr: float32 [rows, max_len]. Grid: (rows,
         programs a row), each ``span`` positions (a multiple of 64). H: heads padded to a power
-        of two ≥ 16 (the wgmma's N)."""
+        of two ≥ 16 (the wgmma's N). ROW_LENS: paged, hi_ptr holds each row's own context
+        length (else each request's, its S_Q queries causal among them)."""
         gl.static_assert(NS >= 2, "NS: a ring of at least two stages")
         ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, H, 32])
         KEYS: gl.constexpr = gl.SliceLayout(1, ACC)
         r = gl.program_id(0)
         base = gl.program_id(1) * span
-        if PAGED:  # hi_ptr: the requests' context lengths; row r is query r % S_Q of its request
+        if PAGED:  # row r is query r % S_Q of request r // S_Q
             lo = 0
-            hi = gl.maximum(gl.load(hi_ptr + r // S_Q) - S_Q + 1 + r % S_Q, 0)
+            if ROW_LENS:  # hi_ptr: each query row's own context length
+                hi = gl.maximum(gl.load(hi_ptr + r), 0)
+            else:  # hi_ptr: the requests' context lengths, the queries causal among them
+                hi = gl.maximum(gl.load(hi_ptr + r // S_Q) - S_Q + 1 + r % S_Q, 0)
         else:
             lo = gl.load(lo_ptr + r)
             hi = gl.load(hi_ptr + r)
