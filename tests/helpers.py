@@ -41,10 +41,11 @@ class LaunchRecorder:
 
 
 def poison(cache: PagedKVCache) -> None:
-    """Fill every byte of the pool so that a stray read shows: NaN in bf16 halves and in
-    fp8_ds_mla scales / rope, and the largest e4m3 value (0x7E = 448) in fp8 bytes."""
+    """Fill every byte of the pool so that a stray read shows, even at weight 0: NaN in bf16
+    halves and in fp8_ds_mla scales / rope, e4m3fn's NaN (0x7F) in fp8 bytes (both e4m3
+    conversions read it as NaN since session 49; 0x7E = 448 before)."""
     if cache.fmt.name == "fp8":
-        cache.pool.fill_(0x7E)
+        cache.pool.fill_(0x7F)
     else:
         cache.pool.view(torch.int16).fill_(0x7FC0)  # bf16 NaN in every 16-bit half
 
