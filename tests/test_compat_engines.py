@@ -199,18 +199,23 @@ def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
     assert multi.plan.num_splits == plain.plan.num_splits
 
 
-def test_forced_schedule_makes_sparse_decode_batch_invariant(device):
+@pytest.mark.parametrize("asked_by", ["schedule", "environment"])
+def test_forced_schedule_makes_sparse_decode_batch_invariant(device, asked_by, monkeypatch):
     """The same for sparse decode: 16 heads of fp8_ds_mla lists, where on SM90 a batch of at
     most `SPARSE_SM90_SMALL_BATCH` queries took another kernel than a larger one (the result
-    changed with the batch size until session 49); 34 queries against each alone."""
+    changed with the batch size until session 49); 34 queries against each alone — asked by
+    the caller's schedule or by vLLM's environment variable."""
     k_cache = _flashmla_fp8_cache(4, 64, device)
     g = torch.Generator().manual_seed(12)
     q = torch.randn(34, 1, 16, 576, generator=g).bfloat16().to(device)
     idx = torch.randint(-1, 256, (34, 1, 40), generator=g, dtype=torch.int32).to(device)
+    if asked_by == "environment":
+        monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
 
     def forced():
         meta = flash_mla.get_mla_metadata()[0]
-        meta.tile_scheduler_metadata = torch.zeros(1, 8, dtype=torch.int32, device=device)
+        if asked_by == "schedule":
+            meta.tile_scheduler_metadata = torch.zeros(1, 8, dtype=torch.int32, device=device)
         return meta
 
     meta = forced()
@@ -222,6 +227,38 @@ def test_forced_schedule_makes_sparse_decode_batch_invariant(device):
                                                     forced(), is_fp8_kvcache=True,
                                                     indices=idx[b:b + 1])
         assert torch.equal(alone[0], batch[b]), b
+
+
+def test_environment_makes_sparse_prefill_and_earlier_interface_batch_invariant(
+        device, monkeypatch):
+    """With FP8MLA_BATCH_INVARIANT (or vLLM's VLLM_BATCH_INVARIANT) set, flash_mla_sparse_fwd
+    runs one split a token whatever the token count (FlashMLA's sparse prefill never splits:
+    one token of 8 heads otherwise takes several splits here), and the earlier interface's
+    dense plans one split a request: each token's / request's output is bit for bit the same
+    alone or in the call."""
+    monkeypatch.setenv("FP8MLA_BATCH_INVARIANT", "1")
+    k_cache = _flashmla_fp8_cache(4, 64, device)
+    kv = k_cache.view(-1, 1, 656)
+    g = torch.Generator().manual_seed(13)
+    q = torch.randn(5, 8, 576, generator=g).bfloat16().to(device)
+    idx = torch.randint(-1, 256, (5, 1, 300), generator=g, dtype=torch.int32).to(device)
+    out, _, _ = flash_mla.flash_mla_sparse_fwd(q, kv, idx, 576 ** -0.5)
+    for t in (0, 4):
+        alone, _, _ = flash_mla.flash_mla_sparse_fwd(q[t:t + 1], kv, idx[t:t + 1], 576 ** -0.5)
+        assert torch.equal(alone[0], out[t]), t
+    cache, table, seqlens, qd = _dense_case(device, lens=(300, 41, 170), s_q=1, heads=8)
+    k_dense = cache.layer(0).unsqueeze(2)
+    meta, splits = sgl_flash_mla.get_mla_metadata(seqlens, 8, 1)
+    batch, _ = sgl_flash_mla.flash_mla_with_kvcache(qd, k_dense, table, seqlens, 512, meta,
+                                                    splits, causal=True, is_fp8_kvcache=True)
+    for b in range(3):
+        pages = -(-int(seqlens[b]) // 16)
+        alone, _ = sgl_flash_mla.flash_mla_with_kvcache(
+            qd[b:b + 1], k_dense, table[b:b + 1, :pages], seqlens[b:b + 1], 512, meta, splits,
+            causal=True, is_fp8_kvcache=True)
+        assert torch.equal(alone[0], batch[b]), b
+    monkeypatch.setenv("FP8MLA_BATCH_INVARIANT", "0")
+    assert not flash_mla.invariant_mode()
 
 
 def test_dense_decode_reads_tables_by_their_row_stride(device):

@@ -885,6 +885,11 @@ def test_rejects_bad_plan_arguments(device):
                                          r"\(one split a request\), got 2"):
         DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=1,
                    batch_invariant=True, num_splits=2, device=device)
+    with pytest.raises(ValueError, match=r"cache_seqlens: expected None with batch_invariant "
+                                         r"\(the kernel may follow the length bound: pass "
+                                         r"max_seqlen"):
+        DecodePlan(batch=1, num_heads=8, kv_format="fp8", page_size=16, batch_invariant=True,
+                   cache_seqlens=torch.ones(1, dtype=torch.int32, device=device), device=device)
     plan = DecodePlan(batch=3, num_heads=8, kv_format="fp8", page_size=16, max_seqlen=10**5,
                       batch_invariant=True, device=device)
     assert plan.num_splits == 1 and plan.batch_invariant

@@ -75,7 +75,8 @@ def test_indexer_paged_per_query_lengths(device, heads, page_size, tiles_per_pro
         indexer_logits_paged(q, w, cache.layer(0), table,
                              torch.zeros(2, 8, dtype=torch.int32, device=device)[:, :6],
                              max_len=max_len)
-    with pytest.raises(ValueError, match=r"s_q \(q.shape\[1\]\): expected an int in \[1, 4\], "
+    with pytest.raises(ValueError, match=r"s_q \(q.shape\[1\]; above 4 with context_lens "
+                                         r"\[batch, s_q\] only\): expected an int in \[1, 4\], "
                                          r"got 6"):  # the causal form: 1–4 queries
         indexer_logits_paged(q, w, cache.layer(0), table,
                              torch.tensor([130, 40], dtype=torch.int32, device=device),

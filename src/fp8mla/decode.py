@@ -525,8 +525,8 @@ class DecodePlan:
             request's output is bit for bit the same alone or in any batch (vLLM's
             batch-invariant mode): one split a request (``num_splits`` None or 1) and no
             batch-size rule picking the kernel (`SPARSE_SM90_SMALL_BATCH`). The kernel may
-            still follow the length bound (``cache_seqlens`` / ``max_seqlen``): pass one bound
-            for every batch.
+            still follow the length bound: such a plan takes ``max_seqlen`` (pass one bound
+            for every batch), not ``cache_seqlens``.
 
     A plan of several splits keeps each split's normalized partial output in a workspace
     sized once (`workspace_bytes`): in bfloat16 on the kernels where halving its traffic
@@ -556,6 +556,10 @@ class DecodePlan:
         if batch_invariant and num_splits not in (None, 1):
             raise ValueError(f"num_splits: expected None or 1 with batch_invariant (one split "
                              f"a request), got {num_splits}")
+        if batch_invariant and cache_seqlens is not None:
+            raise ValueError("cache_seqlens: expected None with batch_invariant (the kernel may "
+                             "follow the length bound: pass max_seqlen, one bound for every "
+                             "batch), got a tensor")
         self.batch_invariant = batch_invariant
         num_splits = 1 if batch_invariant else num_splits
         if not isinstance(causal, bool):
@@ -882,8 +886,8 @@ class DecodePlan:
         """Whether a 64-row Gluon SM90 kernel serves this plan (`_sm90_form`): 64-head
         programs (dense: more than 32 heads, s_q 2–4 a program a query, `SM90_MTP`; sparse:
         from `SPARSE_SM90_MIN_HEADS` heads, and fp8_ds_mla lists of 9–16 heads for at most
-        `SPARSE_SM90_SMALL_BATCH` queries), a GPU of compute capability 9.0 and a Triton with
-        Gluon."""
+        `SPARSE_SM90_SMALL_BATCH` queries unless ``batch_invariant``), a GPU of compute
+        capability 9.0 and a Triton with Gluon."""
         if self.target.interpreted or self.target.cc != 90:
             return False
         if self.s_q > 1 and not SM90_MTP:
@@ -904,9 +908,9 @@ class DecodePlan:
         tokens (`SM90_GLUON`); "gather" — `decode_sm90._mla_sparse_sm90_kernel`, index lists
         of fp8_ds_mla rows from `SPARSE_SM90_MIN_HEADS` heads (`SPARSE_SM90_GLUON`) or of fp8
         rows (`SM90_GATHER_FP8` too) — and of fp8_ds_mla rows at 9–16 heads for at most
-        `SPARSE_SM90_SMALL_BATCH` queries —, dense fp8_ds_mla rows through the block table
-        (`SM90_DS_PAGED`), dense fp8 rows in pages shorter than a tile (`SM90_GATHER_FP8`);
-        None: neither."""
+        `SPARSE_SM90_SMALL_BATCH` queries unless ``batch_invariant`` —, dense fp8_ds_mla rows
+        through the block table (`SM90_DS_PAGED`), dense fp8 rows in pages shorter than a
+        tile (`SM90_GATHER_FP8`); None: neither."""
         fmt = self.fmt.name
         if self.sparse:
             lists = fmt == "fp8_ds_mla" or (fmt == "fp8" and SM90_GATHER_FP8)

@@ -221,7 +221,9 @@ def indexer_logits_paged(
     check_tensor("q", q, dtype=_Q_DTYPES, ndim=4)
     b, s_q = q.shape[0], q.shape[1]
     row_lens = isinstance(context_lens, torch.Tensor) and context_lens.dim() == 2
-    check_int("s_q (q.shape[1])", s_q, lo=1, hi=None if row_lens else 4)
+    check_int("s_q (q.shape[1])" if row_lens else
+              "s_q (q.shape[1]; above 4 with context_lens [batch, s_q] only)", s_q, lo=1,
+              hi=None if row_lens else 4)
     _check_q_w(q, weights, b * s_q)
     check_tensor("key_cache", key_cache, dtype=torch.uint8, device=q.device)
     want = (f"uint8 [num_pages ≥ 1, page_size · {INDEX_ROW_BYTES}], page_size a "

@@ -9,8 +9,8 @@ each entry in the attention loop (SPARSE=True); larger ones first compact the li
 (`fp8mla.kernels.compact`: valid entries in order at the front, and their count — a plan-owned
 int32 [queries, topk] buffer) and read them as a block table of one-token pages — except on
 SM90, where fp8 and fp8_ds_mla plans of ≥ 17 heads — and fp8_ds_mla plans of 9–16 heads for
-at most `fp8mla.decode.SPARSE_SM90_SMALL_BATCH` queries — take a Gluon kernel
-(`fp8mla.kernels.decode_sm90`) and fp8_ds_mla plans of ≤ 8 heads another
+at most `fp8mla.decode.SPARSE_SM90_SMALL_BATCH` queries, unless the plan is batch-invariant —
+take a Gluon kernel (`fp8mla.kernels.decode_sm90`) and fp8_ds_mla plans of ≤ 8 heads another
 (`fp8mla.kernels.decode_sm90_mma8_sparse`), each checking the entries itself.
 
 Out-of-range indices: the validating path (``check=True``, default) raises; the fast path

@@ -19,8 +19,12 @@ Intended differences (where FlashMLA refuses, fp8mla serves):
   `fp8mla._plans.PlanCache`);
 - a dense block table is read by its row stride, as FlashMLA reads it: a narrow view of a
   wider buffer is widened to its rows (`_whole_rows`), and the plan is sized for that width;
-- a `FlashMLASchedMeta` given a one-partition schedule by its caller runs one split per
-  request (`_single_partition`: vLLM's batch-invariant mode);
+- batch-invariant results where asked: a `FlashMLASchedMeta` given a one-partition schedule by
+  its caller (`_single_partition`), or any call while `INVARIANT_ENV`'s ``VLLM_BATCH_INVARIANT``
+  / ``FP8MLA_BATCH_INVARIANT`` is set (`invariant_mode`), runs plans of one split per request
+  whose kernel does not follow the batch (`DecodePlan`'s ``batch_invariant``); otherwise
+  `flash_mla_sparse_fwd`'s split count follows its token count (FlashMLA's kernel never
+  splits);
 - ``extra_k_cache`` / ``extra_indices_in_kvcache`` / ``extra_topk_length`` / ``indexer_topk``
   are not supported (an error unless None / 0).
 Lonely queries (nothing to attend) return out 0 and lse +inf, as FlashMLA does.
@@ -29,6 +33,7 @@ Lonely queries (nothing to attend) return out 0 and lse +inf, as FlashMLA does.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 import triton
@@ -143,6 +148,9 @@ MAX_S_Q = 4  # queries a request the dense decode kernels take at once
 # the table span a forced single-partition schedule plans for (its kernel must not depend on
 # the batch's widest table)
 INVARIANT_SPAN = 1 << 20
+# the environment variables that make every plan of this interface batch-invariant: vLLM's
+# batch-invariant mode (which also forces FlashMLA's one-partition schedule) and fp8mla's own
+INVARIANT_ENV = ("VLLM_BATCH_INVARIANT", "FP8MLA_BATCH_INVARIANT")
 # plans of the earlier interface's calls (tensor schedules carry none), by problem shape
 _TENSOR_SCHEDULE_PLANS = PlanCache()
 
@@ -199,6 +207,14 @@ def _whole_rows(block_table: torch.Tensor) -> torch.Tensor:
     if width <= block_table.shape[1]:
         return block_table
     return block_table.as_strided((rows, width), (row, 1))
+
+
+def invariant_mode() -> bool:
+    """Whether the environment asks for batch-invariant results: `INVARIANT_ENV`'s variables,
+    any of them set to a value other than "", "0", "false", "no" or "off" (read at each call;
+    plans already made keep what they were made with)."""
+    return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+               for name in INVARIANT_ENV)
 
 
 def _single_partition(tile_scheduler_metadata: object) -> bool:
@@ -301,18 +317,20 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
         _check_tensors(block_table=block_table)
         block_table = _whole_rows(block_table)
         span = block_table.shape[-1] * k_cache.shape[1]
+    # batch-invariant plans (one split a request, a kernel chosen whatever the batch and the
+    # table's width) where the environment or the caller's schedule asks for them
+    invariant = invariant_mode()
     if tensor_schedule:  # one plan per shape, sized for a power-of-two span of the table
-        span = triton.next_power_of_2(span) if span else 0
+        span = INVARIANT_SPAN if invariant else triton.next_power_of_2(span) if span else 0
         plan = _TENSOR_SCHEDULE_PLANS.get(
-            (cfg, fmt, scale, span, str(q.device)),
-            lambda: _make_plan(cfg, fmt, scale, span, q.device, False))
+            (cfg, fmt, scale, span, invariant, str(q.device)),
+            lambda: _make_plan(cfg, fmt, scale, span, q.device, invariant))
     else:
         _check_config(meta, cfg)
         if not meta.have_initialized:
-            forced = _single_partition(meta.tile_scheduler_metadata)
-            # one split a request, and a kernel chosen whatever the table's width
-            meta.plan = (_make_plan(cfg, fmt, scale, INVARIANT_SPAN, q.device, True) if forced
-                         else _make_plan(cfg, fmt, scale, span, q.device, False))
+            invariant = invariant or _single_partition(meta.tile_scheduler_metadata)
+            meta.plan = _make_plan(cfg, fmt, scale, INVARIANT_SPAN if invariant else span,
+                                   q.device, invariant)
         plan = meta.plan
     # fresh outputs, as FlashMLA returns; the kernels write lse straight into its [b, h_q, s_q]
     # layout, +inf for a query with nothing to attend
@@ -378,7 +396,8 @@ def flash_mla_sparse_fwd(
     _check_sink(attn_sink, h_q)
     with argument_names({"softmax_scale": "sm_scale"}):
         plan = SparsePlan(num_queries=s_q, num_heads=h_q, topk=indices.shape[-1],
-                          kv_format=fmt, softmax_scale=sm_scale, device=q.device)
+                          kv_format=fmt, softmax_scale=sm_scale, device=q.device,
+                          batch_invariant=invariant_mode())
     with argument_names({"kv_cache": "kv"}):
         out, lse = plan.run(q, kv, indices[:, 0], topk_length, check=False,
                             empty_lse=float("inf"))
