@@ -33,6 +33,14 @@ def tiles_per_program(request, monkeypatch):
     return request.param
 
 
+def _queries(batch, s_q, heads, device, seed, dtype=torch.float8_e4m3fn):
+    """Random index queries [batch, s_q, heads, 128] of ``dtype`` and their float32 weights
+    [batch · s_q, heads]."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, s_q, heads, 128, generator=g).to(dtype).to(device)
+    return q, torch.rand(batch * s_q, heads, generator=g).to(device)
+
+
 @pytest.mark.parametrize("q_dtype", [torch.float8_e4m3fn, torch.bfloat16])
 @pytest.mark.parametrize("heads,s_q,lens,page_size", [(1, 1, [5], 1), (32, 2, [195, 3], 2),
                                                       (64, 4, [130], 64), (7, 3, [2, 40], 16),
@@ -40,9 +48,7 @@ def tiles_per_program(request, monkeypatch):
 def test_indexer_paged_matches_reference(device, q_dtype, heads, s_q, lens, page_size,
                                          tiles_per_program):
     cache, table = index_cache(lens, page_size, device, seed=heads)
-    g = torch.Generator().manual_seed(heads + 1)
-    q = torch.randn(len(lens), s_q, heads, 128, generator=g).to(q_dtype).to(device)
-    w = torch.rand(len(lens) * s_q, heads, generator=g).to(device)
+    q, w = _queries(len(lens), s_q, heads, device, heads + 1, q_dtype)
     max_len = table.shape[1] * page_size
     out = indexer_logits_paged(q, w, cache.layer(0), table,
                                torch.tensor(lens, dtype=torch.int32, device=device),
@@ -59,9 +65,7 @@ def test_indexer_paged_per_query_lengths(device, heads, page_size, tiles_per_pro
     pool; 64 heads of fp8 q over pages of 64 take the Gluon kernel on an SM90 GPU."""
     lens = [[130, 7, 0, 129, 64, 1], [3, 40, 40, 2, 0, 17]]
     cache, table = index_cache([130, 40], page_size, device, seed=heads + 2)
-    g = torch.Generator().manual_seed(heads + 3)
-    q = torch.randn(2, 6, heads, 128, generator=g).to(torch.float8_e4m3fn).to(device)
-    w = torch.rand(12, heads, generator=g).to(device)
+    q, w = _queries(2, 6, heads, device, heads + 3)
     max_len = table.shape[1] * page_size
     got = indexer_logits_paged(q, w, cache.layer(0), table,
                                torch.tensor(lens, dtype=torch.int32, device=device),
@@ -95,9 +99,7 @@ def test_indexer_fast_path_skips_pages_outside_the_pool(device, heads, page_size
     cache, table = index_cache(lens, page_size, device, seed=heads)
     bad = table.clone()
     bad[0, 1], bad[1, 0], bad[1, 2] = cache.num_pages, -2, 1 << 30
-    g = torch.Generator().manual_seed(heads + 1)
-    q = torch.randn(2, 1, heads, 128, generator=g).to(torch.float8_e4m3fn).to(device)
-    w = torch.rand(2, heads, generator=g).to(device)
+    q, w = _queries(2, 1, heads, device, heads + 1)
     max_len = table.shape[1] * page_size
     out = indexer_logits_paged(q, w, cache.layer(0), bad,
                                torch.tensor(lens, dtype=torch.int32, device=device),
