@@ -321,7 +321,7 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
     # table's width) where the environment or the caller's schedule asks for them
     invariant = invariant_mode()
     if tensor_schedule:  # one plan per shape, sized for a power-of-two span of the table
-        span = INVARIANT_SPAN if invariant else triton.next_power_of_2(span) if span else 0
+        span = INVARIANT_SPAN if invariant else (triton.next_power_of_2(span) if span else 0)
         plan = _TENSOR_SCHEDULE_PLANS.get(
             (cfg, fmt, scale, span, invariant, str(q.device)),
             lambda: _make_plan(cfg, fmt, scale, span, q.device, invariant))
