@@ -222,6 +222,7 @@ def test_forced_schedule_makes_sparse_decode_batch_invariant(device, asked_by, m
     batch, _ = flash_mla.flash_mla_with_kvcache(q, k_cache, None, None, 512, meta,
                                                 is_fp8_kvcache=True, indices=idx)
     assert meta.plan.num_splits == 1 and meta.plan.batch_invariant
+    assert meta.plan.out is None  # (every call is given fresh outputs)
     for b in (0, 21, 33):
         alone, _ = flash_mla.flash_mla_with_kvcache(q[b:b + 1], k_cache, None, None, 512,
                                                     forced(), is_fp8_kvcache=True,

@@ -8,7 +8,7 @@ import torch
 import fp8mla.decode as decode_mod
 from fp8mla import reference
 from fp8mla.decode import DecodePlan, choose_num_splits, dense_decode
-from fp8mla.sparse import sparse_decode
+from fp8mla.sparse import SparsePlan, sparse_decode
 from fp8mla.testing import assert_close
 from helpers import LaunchRecorder, assert_blind_rows, paged_cache
 
@@ -117,6 +117,35 @@ def test_nan_in_q_gives_nan_in_that_row_alone(device, splits):
     out, lse = sparse_decode(q, cache.layer(0), slots.contiguous(), kv_format=cache.fmt,
                              fp8_scale=cache.scale(0))
     assert torch.equal(lse.isnan().cpu(), want) and out[1, 0, 2].isnan().all()
+
+
+def test_plan_without_own_outputs_writes_what_it_is_given(device):
+    """own_outputs=False: no out / lse buffers in the plan (the compat layers' and the layer's
+    plans, whose callers always pass fresh ones); runs given outputs match a plan of its own
+    bit for bit, split and not; a run given none is refused by name, and a sparse plan alike."""
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [90, 7], 16, device=device, seed=21)
+    q = _q(2, 2, 5, device, 22)
+    for splits in (1, 3):
+        kw = dict(batch=2, num_heads=5, s_q=2, kv_format=cache.fmt, page_size=16,
+                  max_seqlen=96, device=device, num_splits=splits)
+        bare, own = DecodePlan(own_outputs=False, **kw), DecodePlan(**kw)
+        assert bare.out is None and bare.lse is None and bare.max_logits.shape == (2, 2, 5)
+        out = torch.empty(2, 2, 5, 512, dtype=torch.bfloat16, device=device)
+        lse = torch.empty(2, 2, 5, dtype=torch.float32, device=device)
+        bare.run(q, cache.layer(0), table, seqlens, out=out, lse=lse)
+        want_out, want_lse = own.run(q, cache.layer(0), table, seqlens)
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+        with pytest.raises(ValueError, match=r"out: expected a tensor \(the plan was made with "
+                                             r"own_outputs=False"):
+            bare.run(q, cache.layer(0), table, seqlens)
+        with pytest.raises(ValueError, match=r"lse: expected a tensor"):
+            bare.run(q, cache.layer(0), table, seqlens, out=out)
+    sparse = SparsePlan(num_queries=2, num_heads=5, topk=8, kv_format=cache.fmt, device=device,
+                        own_outputs=False)
+    with pytest.raises(ValueError, match=r"out: expected a tensor"):
+        sparse.run(q[:, 0], cache.layer(0), torch.zeros(2, 8, dtype=torch.int32, device=device))
+    with pytest.raises(TypeError, match=r"own_outputs: expected a bool, got str"):
+        DecodePlan(own_outputs="no", **kw)
 
 
 @pytest.mark.parametrize("backend", ["full_cast", "gather_cast", "reference"])

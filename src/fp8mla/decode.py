@@ -527,6 +527,10 @@ class DecodePlan:
             batch-size rule picking the kernel (`SPARSE_SM90_SMALL_BATCH`). The kernel may
             still follow the length bound: such a plan takes ``max_seqlen`` (pass one bound
             for every batch), not ``cache_seqlens``.
+        own_outputs: False makes no ``out`` / ``lse`` buffers (each run is then given its
+            own): for callers that always pass them — they would otherwise hold
+            batch · s_q · heads · 1028 bytes per plan unused (the compat layers' plans, one
+            per captured graph size).
 
     A plan of several splits keeps each split's normalized partial output in a workspace
     sized once (`workspace_bytes`): in bfloat16 on the kernels where halving its traffic
@@ -548,8 +552,11 @@ class DecodePlan:
         softmax_scale: float | None = None, device: str | torch.device = "cuda",
         num_splits: int | None = None, config: DecodeConfig | None = None, causal: bool = True,
         fp8_scores: bool | None = None, batch_invariant: bool = False,
+        own_outputs: bool = True,
     ) -> None:
         self.batch = check_int("batch", batch, lo=1)
+        if not isinstance(own_outputs, bool):
+            raise TypeError(f"own_outputs: expected a bool, got {type(own_outputs).__name__}")
         if not isinstance(batch_invariant, bool):
             raise TypeError(f"batch_invariant: expected a bool, got "
                             f"{type(batch_invariant).__name__}")
@@ -617,9 +624,13 @@ class DecodePlan:
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
         self._descs = (None, None)  # (pool key, TMA descriptors) of the last pool run on
-        self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
-                               device=self.device)
-        self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32, device=self.device)
+        # the plan's own outputs (None without ``own_outputs``: each run is given them)
+        self.out = self.lse = None
+        if own_outputs:
+            self.out = torch.empty(batch, s_q, num_heads, LATENT_DIM, dtype=torch.bfloat16,
+                                   device=self.device)
+            self.lse = torch.empty(batch, s_q, num_heads, dtype=torch.float32,
+                                   device=self.device)
         # (registers a thread, shared bytes a program) of the Triton kernel's compile the plan
         # launches, where it compiled one to size the grid (`_programs_per_sm`); else None
         self.compiled_resources = None
@@ -636,7 +647,8 @@ class DecodePlan:
         # the ≤ 16-row kernel's first product as FP8 wgmma (`_qk8`)
         self.qk8 = self.mma8 and self._qk8(max_seqlen, fp8_scores)
         # max over the row of the scaled scores (FlashMLA's max_logits), −inf when none
-        self.max_logits = torch.empty_like(self.lse)
+        self.max_logits = torch.empty(batch, s_q, num_heads, dtype=torch.float32,
+                                      device=self.device)
         if self.num_splits > 1:
             self.part_out = torch.empty(batch, self.num_splits, s_q, num_heads, LATENT_DIM,
                                         dtype=partials_dtype(self.num_splits, self.kernel,
@@ -646,7 +658,7 @@ class DecodePlan:
                                         dtype=torch.float32, device=self.device)
             self.part_max = torch.empty_like(self.part_lse)
         else:
-            self.part_out = self.part_lse = self.part_max = self.lse  # unused placeholders
+            self.part_out = self.part_lse = self.part_max = self.max_logits  # placeholders
         self._combine_launch = self._combine_shape() if self.num_splits > 1 else None
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=self.device)
         # debug: int64 [head_blocks × batch × num_splits, 12] on the plan's device that the
@@ -730,6 +742,10 @@ class DecodePlan:
         [batch, s_q, heads, ..]; ``per_query``: given as [queries, heads, ..] (sparse)."""
         shape = (self.batch, self.num_heads) if per_query else (self.batch, self.s_q,
                                                                    self.num_heads)
+        if (out is None or lse is None) and self.out is None:
+            raise ValueError(f"{'out' if out is None else 'lse'}: expected a tensor (the plan "
+                             f"was made with own_outputs=False: each run is given its "
+                             f"outputs), got None")
         if out is None:
             out = self.out
         else:
@@ -839,7 +855,11 @@ class DecodePlan:
         rows = torch.empty(16, self.fmt.row_bytes, dtype=torch.uint8, device=dev)
         table = torch.empty(self.batch, 16, dtype=torch.int32, device=dev)
         lens = torch.empty(self.batch, dtype=torch.int32, device=dev)
-        self.max_logits = self.part_out = self.part_lse = self.part_max = self.lse
+        # the outputs' shapes (their strides specialize the compile), held for it alone
+        out = self.out if self.out is not None else torch.empty(
+            self.batch, self.s_q, self.num_heads, LATENT_DIM, dtype=torch.bfloat16, device=dev)
+        lse = torch.empty(self.batch, self.s_q, self.num_heads, dtype=torch.float32, device=dev)
+        self.max_logits = self.part_out = self.part_lse = self.part_max = lse
         self.num_splits = 2  # a stand-in; the schedule is chosen from this compile
         # (the partials' store type is part of the kernel compiled)
         self.part_out = torch.empty(1, dtype=partials_dtype(
@@ -847,8 +867,8 @@ class DecodePlan:
 
         def compile_config(cfg):
             self.config, self._descs = cfg, (None, None)  # descriptors: this config's boxes
-            args, meta = self._kernel_args(q, rows, table, lens, self.lse, False, self.out,
-                                           self.lse, float("-inf"))
+            args, meta = self._kernel_args(q, rows, table, lens, lse, False, out, lse,
+                                           float("-inf"))
             return _mla_decode_kernel.warmup(*args, grid=(1,), **meta, **OPTIONS)
 
         self.config, kernel = fit_shared(self.config, self.tma, compile_config,

@@ -200,21 +200,23 @@ _DECODE_PLANS = PlanCache()
 
 def _sparse_plan(queries: int, heads: int, topk: int, fmt, softmax_scale: float,
                  device: torch.device, plans: PlanCache | None = None) -> SparsePlan:
-    """The sparse plan of this shape in ``plans`` (default: the process's shared ones)."""
+    """The sparse plan of this shape in ``plans`` (default: the process's shared ones); its
+    runs are given their outputs (the plan holds none)."""
     key = (queries, heads, topk, getattr(fmt, "name", fmt), softmax_scale, str(device))
     return (_SPARSE_PLANS if plans is None else plans).get(key, lambda: SparsePlan(
         num_queries=queries, num_heads=heads, topk=topk, kv_format=fmt,
-        softmax_scale=softmax_scale, device=device))
+        softmax_scale=softmax_scale, device=device, own_outputs=False))
 
 
 def _decode_plan(batch: int, heads: int, s_q: int, fmt, page_size: int, max_seqlen: int,
                  softmax_scale: float, device: torch.device) -> DecodePlan:
     """The shared dense decode plan of this shape (`PlanCache`), sized for ``max_seqlen`` (the
-    block table's span, so no step reads its lengths on the host)."""
+    block table's span, so no step reads its lengths on the host); its runs are given their
+    outputs."""
     key = (batch, heads, s_q, fmt.name, page_size, max_seqlen, softmax_scale, str(device))
     return _DECODE_PLANS.get(key, lambda: DecodePlan(
         batch=batch, num_heads=heads, s_q=s_q, kv_format=fmt, page_size=page_size,
-        max_seqlen=max_seqlen, softmax_scale=softmax_scale, device=device))
+        max_seqlen=max_seqlen, softmax_scale=softmax_scale, device=device, own_outputs=False))
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ __all__ = ["CHUNK_ENTRIES", "CHUNK_ROW_HEADS", "dense_prefill", "visible_slots",
 
 #: index-list entries built at once (query rows × their longest visible count): 64 MB of int32
 CHUNK_ENTRIES = 1 << 24
-#: query rows × heads a chunk's sparse plan holds: its own output buffer (1 KB a row and head,
-#: allocated with the plan whatever the caller passes) stays within 64 MB
+#: query rows × heads a chunk's sparse plan serves: its buffers of a row and head (the max
+#: logits; a split workspace, where it splits) stay bounded
 CHUNK_ROW_HEADS = 1 << 16
 
 
@@ -107,7 +107,7 @@ def dense_prefill(
         if plan is None:
             plan = plans[r1 - r0] = SparsePlan(num_queries=r1 - r0, num_heads=h, topk=width,
                                                kv_format=fmt, softmax_scale=softmax_scale,
-                                               device=q.device)
+                                               device=q.device, own_outputs=False)
         plan.run(q_rows[r0:r1], pages, idx, visible[r0:r1].to(torch.int32),
                  fp8_scale=fp8_scale, check=False, out=out_rows[r0:r1], lse=lse_rows[r0:r1])
     return out, lse

@@ -73,7 +73,7 @@ class SparsePlan(DecodePlan):
         kv_format: ``bf16`` / ``fp8`` / ``fp8_ds_mla``. softmax_scale: default 576^-0.5.
         fp8_scores: as `DecodePlan`'s (the ≤ 8-head SM90 kernel over fp8_ds_mla lists).
         batch_invariant: as `DecodePlan`'s — one split a query and a kernel that does not
-            depend on ``num_queries`` (for a given ``topk``).
+            depend on ``num_queries`` (for a given ``topk``). own_outputs: as `DecodePlan`'s.
 
     Device memory: out / lse (and the split workspace) as `DecodePlan`'s; plans whose programs
     take ≥ `COMPACT_MIN_ROWS` heads on the Triton kernel (`compacts`) also hold the compacted
@@ -87,7 +87,7 @@ class SparsePlan(DecodePlan):
                  kv_format: str | KVFormat, softmax_scale: float | None = None,
                  device: str | torch.device = "cuda", num_splits: int | None = None,
                  config=None, fp8_scores: bool | None = None,
-                 batch_invariant: bool = False) -> None:
+                 batch_invariant: bool = False, own_outputs: bool = True) -> None:
         self.topk = check_int("topk", topk, lo=1)
         self._compact_min_rows = COMPACT_MIN_ROWS  # fixed per plan
         with argument_names({"batch": "num_queries", "max_seqlen": "topk"}):  # (its names)
@@ -95,7 +95,7 @@ class SparsePlan(DecodePlan):
                              kv_format=kv_format, page_size=1, max_seqlen=topk,
                              softmax_scale=softmax_scale, device=device, num_splits=num_splits,
                              config=config, fp8_scores=fp8_scores,
-                             batch_invariant=batch_invariant)
+                             batch_invariant=batch_invariant, own_outputs=own_outputs)
         self._full_length = torch.full((num_queries,), topk, dtype=torch.int32,
                                        device=self.device)
         # the Gluon SM90 kernel checks the entries itself (compacted first, it measured 4–5 µs

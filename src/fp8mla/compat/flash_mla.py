@@ -228,17 +228,18 @@ def _make_plan(cfg: FlashMLASchedMeta.Config, fmt: str, scale: float, span: int,
                device: torch.device, invariant: bool) -> DecodePlan | _QueryRuns:
     """The plan of one problem: sparse over ``cfg.topk`` entries, else dense over a block
     table spanning ``span`` tokens (in runs of queries above `MAX_S_Q`); ``invariant``: the
-    plans' ``batch_invariant``."""
+    plans' ``batch_invariant``. The plans hold no outputs of their own: every call passes
+    fresh ones, as FlashMLA returns."""
     if cfg.topk is not None:
         return SparsePlan(num_queries=cfg.b * cfg.s_q, num_heads=cfg.h_q, topk=cfg.topk,
                           kv_format=fmt, softmax_scale=scale, device=device,
-                          batch_invariant=invariant)
+                          batch_invariant=invariant, own_outputs=False)
 
     def dense(s_q: int) -> DecodePlan:
         return DecodePlan(batch=cfg.b, num_heads=cfg.h_q, s_q=s_q, kv_format=fmt,
                           page_size=cfg.page_block_size, max_seqlen=span, softmax_scale=scale,
                           device=device, causal=cfg.causal or s_q == 1,
-                          batch_invariant=invariant)
+                          batch_invariant=invariant, own_outputs=False)
 
     return dense(cfg.s_q) if cfg.s_q <= MAX_S_Q else _QueryRuns(cfg, dense)
 
@@ -353,11 +354,11 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
                 plan.run(q[:, 0], k_cache, indices[:, 0], lengths,
                          check=False, out=flat_out, lse=lse.view(b, h_q), empty_lse=inf)
         else:  # queries b·s_q do not map onto [b, h_q, s_q] with strides: one transpose
+            rows_lse = torch.empty(b * s_q, h_q, dtype=torch.float32, device=q.device)
             with argument_names(K_CACHE):
-                _, plan_lse = plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache,
-                                       indices.reshape(b * s_q, -1), lengths, check=False,
-                                       out=flat_out, empty_lse=inf)
-            lse.copy_(plan_lse.view(b, s_q, h_q).transpose(1, 2))
+                plan.run(q.reshape(b * s_q, h_q, KV_DIM), k_cache, indices.reshape(b * s_q, -1),
+                         lengths, check=False, out=flat_out, lse=rows_lse, empty_lse=inf)
+            lse.copy_(rows_lse.view(b, s_q, h_q).transpose(1, 2))
     else:
         with argument_names(K_CACHE):
             plan.run(q, k_cache, block_table, cache_seqlens, fp8_scale=fp8_scale,
