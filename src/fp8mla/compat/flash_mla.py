@@ -319,9 +319,10 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
         block_table = _whole_rows(block_table)
         span = block_table.shape[-1] * k_cache.shape[1]
     # batch-invariant plans (one split a request, a kernel chosen whatever the batch and the
-    # table's width) where the environment or the caller's schedule asks for them
-    invariant = invariant_mode()
+    # table's width) where the environment or the caller's schedule asks for them; read only
+    # where a plan is looked up or made (not on a schedule object's later calls)
     if tensor_schedule:  # one plan per shape, sized for a power-of-two span of the table
+        invariant = invariant_mode()
         span = INVARIANT_SPAN if invariant else (triton.next_power_of_2(span) if span else 0)
         plan = _TENSOR_SCHEDULE_PLANS.get(
             (cfg, fmt, scale, span, invariant, str(q.device)),
@@ -329,7 +330,7 @@ def _with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_sched
     else:
         _check_config(meta, cfg)
         if not meta.have_initialized:
-            invariant = invariant or _single_partition(meta.tile_scheduler_metadata)
+            invariant = invariant_mode() or _single_partition(meta.tile_scheduler_metadata)
             meta.plan = _make_plan(cfg, fmt, scale, INVARIANT_SPAN if invariant else span,
                                    q.device, invariant)
         plan = meta.plan
