@@ -163,6 +163,15 @@ def test_earlier_interface_fp8_path_reads_the_pool_with_its_descales(device):
     assert torch.equal(bf16, plain)
 
 
+def _one_partition_meta(device):
+    """A FlashMLASchedMeta whose schedule its caller set to one partition, as vLLM's
+    batch-invariant mode does."""
+    meta = flash_mla.get_mla_metadata()[0]
+    meta.tile_scheduler_metadata = torch.zeros(1, 8, dtype=torch.int32, device=device)
+    meta.num_splits = torch.zeros(4, dtype=torch.int32, device=device)
+    return meta
+
+
 def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
     """vLLM's batch-invariant mode sets a FlashMLASchedMeta's tile_scheduler_metadata /
     num_splits to force one partition: fp8mla then plans one split per request and picks its
@@ -170,21 +179,15 @@ def test_schedule_with_forced_tensors_gives_batch_invariant_results(device):
     (over a table of its own pages) or in a batch."""
     cache, table, seqlens, q = _dense_case(device, lens=(300, 41, 170), s_q=1, heads=8)
     k_cache = cache.layer(0).unsqueeze(2)
-
-    def forced():
-        meta = flash_mla.get_mla_metadata()[0]
-        meta.tile_scheduler_metadata = torch.zeros(1, 8, dtype=torch.int32, device=device)
-        meta.num_splits = torch.zeros(4, dtype=torch.int32, device=device)
-        return meta
-
-    meta = forced()
+    meta = _one_partition_meta(device)
     batch, _ = flash_mla.flash_mla_with_kvcache(q, k_cache, table, seqlens, 512, meta,
                                                 causal=True, is_fp8_kvcache=True)
     assert meta.plan.num_splits == 1
     for b in range(3):  # alone, over a table only as wide as the request's own pages
         pages = -(-int(seqlens[b]) // 16)
         alone, _ = flash_mla.flash_mla_with_kvcache(q[b:b + 1], k_cache, table[b:b + 1, :pages],
-                                                    seqlens[b:b + 1], 512, forced(),
+                                                    seqlens[b:b + 1], 512,
+                                                    _one_partition_meta(device),
                                                     causal=True, is_fp8_kvcache=True)
         assert torch.equal(alone[0], batch[b]), b
     plain = flash_mla.get_mla_metadata()[0]
@@ -213,10 +216,8 @@ def test_forced_schedule_makes_sparse_decode_batch_invariant(device, asked_by, m
         monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
 
     def forced():
-        meta = flash_mla.get_mla_metadata()[0]
-        if asked_by == "schedule":
-            meta.tile_scheduler_metadata = torch.zeros(1, 8, dtype=torch.int32, device=device)
-        return meta
+        return (_one_partition_meta(device) if asked_by == "schedule"
+                else flash_mla.get_mla_metadata()[0])
 
     meta = forced()
     batch, _ = flash_mla.flash_mla_with_kvcache(q, k_cache, None, None, 512, meta,
