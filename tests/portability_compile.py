@@ -171,6 +171,9 @@ def row(what, cc, kernel, config=None):
                        "pdl": "griddepcontrol" in kernel.asm["ptx"],
                        "trap": "trap;" in kernel.asm["ptx"],
                        "cta_barriers": kernel.asm["ptx"].count("bar.sync"),
+                       # float32 max that keeps NaN / that drops it
+                       "max_nan": kernel.asm["ptx"].count("max.NaN.f32"),
+                       "max_num": kernel.asm["ptx"].count("max.f32"),
                        # global stores by width: 16, 8 and 4 bytes a thread
                        "stores": {w: kernel.asm["ptx"].count(f"st.global.{w}b32")
                                   for w in ("v4.", "v2.", "")}})

@@ -87,6 +87,30 @@ def test_indexer_paged_per_query_lengths(device, heads, page_size, tiles_per_pro
                              max_len=max_len)
 
 
+@pytest.mark.parametrize("heads,page_size", [(5, 16), (64, 64)])
+def test_indexer_nan_in_a_key_or_q_stays_nan(device, heads, page_size, tiles_per_program):
+    """A NaN stored in one key's e4m3 bytes (its scale finite) makes that key's logit NaN, as
+    the reference's ReLU; a NaN in one head of a query makes that row NaN over its window and
+    −inf outside it; nothing else moves, and top-k never selects a NaN logit. (A plain max
+    ReLU dropped NaN on the GPU and in triton ≥ 3.8's interpreter: such a key scored 0.)"""
+    lens = [2 * page_size + 3, page_size + 1]
+    cache, table = index_cache(lens, page_size, device, seed=heads + 4)
+    pos = page_size + 1  # request 0's key in its second page
+    page = table[0, pos // page_size].item()
+    cache.layer(0).view(cache.num_pages, -1)[page, (pos % page_size) * 128 + 77] = 0x7F
+    q, w = _queries(2, 2, heads, device, heads + 5)
+    q.view(torch.uint8)[1, 0, heads - 1, 5] = 0x7F  # request 1, query 0, the last head
+    max_len = table.shape[1] * page_size
+    out = indexer_logits_paged(q, w, cache.layer(0), table,
+                               torch.tensor(lens, dtype=torch.int32, device=device),
+                               max_len=max_len)
+    ref = indexer_reference_paged(cache, table, lens, q, w, 2, max_len)
+    assert ref[0, pos].isnan() and ref[1, pos].isnan() and ref[2, :lens[1] - 1].isnan().all()
+    assert_close(out, ref, atol=1e-3, rtol=1e-3)  # NaN and −inf where the reference has them
+    chosen = topk_indices(out, 8)
+    assert not (chosen[:2] == pos).any() and (chosen[2] == -1).all()
+
+
 @pytest.mark.parametrize("heads,page_size", [(8, 16), (32, 64)])
 def test_indexer_fast_path_skips_pages_outside_the_pool(device, heads, page_size,
                                                         tiles_per_program):

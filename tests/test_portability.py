@@ -95,6 +95,8 @@ def test_kernel_fits_target(compiled, what, cc):
         assert row["tma"] == (cc >= 90), "TMA copies iff SM90+"
     if what.startswith("indexer_sm90/"):  # FP8 wgmma on the copied bytes: nothing converted
         assert row["tma"] and not row["hw_cvt"], "keys by TMA, no e4m3 conversion"
+    if what.startswith(("indexer/", "indexer_sm90/")):  # `kernels.indexer._relu`
+        assert row["max_nan"] and not row["max_num"], "the ReLU keeps NaN (max.NaN.f32)"
     if what.startswith(("sparse_sm90/", "paged_sm90/")):
         assert not row["tma"], "rows are gathered one token at a time (cp.async)"
     # the Gluon SM90 kernels signal the combine wherever one follows (bar the fp8 wide form:

@@ -119,6 +119,15 @@ def _page_scales(k_f32_ptr, page, s0, t_hi, page_shift, BLOCK_S: tl.constexpr):
 
 
 @triton.jit
+def _relu(s):
+    """ReLU that keeps NaN (as ``torch.relu``): a NaN score — a NaN stored in a key or q —
+    makes its logit NaN, which top-k never selects, on every backend. (Plain ``tl.maximum`` is
+    ``max.f32`` on the GPU, which drops NaN, and drops it in the interpreter from triton 3.8
+    on; ``max.NaN.f32`` is one instruction as well.)"""
+    return tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8: tl.constexpr,
                  DOT_F32: tl.constexpr, KEYS_AS_ROWS: tl.constexpr, OUT_SCALE: tl.constexpr):
     """Σ_j w_j · ReLU(q_j · k) · k_scale for one tile of keys: float32 [BLOCK_S]."""
@@ -126,11 +135,11 @@ def _tile_logits(words, k_scale, q0, q1, q2, q3, w, HW_FP8: tl.constexpr,
     if KEYS_AS_ROWS:  # scores [BLOCK_S, H]: the head sum stays within a quad
         s = mma4(k0, k1, k2, k3, tl.trans(q0), tl.trans(q1), tl.trans(q2), tl.trans(q3),
                  tl.zeros((words.shape[0], q0.shape[0]), tl.float32), DOT_F32)
-        logit = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+        logit = tl.sum(_relu(s) * w[None, :], axis=1)
     else:  # scores [H, BLOCK_S]
         s = mma4(q0, q1, q2, q3, tl.trans(k0), tl.trans(k1), tl.trans(k2), tl.trans(k3),
                  tl.zeros((q0.shape[0], words.shape[0]), tl.float32), DOT_F32)
-        logit = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0)
+        logit = tl.sum(_relu(s) * w[:, None], axis=0)
     return logit * (k_scale * OUT_SCALE)
 
 

@@ -61,6 +61,8 @@ def descriptor(keys):
 
 
 if AVAILABLE:
+    import triton.language as tl
+
     from fp8mla.kernels.decode_sm90 import (
         _cta_barrier,
         _tma_load,
@@ -74,6 +76,7 @@ if AVAILABLE:
     )
 
     BS = gl.constexpr(BLOCK_S)
+    KEEP_NAN = gl.constexpr(tl.PropagateNan.ALL)  # the ReLU keeps NaN (`kernels.indexer._relu`)
     # q's rows as loaded: 16 bytes a thread, 8 lanes along one 128-byte row
     Q_LOAD = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))
 
@@ -209,7 +212,8 @@ if AVAILABLE:
                                           page_shift, num_pages, PAGED, KEYS)
                 mbarrier.wait(bars.index(stage), (i // NS) & 1)
                 s = _scores(k_s.index(stage), q_s, zero, KSPLIT)
-                logit = gl.sum(gl.maximum(s, 0.0) * w[None, :], axis=1) * k_scale
+                relu = gl.maximum(s, 0.0, propagate_nan=KEEP_NAN)
+                logit = gl.sum(relu * w[None, :], axis=1) * k_scale
                 pos = s0 + offs
                 gl.store(out_row + pos, gl.where((pos >= lo) & (pos < t_hi), logit,
                                                  float("-inf")), mask=pos < max_len)
