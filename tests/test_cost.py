@@ -110,7 +110,7 @@ def test_unserved_role_makes_cost_incomplete():
 def test_gpu_table_is_cited_and_sane(name):
     g = GPUS[name]
     assert g.source and ("nvidia.com" in g.source)
-    assert 0.5 < g.bandwidth_tbps < 10 and 100 < g.bf16_tflops < 5000
+    assert 0.2 < g.bandwidth_tbps < 10 and 100 < g.bf16_tflops < 5000
     assert g.fp8_tflops is None or g.fp8_tflops >= g.bf16_tflops
     assert resolve_gpu(name.upper()) is g
 
@@ -129,6 +129,18 @@ def test_cc_names_borrow_conservative_figures():
     assert resolve_gpu("sm86").bandwidth_tbps is None and format_cc(86) == "sm86"
 
 
+def test_blackwell_ultra_and_gb10_by_name_alias_and_device_name():
+    """B300 (SM103) and GB10 (SM121, DGX Spark) have entries of their own: by name, alias and
+    the device name torch or nvidia-smi reports; a bare sm103 / sm121 takes their figures."""
+    from fp8mla.gpus import _spec_from_device
+
+    assert resolve_gpu("dgx-spark") is GPUS["gb10"] and resolve_gpu("GB300") is GPUS["b300"]
+    assert _spec_from_device("NVIDIA B300 SXM6 AC", 103) is GPUS["b300"]
+    assert _spec_from_device("NVIDIA GB10", 121) is GPUS["gb10"]
+    assert resolve_gpu("sm103").bandwidth_tbps == 8.0 and resolve_gpu("sm_121").bandwidth_tbps == 0.273
+
+
 def test_unknown_gpu_lists_valid_names():
-    with pytest.raises(ValueError, match=r"gpu: unknown GPU 'h300'; valid: a100, b200, h100"):
+    with pytest.raises(ValueError, match=r"gpu: unknown GPU 'h300'; valid: a100, b200, b300, "
+                                         r"gb10, h100"):
         resolve_gpu("h300")

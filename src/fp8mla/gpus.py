@@ -5,7 +5,8 @@ Figures are vendor datasheet numbers for *dense* tensor math (NVIDIA datasheets 
 are bandwidth-bound at decode, so bandwidth matters most; the rates only decide large-batch,
 many-head cases. Each entry cites its source.
 
-Names: ``h100``, ``h200``, ``b200``, ``rtx-pro-6000``, ``rtx-5090``, ``l40s``, ``a100``, or a
+Names: ``h100``, ``h200``, ``b200``, ``b300``, ``rtx-pro-6000``, ``rtx-5090``, ``gb10``, ``l40s``,
+``a100``, or a
 compute capability written ``sm90``, ``sm_90``, ``SM120``. A compute capability without a
 named entry borrows the figures of the table GPU of that capability with the lowest bandwidth
 (conservative); capabilities no table GPU has carry no figures (the cost model then reports
@@ -90,6 +91,15 @@ GPUS: dict[str, GPUSpec] = {
         "NVIDIA HGX B200 specifications, https://www.nvidia.com/en-us/data-center/hgx/",
         aliases=("b200-sxm", "hgx-b200"),
     ),
+    "b300": GPUSpec(
+        "b300", 103, 8.0, 2250.0, 4500.0,
+        # HGX B300 (Blackwell Ultra, SM103): 288 GB HBM3e at up to 8 TB/s a GPU; dense tensor
+        # rates as B200's (BF16 2,250, FP8 4,500 TFLOPS; its gains are FP4 and attention's
+        # exponentials), per the HGX B300 table at https://glennklockwood.com/garden/processors/B300
+        "NVIDIA HGX B300 figures, https://www.nvidia.com/en-us/data-center/hgx/ and "
+        "https://glennklockwood.com/garden/processors/B300",
+        aliases=("b300-sxm", "hgx-b300", "gb300"),
+    ),
     "rtx-pro-6000": GPUSpec(
         "rtx-pro-6000", 120, 1.792, 503.8, 1007.6,
         # RTX PRO 6000 Blackwell (workstation/server): 96 GB GDDR7, 512-bit, 1,792 GB/s;
@@ -110,6 +120,16 @@ GPUS: dict[str, GPUSpec] = {
         "https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/"
         "nvidia-rtx-blackwell-gpu-architecture.pdf",
         aliases=("5090", "geforce-rtx-5090"),
+    ),
+    "gb10": GPUSpec(
+        "gb10", 121, 0.273, 125.0, 250.0,
+        # GB10 Grace Blackwell (DGX Spark, SM121): 128 GB LPDDR5x unified at 273 GB/s; "up to
+        # 1 petaFLOP" of FP4 with sparsity. Dense FP8 = 1000/4 = 250 and BF16 = 125 derived from
+        # it as for the RTX PRO 6000 (NVIDIA prints no dense BF16/FP8 line); decode is bound by
+        # the 273 GB/s either way.
+        "NVIDIA DGX Spark specifications, https://www.nvidia.com/en-us/products/workstations/"
+        "dgx-spark/ (dense rates derived from 1 PFLOP FP4 sparse)",
+        aliases=("dgx-spark", "spark"),
     ),
     "l40s": GPUSpec(
         "l40s", 89, 0.864, 362.05, 733.0,
@@ -132,6 +152,8 @@ _NAME_HINTS = (
     ("h200", "h200"),
     ("h100", "h100"),
     ("b200", "b200"),
+    ("b300", "b300"),
+    ("gb10", "gb10"),
     ("l40s", "l40s"),
     ("a100", "a100"),
 )
