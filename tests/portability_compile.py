@@ -1,5 +1,6 @@
-"""Compile every kernel for SM80/89/90/100/120 with the configuration its launcher picks there
-and print one JSON line per compile: {"what", "cc", "shared", "cubin", "hw_cvt", "trap"}.
+"""Compile every kernel for SM80/86/89/90/100/120 (`TARGETS`) with the configuration its launcher
+picks there and print one JSON line per compile: {"what", "cc", "shared", "cubin", "hw_cvt",
+"trap", ...}.
 
 Run as a script without TRITON_INTERPRET (the interpreter replaces @triton.jit functions);
 tests/test_portability.py does that in a subprocess.
@@ -50,7 +51,14 @@ from fp8mla.runtime import (
 )
 from fp8mla.sparse import COMPACT_MIN_ROWS
 
-TARGETS = (80, 89, 90, 100, 120)
+# Every configuration class the launchers have: SM80 (software e4m3, 163 KB), SM86 (software
+# e4m3, 99 KB: A10, A40, RTX 30xx), SM89 (hardware e4m3, 99 KB), SM90 (its own kernels), SM100
+# (227 KB, no 64-row programs), SM120 (99 KB). FP8MLA_COMPILE_TARGETS, a comma-separated list,
+# compiles others instead, e.g. the capabilities that share a class's configuration: 87 (Orin),
+# 103 (B300), 110 (Thor: triton ≥ 3.8 only), 121 (GB10) — docs/kernels.md has their last run.
+DEFAULT_TARGETS = (80, 86, 89, 90, 100, 120)
+TARGETS = tuple(int(cc) for cc in os.environ["FP8MLA_COMPILE_TARGETS"].split(",")) if \
+    os.environ.get("FP8MLA_COMPILE_TARGETS") else DEFAULT_TARGETS
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
 ROW_BYTES = {"bf16": 1152, "fp8": 576, "fp8_ds_mla": 656}
 DECODE_SHAPES = ((8, 1), (16, 2), (128, 1))  # (heads, s_q): BLOCK_M 16, 32 and 64 (the largest)

@@ -14,8 +14,9 @@ __all__ = ["REGISTRY", "backend_names", "records_for", "record_for", "candidates
 _ALL_FORMATS = frozenset(KV_FORMATS)
 _FP8_FORMATS = frozenset({"fp8", "fp8_ds_mla"})
 _BF16 = frozenset({"bf16"})
-# Compute capabilities Triton targets from Ampere up (docs/DESIGN.md §1, §7).
-_SM80_UP = frozenset({80, 86, 87, 89, 90, 100, 103, 110, 120, 121})
+# Compute capabilities Triton targets from Ampere up (docs/DESIGN.md §1, §7; Thor is 101 before
+# CUDA 13, 110 after; each compiles: docs/kernels.md, "Compute capabilities").
+_SM80_UP = frozenset({80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121})
 _PAGES_1_256 = IntSet.powers_of_two(1, 256)
 _LATENT = IntSet.of(512)
 _ROPE = IntSet.of(64)
