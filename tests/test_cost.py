@@ -126,21 +126,26 @@ def test_cc_names_borrow_conservative_figures():
     assert resolve_gpu("sm90").bandwidth_tbps == GPUS["h100"].bandwidth_tbps
     assert resolve_gpu("sm_120").compute_capability == 120
     assert resolve_gpu("sm120").bf16_tflops == GPUS["rtx-5090"].bf16_tflops
-    assert resolve_gpu("sm86").bandwidth_tbps is None and format_cc(86) == "sm86"
+    assert resolve_gpu("sm86").bandwidth_tbps == GPUS["a10"].bandwidth_tbps  # A10, not A40
+    assert resolve_gpu("sm87").bandwidth_tbps is None and format_cc(87) == "sm87"
 
 
-def test_blackwell_ultra_and_gb10_by_name_alias_and_device_name():
-    """B300 (SM103) and GB10 (SM121, DGX Spark) have entries of their own: by name, alias and
-    the device name torch or nvidia-smi reports; a bare sm103 / sm121 takes their figures."""
+def test_newer_and_sm86_gpus_by_name_alias_and_device_name():
+    """B300 (SM103), GB10 (SM121, DGX Spark), A40 and A10 (SM86) have entries of their own: by
+    name, alias and the device name torch or nvidia-smi reports (an RTX A4000 is not an A40);
+    a bare sm103 / sm121 / sm86 takes their figures."""
     from fp8mla.gpus import _spec_from_device
 
     assert resolve_gpu("dgx-spark") is GPUS["gb10"] and resolve_gpu("GB300") is GPUS["b300"]
     assert _spec_from_device("NVIDIA B300 SXM6 AC", 103) is GPUS["b300"]
     assert _spec_from_device("NVIDIA GB10", 121) is GPUS["gb10"]
     assert resolve_gpu("sm103").bandwidth_tbps == 8.0 and resolve_gpu("sm_121").bandwidth_tbps == 0.273
+    assert _spec_from_device("NVIDIA A10G", 86) is GPUS["a10"]
+    assert _spec_from_device("NVIDIA A40", 86) is GPUS["a40"]
+    assert _spec_from_device("NVIDIA RTX A4000", 86).name == "sm86 (NVIDIA RTX A4000)"
 
 
 def test_unknown_gpu_lists_valid_names():
-    with pytest.raises(ValueError, match=r"gpu: unknown GPU 'h300'; valid: a100, b200, b300, "
-                                         r"gb10, h100"):
+    with pytest.raises(ValueError, match=r"gpu: unknown GPU 'h300'; valid: a10, a100, a40, b200, "
+                                         r"b300, gb10, h100"):
         resolve_gpu("h300")

@@ -143,7 +143,7 @@ def test_explicit_impossible_choice_exits_1_with_reasons(capsys):
 
 @pytest.mark.parametrize("argv, match", [
     (("--model", "glm6"), "model: 'glm6' is neither a preset (deepseek_v3, deepseek_v32, glm5"),
-    (("--gpu", "h300"), "gpu: unknown GPU 'h300'; valid: a100, b200, b300, gb10, h100, h200, l40s"),
+    (("--gpu", "h300"), "gpu: unknown GPU 'h300'; valid: a10, a100, a40, b200, b300, gb10, h100, h200, l40s"),
     (("--kv-format", "fp4"), "kv_format: expected one of bf16, fp8, fp8_ds_mla, got 'fp4'"),
     (("--sparse-decode-backend", "flash"), "sparse_decode_backend: unknown backend 'flash'; "
                                            "valid: deepgemm, "),

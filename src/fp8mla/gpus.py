@@ -6,7 +6,7 @@ are bandwidth-bound at decode, so bandwidth matters most; the rates only decide 
 many-head cases. Each entry cites its source.
 
 Names: ``h100``, ``h200``, ``b200``, ``b300``, ``rtx-pro-6000``, ``rtx-5090``, ``gb10``, ``l40s``,
-``a100``, or a
+``a100``, ``a40``, ``a10``, or a
 compute capability written ``sm90``, ``sm_90``, ``SM120``. A compute capability without a
 named entry borrows the figures of the table GPU of that capability with the lowest bandwidth
 (conservative); capabilities no table GPU has carry no figures (the cost model then reports
@@ -142,6 +142,18 @@ GPUS: dict[str, GPUSpec] = {
         "NVIDIA A100 datasheet (A100 80GB SXM), https://www.nvidia.com/en-us/data-center/a100/",
         aliases=("a100-sxm", "a100-80gb"),
     ),
+    "a40": GPUSpec(
+        "a40", 86, 0.696, 149.7, None,
+        # A40: 48 GB GDDR6 at 696 GB/s; BF16 with FP32 accumulate 149.7 | 299.4 (sparse); no FP8
+        # tensor cores (SM86: fp8mla converts e4m3 in software there).
+        "NVIDIA A40 datasheet, https://www.nvidia.com/en-us/data-center/a40/",
+    ),
+    "a10": GPUSpec(
+        "a10", 86, 0.6, 125.0, None,
+        # A10: 24 GB GDDR6 at 600 GB/s; BF16 125 | 250 (sparse) TFLOPS; no FP8 tensor cores.
+        "NVIDIA A10 datasheet, https://www.nvidia.com/en-us/data-center/products/a10-gpu/",
+        aliases=("a10g",),
+    ),
 }
 
 _CC_RE = re.compile(r"^sm_?(\d{2,3})[a-z]?$")
@@ -156,6 +168,8 @@ _NAME_HINTS = (
     ("gb10", "gb10"),
     ("l40s", "l40s"),
     ("a100", "a100"),
+    ("nvidia a40", "a40"),  # not the RTX A4000
+    ("nvidia a10", "a10"),  # A10, A10G (an A100 stops at its own hint or the capability)
 )
 
 
