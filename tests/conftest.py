@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """Start the portability compile (tests/portability_compile.py: every kernel for five
+    """Start the portability compile (tests/portability_compile.py: every kernel for six
     targets, minutes with a cold Triton cache) in the background as soon as its tests are
     collected, so it overlaps the interpreter tests that run before them, in two processes.
     One compile a run: under xdist the first worker starts it and every worker reads its

@@ -51,14 +51,15 @@ from fp8mla.runtime import (
 )
 from fp8mla.sparse import COMPACT_MIN_ROWS
 
-# Every configuration class the launchers have: SM80 (software e4m3, 163 KB), SM86 (software
-# e4m3, 99 KB: A10, A40, RTX 30xx), SM89 (hardware e4m3, 99 KB), SM90 (its own kernels), SM100
-# (227 KB, no 64-row programs), SM120 (99 KB). FP8MLA_COMPILE_TARGETS, a comma-separated list,
-# compiles others instead, e.g. the capabilities that share a class's configuration: 87 (Orin),
-# 103 (B300), 110 (Thor: triton ≥ 3.8 only), 121 (GB10) — docs/kernels.md has their last run.
+# Every configuration class the launchers have: SM80 (software e4m3, 163 KB, 64-row programs),
+# SM86 (software e4m3, 99 KB: A10, A40, RTX 30xx), SM89 (hardware e4m3, 99 KB), SM90 (its own
+# kernels), SM100 (227 KB, no 64-row programs), SM120 (99 KB). FP8MLA_COMPILE_TARGETS, a
+# comma-separated list, compiles others instead: 87 (Orin: SM86's plans with 163 KB), 103
+# (B300: SM100's), 110 (Thor: triton ≥ 3.8; 101 on 3.6), 121 (GB10: SM120's) — docs/kernels.md
+# has their last run.
 DEFAULT_TARGETS = (80, 86, 89, 90, 100, 120)
-TARGETS = tuple(int(cc) for cc in os.environ["FP8MLA_COMPILE_TARGETS"].split(",")) if \
-    os.environ.get("FP8MLA_COMPILE_TARGETS") else DEFAULT_TARGETS
+TARGETS = tuple(int(cc) for cc in os.environ.get("FP8MLA_COMPILE_TARGETS", "").split(",")
+                if cc.strip()) or DEFAULT_TARGETS
 FORMAT_IDS = {"bf16": 0, "fp8": 1, "fp8_ds_mla": 2}
 ROW_BYTES = {"bf16": 1152, "fp8": 576, "fp8_ds_mla": 656}
 DECODE_SHAPES = ((8, 1), (16, 2), (128, 1))  # (heads, s_q): BLOCK_M 16, 32 and 64 (the largest)
@@ -179,9 +180,9 @@ def row(what, cc, kernel, config=None):
                        "pdl": "griddepcontrol" in kernel.asm["ptx"],
                        "trap": "trap;" in kernel.asm["ptx"],
                        "cta_barriers": kernel.asm["ptx"].count("bar.sync"),
-                       # float32 max that keeps NaN / that drops it
-                       "max_nan": kernel.asm["ptx"].count("max.NaN.f32"),
-                       "max_num": kernel.asm["ptx"].count("max.f32"),
+                       # float32 max that keeps NaN / that drops it (ftz or not)
+                       "max_nan": len(re.findall(r"max(\.ftz)?\.NaN\.f32", kernel.asm["ptx"])),
+                       "max_num": len(re.findall(r"max(\.ftz)?\.f32", kernel.asm["ptx"])),
                        # global stores by width: 16, 8 and 4 bytes a thread
                        "stores": {w: kernel.asm["ptx"].count(f"st.global.{w}b32")
                                   for w in ("v4.", "v2.", "")}})

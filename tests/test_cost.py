@@ -141,7 +141,8 @@ def test_newer_and_sm86_gpus_by_name_alias_and_device_name():
     assert _spec_from_device("NVIDIA GB10", 121) is GPUS["gb10"]
     assert resolve_gpu("sm103").bandwidth_tbps == 8.0 and resolve_gpu("sm_121").bandwidth_tbps == 0.273
     assert _spec_from_device("NVIDIA A10G", 86) is GPUS["a10"]
-    assert _spec_from_device("NVIDIA A40", 86) is GPUS["a40"]
+    assert _spec_from_device("NVIDIA A40", 86) is GPUS["a40"] and _spec_from_device(
+        "A40", 86) is GPUS["a40"] and resolve_gpu("gb200") is GPUS["b200"]
     assert _spec_from_device("NVIDIA RTX A4000", 86).name == "sm86 (NVIDIA RTX A4000)"
 
 

@@ -87,19 +87,26 @@ def test_indexer_paged_per_query_lengths(device, heads, page_size, tiles_per_pro
                              max_len=max_len)
 
 
-@pytest.mark.parametrize("heads,page_size", [(5, 16), (64, 64)])
-def test_indexer_nan_in_a_key_or_q_stays_nan(device, heads, page_size, tiles_per_program):
+@pytest.mark.parametrize("heads,page_size,q_dtype", [(5, 16, torch.bfloat16),
+                                                    (64, 64, torch.float8_e4m3fn)])
+def test_indexer_nan_in_a_key_or_q_stays_nan(device, heads, page_size, q_dtype,
+                                             tiles_per_program):
     """A NaN stored in one key's e4m3 bytes (its scale finite) makes that key's logit NaN, as
     the reference's ReLU; a NaN in one head of a query makes that row NaN over its window and
-    −inf outside it; nothing else moves, and top-k never selects a NaN logit. (A plain max
-    ReLU dropped NaN on the GPU and in triton ≥ 3.8's interpreter: such a key scored 0.)"""
+    −inf outside it; nothing else moves (the comparison fails before the fix: a plain max
+    ReLU dropped NaN on the GPU and in triton ≥ 3.8's interpreter, such a key scoring 0), and
+    top-k never selects a NaN logit. bf16 q and fp8 q (on an SM90 GPU at 64 heads: the Gluon
+    kernel's FP8 wgmma)."""
     lens = [2 * page_size + 3, page_size + 1]
     cache, table = index_cache(lens, page_size, device, seed=heads + 4)
     pos = page_size + 1  # request 0's key in its second page
     page = table[0, pos // page_size].item()
     cache.layer(0).view(cache.num_pages, -1)[page, (pos % page_size) * 128 + 77] = 0x7F
-    q, w = _queries(2, 2, heads, device, heads + 5)
-    q.view(torch.uint8)[1, 0, heads - 1, 5] = 0x7F  # request 1, query 0, the last head
+    q, w = _queries(2, 2, heads, device, heads + 5, q_dtype)
+    if q_dtype == torch.bfloat16:
+        q[1, 0, heads - 1, 5] = float("nan")  # request 1, query 0, the last head
+    else:
+        q.view(torch.uint8)[1, 0, heads - 1, 5] = 0x7F  # e4m3fn's NaN
     max_len = table.shape[1] * page_size
     out = indexer_logits_paged(q, w, cache.layer(0), table,
                                torch.tensor(lens, dtype=torch.int32, device=device),

@@ -5,12 +5,13 @@ Figures are vendor datasheet numbers for *dense* tensor math (NVIDIA datasheets 
 are bandwidth-bound at decode, so bandwidth matters most; the rates only decide large-batch,
 many-head cases. Each entry cites its source.
 
-Names: ``h100``, ``h200``, ``b200``, ``b300``, ``rtx-pro-6000``, ``rtx-5090``, ``gb10``, ``l40s``,
-``a100``, ``a40``, ``a10``, or a
-compute capability written ``sm90``, ``sm_90``, ``SM120``. A compute capability without a
-named entry borrows the figures of the table GPU of that capability with the lowest bandwidth
-(conservative); capabilities no table GPU has carry no figures (the cost model then reports
-bytes and FLOPs but no times).
+Names: ``h100``, ``h200``, ``b200``, ``b300``, ``rtx-pro-6000``, ``rtx-5090``, ``gb10``,
+``l40s``, ``a100``, ``a40``, ``a10``, or a compute capability written ``sm90``, ``sm_90``,
+``SM120``. A compute capability without a named entry borrows the figures of the table GPU of
+that capability with the lowest bandwidth (the table's most conservative; smaller parts of a
+capability — an RTX A4000 or RTX 3060 at SM86 — are slower still: name the GPU or read the
+bytes); capabilities no table GPU has carry no figures (the cost model then reports bytes and
+FLOPs but no times).
 
 GPU detection (`detect_gpu`) never imports torch unless a CUDA driver is present: torch takes
 seconds to import, and `fp8mla doctor` must answer in about one.
@@ -89,7 +90,7 @@ GPUS: dict[str, GPUSpec] = {
         # HGX B200 (8 GPUs): 62 TB/s HBM3e (DGX B200 says 64 TB/s; we take the lower),
         # BF16 36 PFLOPS and FP8 72 PFLOPS with sparsity → per GPU, dense: 2.25 / 4.5 PFLOPS.
         "NVIDIA HGX B200 specifications, https://www.nvidia.com/en-us/data-center/hgx/",
-        aliases=("b200-sxm", "hgx-b200"),
+        aliases=("b200-sxm", "hgx-b200", "gb200"),
     ),
     "b300": GPUSpec(
         "b300", 103, 8.0, 2250.0, 4500.0,
@@ -157,7 +158,8 @@ GPUS: dict[str, GPUSpec] = {
 }
 
 _CC_RE = re.compile(r"^sm_?(\d{2,3})[a-z]?$")
-# Substrings of torch / nvidia-smi device names → table entry (checked in order).
+# Patterns (`re.search`) of lowered torch / nvidia-smi device names → table entry, checked in
+# order; an entry is taken only where the device's compute capability is its own.
 _NAME_HINTS = (
     ("rtx pro 6000", "rtx-pro-6000"),
     ("5090", "rtx-5090"),
@@ -168,8 +170,8 @@ _NAME_HINTS = (
     ("gb10", "gb10"),
     ("l40s", "l40s"),
     ("a100", "a100"),
-    ("nvidia a40", "a40"),  # not the RTX A4000
-    ("nvidia a10", "a10"),  # A10, A10G (an A100 stops at its own hint or the capability)
+    (r"\ba40\b", "a40"),  # not the RTX A4000
+    (r"\ba10g?\b", "a10"),  # A10, A10G; not the A100
 )
 
 
@@ -229,7 +231,7 @@ def resolve_gpu(name: str) -> GPUSpec:
 def _spec_from_device(device_name: str, cc: int) -> GPUSpec:
     lowered = device_name.lower()
     for hint, key in _NAME_HINTS:
-        if hint in lowered and GPUS[key].compute_capability == cc:
+        if re.search(hint, lowered) and GPUS[key].compute_capability == cc:
             return GPUS[key]
     return dataclasses.replace(gpu_for_cc(cc), name=f"{format_cc(cc)} ({device_name})")
 

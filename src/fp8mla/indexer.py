@@ -7,8 +7,9 @@ as copied, to ~14 bits — `SM90_MIN_HEADS`).
 length); `indexer_logits_ragged` the prefill form (``fp8_mqa_logits``: contiguous keys, each
 query row its own [start, end)).
 Both write −inf at every position outside a row's window, up to the output width. A NaN in a
-key (its bytes or scale) or in q makes the logits it meets NaN, as the reference's ReLU does,
-on every GPU and Triton's interpreter alike; `fp8mla.topk` never selects a NaN logit.
+key (its bytes or scale) or in q makes the logits it meets NaN, as the reference's ReLU does:
+both kernels take a max that keeps NaN (Triton's interpreter too); `fp8mla.topk` never selects
+a NaN logit.
 """
 
 from __future__ import annotations

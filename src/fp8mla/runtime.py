@@ -140,10 +140,11 @@ def _pow2(n: int) -> int:
 
 
 def _max_block_m(cc: int) -> int:
-    # 99 KB shared-memory parts (SM86/87/89/120/121): four bf16 [64, 128] q lanes plus the KV
-    # tiles exceed it. SM100+: four [64, 128] fp32 accumulators plus the score tile overflow the
-    # 512 tensor-memory columns (Triton 3.9 then compiles the kernel to a bare `trap`). Both
-    # found by tests/test_portability.py.
+    # 99 KB shared-memory parts (SM86/89/120/121): four bf16 [64, 128] q lanes plus the KV
+    # tiles exceed it (SM87, Orin, has SM80's 163 KB but takes their 32 rows: unmeasured,
+    # compiled offline — docs/kernels.md). SM100+: four [64, 128] fp32 accumulators plus the
+    # score tile overflow the 512 tensor-memory columns (Triton 3.9 then compiles the kernel to
+    # a bare `trap`). Both found by tests/test_portability.py.
     return 64 if cc in (80, 90) else 32
 
 
