@@ -184,8 +184,8 @@ def assert_close_qk8(out, lse, ro, rl, logit_max, name=""):
 
 
 PORTABILITY_DIR = "FP8MLA_PORTABILITY_DIR"  # the run's folder for the compile's result
-# its longest wait: a cold Triton cache takes ~8 min of one core for the six targets (sm_90's
-# Gluon kernels ~half of it), ~14 min beside the interpreter tests' two workers (session 50)
+# its longest wait: a cold Triton cache takes ~12 min of one core for the six targets (sm_90
+# ~4, sm_86 ~1.3), ~14 min beside the interpreter tests' two workers (session 50)
 COMPILE_TIMEOUT_S = 600
 
 
