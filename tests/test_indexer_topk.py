@@ -118,14 +118,13 @@ def test_indexer_nan_in_a_key_or_q_stays_nan(device, heads, page_size, q_dtype,
     assert not (chosen[:2] == pos).any() and (chosen[2] == -1).all()
 
 
-@pytest.mark.parametrize("heads,page_size", [(8, 16), (32, 64)])
+@pytest.mark.parametrize("heads,page_size", [(8, 16), (32, 64), (64, 64)])
 def test_indexer_fast_path_skips_pages_outside_the_pool(device, heads, page_size,
                                                         tiles_per_program):
     """check=False never reads a page a block-table entry puts outside the pool (past it,
     negative, or so large that its word offset overflows int32): those keys' logits are −inf,
-    the others as the reference's (gathered tiles and, from pages of 64, whole TMA tiles).
-    (SM90's Gluon kernel — fp8 q of 33+ heads — reads no scale there either, and its copies
-    are bounded by the pool's descriptor, but scores such keys 0: not this test's rule.)"""
+    the others as the reference's (gathered tiles and, from pages of 64, whole TMA tiles; 64
+    heads on SM90: the Gluon kernel, whose copies the pool's descriptor bounds)."""
     lens = [3 * page_size, 2 * page_size + 5]
     cache, table = index_cache(lens, page_size, device, seed=heads)
     bad = table.clone()

@@ -97,17 +97,18 @@ if AVAILABLE:
     @gluon.jit
     def _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, s0, t_hi, page_shift, num_pages,
                      PAGED: gl.constexpr, LAYOUT: gl.constexpr):
-        """float32 scales of keys s0 … s0 + 63 in ``LAYOUT`` (zeros from t_hi on, and on a
-        page outside the pool: an entry only the validating path rejects, never read here;
-        the keys' TMA copy is bounded by the pool's descriptor)."""
+        """float32 scales of keys s0 … s0 + 63 in ``LAYOUT`` (zeros from t_hi on), and whether
+        the tile's page lies in the pool (pages of ≥ 64 keys: one page a tile). A page outside
+        it — an entry only the validating path rejects — has no scale read, and its keys score
+        −inf as the Triton kernel's; the keys' TMA copy is bounded by the pool's descriptor."""
         pos = s0 + gl.arange(0, BS, layout=LAYOUT)
         if PAGED:  # in the page's tail, after its page_size rows of 32 key words
             page = _tile_page(bt_row, s0, t_hi, page_shift).to(gl.int64)
             ok = (page >= 0) & (page < num_pages)
             at = (page << page_shift) * 33 + (32 << page_shift) + (pos & ((1 << page_shift) - 1))
-            return gl.load(k_f32_ptr + at, mask=(pos < t_hi) & ok, other=0.0)
+            return gl.load(k_f32_ptr + at, mask=(pos < t_hi) & ok, other=0.0), ok
         else:
-            return gl.load(k_scale_ptr + pos, mask=pos < t_hi, other=0.0)
+            return gl.load(k_scale_ptr + pos, mask=pos < t_hi, other=0.0), True
 
     @gluon.jit
     def _issue(keys_desc, k_s, bars, stage, row0, pred):
@@ -192,8 +193,8 @@ if AVAILABLE:
             q_s.store(q.to(gl.float8e4nv, bitcast=True))  # heads past num_heads: zeros
             hw = gl.arange(0, H, layout=gl.SliceLayout(0, ACC))
             w = gl.load(w_ptr + r.to(gl.int64) * stride_wr + hw, mask=hw < num_heads, other=0.0)
-            k_scale = _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, t_lo, t_hi, page_shift,
-                                   num_pages, PAGED, KEYS)
+            k_scale, k_ok = _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, t_lo, t_hi,
+                                         page_shift, num_pages, PAGED, KEYS)
             row_next = _tile_row0(bt_row, t_lo + (NS - 1) * BS, t_hi, page_shift,
                                   page_rows, PAGED)
             fence_async_shared()  # q's rows, before the wgmma reads them
@@ -208,15 +209,15 @@ if AVAILABLE:
                 _issue(keys_desc, k_s, bars, nxt % NS, row_next, nxt < n_tiles)
                 row_next = _tile_row0(bt_row, s0 + NS * BS, t_hi, page_shift, page_rows,
                                       PAGED)
-                scale_next = _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, s0 + BS, t_hi,
-                                          page_shift, num_pages, PAGED, KEYS)
+                scale_next, ok_next = _tile_scales(k_f32_ptr, k_scale_ptr, bt_row, s0 + BS,
+                                                   t_hi, page_shift, num_pages, PAGED, KEYS)
                 mbarrier.wait(bars.index(stage), (i // NS) & 1)
                 s = _scores(k_s.index(stage), q_s, zero, KSPLIT)
                 relu = gl.maximum(s, 0.0, propagate_nan=KEEP_NAN)
                 logit = gl.sum(relu * w[None, :], axis=1) * k_scale
                 pos = s0 + offs
-                gl.store(out_row + pos, gl.where((pos >= lo) & (pos < t_hi), logit,
+                gl.store(out_row + pos, gl.where((pos >= lo) & (pos < t_hi) & k_ok, logit,
                                                  float("-inf")), mask=pos < max_len)
-                k_scale = scale_next
+                k_scale, k_ok = scale_next, ok_next
             for st in gl.static_range(NS):
                 mbarrier.invalidate(bars.index(st))
