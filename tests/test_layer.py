@@ -290,21 +290,23 @@ YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.
 
 @pytest.mark.parametrize("kv_format,bound,rope,chunk_entries", [
     ("bf16", 1e-2, {"rope_type": "default", "rope_theta": 10000.0}, None),
-    ("fp8", 4e-2, {"rope_type": "default", "rope_theta": 10000.0}, 20),
+    ("fp8", 4e-2, {"rope_type": "default", "rope_theta": 10000.0}, 3),
     ("bf16", 1e-2, YARN, None),
 ])
 def test_deepseek_v3_dense_mla_matches_transformers(device, monkeypatch, kv_format, bound, rope,
                                                     chunk_entries):
-    """Dense MLA through the layer: the prefill over index lists of every visible token (in
-    chunks of a row or two where ``chunk_entries`` says), decode steps on the paged decode
-    kernel (fp8mla's `DecodePlan`, planned once for the block table's span)."""
+    """Dense MLA through the layer: the prefill on `fp8mla.prefill.dense_prefill` (in chunks of
+    one group of tokens where ``chunk_entries`` says: a block-table row a chunk), decode steps
+    on the paged decode kernel (fp8mla's `DecodePlan`, planned once for the block table's
+    span)."""
     import fp8mla.prefill as prefill_mod
     from fp8mla import layer as layer_mod
 
     if chunk_entries is not None:
         monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", chunk_entries)
-    decode_runs, chunks = [], []
-    plan_fn, slots_fn = layer_mod._decode_plan, layer_mod.visible_slots
+    decode_runs, prefills, chunks = [], [], []
+    plan_fn, prefill_fn, chunks_fn = (layer_mod._decode_plan, layer_mod.dense_prefill,
+                                      prefill_mod.row_chunks)
 
     def decode_plan(*args):
         plan = plan_fn(*args)
@@ -312,8 +314,10 @@ def test_deepseek_v3_dense_mla_matches_transformers(device, monkeypatch, kv_form
         return plan
 
     monkeypatch.setattr(layer_mod, "_decode_plan", decode_plan)
-    monkeypatch.setattr(layer_mod, "visible_slots",
-                        lambda *a: chunks.append(len(a[1])) or slots_fn(*a))
+    monkeypatch.setattr(layer_mod, "dense_prefill",
+                        lambda q, *a, **k: prefills.append(q.shape[1]) or prefill_fn(q, *a, **k))
+    monkeypatch.setattr(prefill_mod, "row_chunks",
+                        lambda *a, **k: chunks.append(chunks_fn(*a, **k)) or chunks[-1])
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
         DeepseekV3Attention,
@@ -345,9 +349,9 @@ def test_deepseek_v3_dense_mla_matches_transformers(device, monkeypatch, kv_form
     got = _run_ours(layer, x, kv_format, device)
     assert _rel(got, want) < bound, _rel(got, want)
     assert len(decode_runs) == DECODE and len(set(map(id, decode_runs))) == 1  # one plan
-    rows = b * PREFILL  # the prefill's query rows, over lists as wide as the longest request
-    assert sum(chunks) == rows
-    assert len(chunks) == (1 if chunk_entries is None else -(-rows // (chunk_entries // PREFILL)))
+    assert prefills == [PREFILL]
+    groups = b * -(-PREFILL // prefill_mod.GROUP)  # the prefill's decode requests
+    assert len(chunks) == 1 and len(chunks[0]) == (1 if chunk_entries is None else groups)
 
 
 def test_yarn_rope_matches_transformers():

@@ -1,24 +1,37 @@
 """Dense prefill (`fp8mla.prefill`) against the float32 reference: any number of new tokens,
-every format, poisoned pools, index lists built in chunks."""
+every format, poisoned pools, groups of tokens served in chunks."""
 
 import pytest
 import torch
 
 import fp8mla.prefill as prefill_mod
 from fp8mla import ops, reference
-from fp8mla.prefill import dense_prefill, row_chunks, visible_slots
+from fp8mla.decode import DecodePlan
+from fp8mla.prefill import dense_prefill, query_groups, row_chunks
 from fp8mla.testing import assert_close
 from helpers import paged_cache
 
 FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
 
-# (heads, S new tokens, lengths with them, page_size, index entries a chunk)
+# (heads, S new tokens, lengths with them, page_size, block-table entries a chunk)
 CASES = [
-    (1, 7, [63], 16, 1 << 24),  # one chunk
-    (3, 6, [70, 5, 0], 1, 100),  # chunks of one row; a request shorter than S, one empty
-    (8, 9, [130, 9], 64, 700),  # chunks across the two requests' rows
-    (16, 5, [65], 16, 260),
+    (1, 7, [63], 16, 1 << 24),  # one chunk; the first group front-padded
+    (3, 6, [70, 5, 0], 1, 100),  # chunks of one group; a request shorter than S, one empty
+    (8, 9, [130, 9], 64, 9),  # chunks across the two requests' groups
+    (16, 5, [65], 16, 10),
+    (5, 3, [40, 2], 16, 1 << 24),  # S < GROUP: groups of S
+    (2, 12, [12, 30], 64, 1 << 24),  # whole groups, no padding; a prompt over nothing cached
 ]
+
+
+class _CountingPlan(DecodePlan):
+    """A decode plan that records the requests of each run in ``runs``."""
+
+    runs: list[int] = []
+
+    def run(self, q, *args, **kw):
+        self.runs.append(q.shape[0])
+        return super().run(q, *args, **kw)
 
 
 def _q(batch, s, heads, device, seed):
@@ -34,18 +47,20 @@ def test_prefill_matches_reference(device, monkeypatch, fmt, policy, heads, s, l
     reference's causal rule, which it applies to any s_q); those that see none: zeros, −inf.
     The pool's other pages are NaN-poisoned and block-table padding points past the pool."""
     monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", entries)
-    chunks = []
-    monkeypatch.setattr(prefill_mod, "visible_slots",
-                        lambda *a: chunks.append(len(a[1])) or visible_slots(*a))
+    monkeypatch.setattr(prefill_mod, "DecodePlan", _CountingPlan)
+    monkeypatch.setattr(_CountingPlan, "runs", chunks := [])
     seed = hash((fmt, policy, heads, s, tuple(lens), page_size)) % 2**31
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
                                         seed=seed)
     q = _q(len(lens), s, heads, device, seed + 1)
     out, lse = dense_prefill(q, cache.layer(0), table, seqlens, kv_format=cache.fmt,
                              softmax_scale=0.06, fp8_scale=cache.scale(0))
-    rows, width = len(lens) * s, max(lens)
-    assert chunks == [r1 - r0 for r0, r1 in row_chunks(rows, width, entries)] and sum(chunks) == rows
-    assert len(chunks) == -(-rows // max(1, entries // width))
+    group = min(s, prefill_mod.GROUP)
+    groups = len(lens) * -(-s // group)
+    assert chunks == [r1 - r0 for r0, r1 in row_chunks(groups, table.shape[1], entries,
+                                                         group * heads)]
+    assert sum(chunks) == groups
+    assert len(chunks) == -(-groups // max(1, entries // table.shape[1]))
     assert out.shape == (len(lens), s, heads, 512) and out.dtype == torch.bfloat16
     assert lse.shape == (len(lens), s, heads) and lse.dtype == torch.float32
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 0.06)
@@ -64,12 +79,14 @@ def test_row_chunks_cover_the_rows_within_the_budget():
     assert row_chunks(4, 0) == [(0, 4)] and row_chunks(0, 8) == []
 
 
-def test_visible_slots_are_the_first_tokens_in_position_order():
-    table = torch.tensor([[5, 2, -7], [0, 9, 1]], dtype=torch.int32)
-    idx = visible_slots(table, torch.tensor([0, 1, 1]), torch.tensor([3, 0, 5]), width=6,
-                        page_size=2)
-    assert idx.dtype == torch.int32
-    assert idx.tolist() == [[10, 11, 4, -1, -1, -1], [-1] * 6, [0, 1, 18, 19, 2, -1]]
+def test_query_groups_end_where_their_last_token_sees():
+    """Group k of S new tokens (front-padded to whole groups) is as long as its last token
+    sees: length − S + 1 + (its last token), 0 below."""
+    lens = query_groups(torch.tensor([20, 3, 0], dtype=torch.int32), s=7, group=4)
+    assert lens.dtype == torch.int32
+    # S = 7: one padding row, then tokens 0-2 (the first group ends at token 2), tokens 3-6
+    assert lens.tolist() == [16, 20, 0, 3, 0, 0]
+    assert query_groups(torch.tensor([9], dtype=torch.int32), 2, 2).tolist() == [9]
 
 
 def test_prefill_is_the_ops_role_and_the_doctor_takes_it():
@@ -119,16 +136,13 @@ def test_prefill_rejects_bad_input(device):
 
 
 def test_prefill_chunks_share_their_plans(device, monkeypatch):
-    """Chunks of equal size share one sparse plan (its buffers are allocated once); only a
+    """Chunks of equal size share one decode plan (its buffers are allocated once); only a
     shorter last chunk gets a second."""
-    import fp8mla.sparse as sparse_mod
-
     made = []
-    real = sparse_mod.SparsePlan
-    monkeypatch.setattr(sparse_mod, "SparsePlan",
-                        lambda **kw: made.append(kw["num_queries"]) or real(**kw))
-    monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", 2 * 40)  # two rows a chunk
+    monkeypatch.setattr(prefill_mod, "DecodePlan",
+                        lambda **kw: made.append((kw["batch"], kw["s_q"])) or DecodePlan(**kw))
     cache, table, seqlens = paged_cache("fp8", [40], 16, device=device)
-    dense_prefill(_q(1, 7, 2, device, 0), cache.layer(0), table, seqlens, kv_format="fp8",
+    monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", 2 * table.shape[1])  # two groups a chunk
+    dense_prefill(_q(1, 19, 2, device, 0), cache.layer(0), table, seqlens, kv_format="fp8",
                   fp8_scale=cache.scale(0))
-    assert made == [2, 1]  # 7 rows: three chunks of two, then one
+    assert made == [(2, 4), (1, 4)]  # 19 tokens, five groups: two chunks of two, then one

@@ -48,7 +48,7 @@ from fp8mla.indexer import indexer_logits_paged, indexer_logits_ragged
 from fp8mla.kernels.launch import fast
 from fp8mla.kernels.rope import _rope_kernel
 from fp8mla.kernels.rows import _quant_rows_kernel, _rms_norm_kernel
-from fp8mla.prefill import row_chunks, visible_slots
+from fp8mla.prefill import dense_prefill, row_chunks, visible_slots
 from fp8mla.sparse import SparsePlan
 from fp8mla.topk import topk_indices
 
@@ -514,19 +514,27 @@ class DSAAttention(nn.Module):
         return self.o_proj(o.reshape(b, s, -1).to(hidden.dtype))
 
     def _attend_dense(self, q, kv_cache, layer, block_table, step):
-        """Dense MLA, q [B, S, heads, 576]: each new token over every token it sees. Decode
-        steps (S ≤ 4) of the native fp8mla path take the paged decode kernel (`DecodePlan`,
-        planned for the block table's span: no host synchronisation); otherwise each query row
-        attends to the index list of its visible tokens (`fp8mla.prefill`), built for
-        `fp8mla.prefill.CHUNK_ENTRIES` entries at a time. Returns [B·S, heads, 512]."""
+        """Dense MLA, q [B, S, heads, 576]: each new token over every token it sees. The native
+        fp8mla path takes the paged decode kernel: decode steps (S ≤ 4) through a `DecodePlan`
+        planned for the block table's span (no host synchronisation), prefills through
+        `fp8mla.prefill.dense_prefill` (groups of tokens as decode requests; reads the lengths
+        on the host). The other paths attend each query row to the index list of its visible
+        tokens, built for `fp8mla.prefill.CHUNK_ENTRIES` entries at a time. Returns
+        [B·S, heads, 512]."""
         b, s, h, _ = q.shape
         ps = kv_cache.page_size
-        if s <= 4 and self.backend == "fp8mla" and self.attn_mode == "native":
-            plan = _decode_plan(b, h, s, kv_cache.fmt, ps, block_table.shape[1] * ps,
-                                self.cfg.softmax_scale, q.device)
-            out = torch.empty(b, s, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-            lse = torch.empty(b, s, h, dtype=torch.float32, device=q.device)
+        if self.backend == "fp8mla" and self.attn_mode == "native":
             with torch.profiler.record_function("fp8mla::attention"):
+                if s > 4:
+                    out = dense_prefill(q, kv_cache.layer(layer), block_table, step.lengths,
+                                        kv_format=kv_cache.fmt,
+                                        softmax_scale=self.cfg.softmax_scale,
+                                        fp8_scale=kv_cache.scale(layer), check=False)[0]
+                    return out.view(b * s, h, LATENT_DIM)
+                plan = _decode_plan(b, h, s, kv_cache.fmt, ps, block_table.shape[1] * ps,
+                                    self.cfg.softmax_scale, q.device)
+                out = torch.empty(b, s, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+                lse = torch.empty(b, s, h, dtype=torch.float32, device=q.device)
                 plan.run(q, kv_cache.layer(layer), block_table, step.lengths,
                          fp8_scale=kv_cache.scale(layer), check=False, out=out, lse=lse)
             return out.view(b * s, h, LATENT_DIM)

@@ -1,17 +1,23 @@
-"""Dense MLA prefill over a paged cache: the sparse kernel over every visible token.
+"""Dense MLA prefill over a paged cache: the dense decode kernel over groups of new tokens.
 
 Query i of request b's S new tokens sees the request's first cache_seqlens[b] − S + 1 + i
 cached tokens (causal, the dense decode's rule for any S). There is no dense prefill kernel of
-its own: each query row's index list is the slots of the tokens it sees, in position order,
-and `fp8mla.sparse.SparsePlan` attends to them (every KV format read as stored, heads 1–128),
-its ``topk_length`` stopping each row at its visible count. The lists are built for
-`CHUNK_ENTRIES` index entries at a time (query rows × the longest visible count) and at most
-`CHUNK_ROW_HEADS` query rows × heads, so memory stays bounded for long prompts: a 32K-token
-prompt over its own 32K tokens would need 4 GB of int32 lists at once.
+its own: the S tokens are cut into groups of `GROUP` consecutive ones (fewer where S is), each
+a request of `fp8mla.decode.DecodePlan` whose s_q queries are causal among themselves — the
+group ending at token i has length cache_seqlens[b] − S + 1 + i, so its queries see exactly
+the prefill's tokens. A group's queries share every KV tile the kernel reads: each cached row
+is read once a group instead of once a query (a quarter of the bytes at GROUP = 4), no index
+lists are built, and the decode kernel's tuned SM90 forms serve it (every KV format read as
+stored, heads 1–128). Where S is not a multiple of the group size the first group is padded
+at the front with query rows of zeros, whose outputs are dropped.
 
-Cost: the lists are written and read once per chunk (4 bytes a (query, token) pair against the
-row's 576–1152 bytes the kernel reads for it), and each query row reads its rows itself, as a
-sparse decode does — compute-bound at high head counts, no K/V reuse across queries.
+The requests are served `CHUNK_ENTRIES` block-table entries at a time (each group's row of
+the block table is gathered for it) and at most `CHUNK_ROW_HEADS` query rows × heads (the
+plan's buffers of a row and head), so memory stays bounded for long prompts.
+
+Cost: each group's queries read the rows their last query sees, as one decode request with
+s_q = GROUP: ~S / GROUP × the context's bytes a prompt, compute-bound from a few heads
+(a group of 4 queries × 16 heads does 242 FLOPs a byte of fp8 rows).
 """
 
 from __future__ import annotations
@@ -20,26 +26,42 @@ import torch
 
 from fp8mla import formats
 from fp8mla._checks import check_fp8_scale, check_int, check_page_size, check_tensor
-from fp8mla.decode import as_cache_rows, check_paged_inputs
+from fp8mla.decode import DecodePlan, as_cache_rows, check_paged_inputs
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 
-__all__ = ["CHUNK_ENTRIES", "CHUNK_ROW_HEADS", "dense_prefill", "visible_slots", "row_chunks"]
+__all__ = ["CHUNK_ENTRIES", "CHUNK_ROW_HEADS", "GROUP", "dense_prefill", "query_groups",
+           "row_chunks", "visible_slots"]
 
-#: index-list entries built at once (query rows × their longest visible count): 64 MB of int32
+#: new tokens a decode request of the prefill holds: `fp8mla.decode.DecodePlan`'s s_q bound
+GROUP = 4
+#: int32 entries built at once: block-table rows gathered for a chunk of groups (groups × the
+#: table's width), or index lists (`visible_slots`: query rows × their longest visible count;
+#: the layer's cast baselines and reference): 64 MB
 CHUNK_ENTRIES = 1 << 24
-#: query rows × heads a chunk's sparse plan serves: its buffers of a row and head (the max
+#: query rows × heads a chunk's decode plan serves: its buffers of a row and head (the max
 #: logits; a split workspace, where it splits) stay bounded
 CHUNK_ROW_HEADS = 1 << 16
 
 
 def row_chunks(rows: int, width: int, entries: int | None = None,
                heads: int = 1) -> list[tuple[int, int]]:
-    """``[start, end)`` ranges covering ``rows`` query rows, each of at most ``entries //
-    width`` rows (``entries`` default `CHUNK_ENTRIES`) and `CHUNK_ROW_HEADS` // ``heads``
-    rows, at least one."""
+    """``[start, end)`` ranges covering ``rows`` rows, each of at most ``entries // width``
+    rows (``entries`` default `CHUNK_ENTRIES`) and `CHUNK_ROW_HEADS` // ``heads`` rows, at
+    least one."""
     entries = CHUNK_ENTRIES if entries is None else entries
     step = max(1, min(entries // max(1, width), CHUNK_ROW_HEADS // max(1, heads)))
     return [(r, min(rows, r + step)) for r in range(0, rows, step)]
+
+
+def query_groups(cache_seqlens: torch.Tensor, s: int, group: int) -> torch.Tensor:
+    """Lengths of the decode requests the prefill cuts each request's ``s`` new tokens into:
+    int32 [batch · ceil(s / group)], request b's groups in token order, each of ``group``
+    consecutive tokens (the first front-padded) and as long as its last token sees —
+    cache_seqlens[b] − group · (groups − 1 − k) for group k, 0 where that is negative (its
+    queries see nothing). cache_seqlens: int32 [batch]."""
+    groups = -(-s // group)
+    back = group * torch.arange(groups - 1, -1, -1, device=cache_seqlens.device)
+    return (cache_seqlens.long()[:, None] - back).clamp_min(0).to(torch.int32).reshape(-1)
 
 
 def visible_slots(block_table: torch.Tensor, request: torch.Tensor, visible: torch.Tensor,
@@ -76,8 +98,6 @@ def dense_prefill(
     ``check`` (default) validates the block table's pages within the lengths.
     Returns (out bfloat16 [batch, S, heads, 512], lse float32 [batch, S, heads]).
     """
-    from fp8mla.sparse import SparsePlan
-
     fmt = formats.kv_format(kv_format)
     check_tensor("q", q, dtype=torch.bfloat16, ndim=4, contiguous_last=True)
     b, s_q, h, d = q.shape
@@ -90,24 +110,36 @@ def dense_prefill(
     check_paged_inputs(block_table, cache_seqlens, b, page_size, pages.shape[0], q.device,
                        validate=check)
     check_fp8_scale(fp8_scale, q.device, validate=check and fmt.name == "fp8")
-    out = torch.zeros(b, s_q, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-    lse = torch.full((b, s_q, h), float("-inf"), dtype=torch.float32, device=q.device)
+    out = torch.empty(b, s_q, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(b, s_q, h, dtype=torch.float32, device=q.device)
     width = int(cache_seqlens.max()) if b * s_q else 0
     if width == 0:
-        return out, lse
-    rows = torch.arange(b * s_q, device=q.device)
-    request = rows // s_q
-    visible = (cache_seqlens.long()[request] - s_q + 1 + rows % s_q).clamp(0, width)
-    q_rows, out_rows, lse_rows = q.reshape(b * s_q, h, KV_DIM), out.view(-1, h, LATENT_DIM), \
-        lse.view(-1, h)
-    plans: dict[int, SparsePlan] = {}  # by chunk rows: every chunk but the last shares one
-    for r0, r1 in row_chunks(b * s_q, width, heads=h):
-        idx = visible_slots(block_table, request[r0:r1], visible[r0:r1], width, page_size)
+        return out.zero_(), lse.fill_(float("-inf"))
+    group = min(s_q, GROUP)
+    groups = -(-s_q // group)
+    pad = groups * group - s_q  # query rows of zeros before the first token (outputs dropped)
+    q_g, out_g, lse_g = q, out, lse
+    if pad:
+        q_g = q.new_zeros(b, groups * group, h, KV_DIM)
+        q_g[:, pad:] = q
+        out_g = torch.empty(b, groups * group, h, LATENT_DIM, dtype=out.dtype, device=q.device)
+        lse_g = torch.empty(b, groups * group, h, dtype=lse.dtype, device=q.device)
+    n = b * groups  # the decode requests, request b's groups in token order
+    q_v = q_g.reshape(n, group, h, KV_DIM)
+    out_v, lse_v = out_g.view(n, group, h, LATENT_DIM), lse_g.view(n, group, h)
+    lens = query_groups(cache_seqlens, s_q, group)
+    owner = torch.arange(b, device=q.device).repeat_interleave(groups)
+    plans: dict[int, DecodePlan] = {}  # by chunk size: every chunk but the last shares one
+    for r0, r1 in row_chunks(n, block_table.shape[1], heads=group * h):
         plan = plans.get(r1 - r0)
         if plan is None:
-            plan = plans[r1 - r0] = SparsePlan(num_queries=r1 - r0, num_heads=h, topk=width,
-                                               kv_format=fmt, softmax_scale=softmax_scale,
-                                               device=q.device, own_outputs=False)
-        plan.run(q_rows[r0:r1], pages, idx, visible[r0:r1].to(torch.int32),
-                 fp8_scale=fp8_scale, check=False, out=out_rows[r0:r1], lse=lse_rows[r0:r1])
+            plan = plans[r1 - r0] = DecodePlan(
+                batch=r1 - r0, num_heads=h, kv_format=fmt, page_size=page_size,
+                max_seqlen=width, s_q=group, softmax_scale=softmax_scale, device=q.device,
+                own_outputs=False)
+        plan.run(q_v[r0:r1], pages, block_table[owner[r0:r1]], lens[r0:r1],
+                 fp8_scale=fp8_scale, check=False, out=out_v[r0:r1], lse=lse_v[r0:r1])
+    if pad:
+        out.copy_(out_g[:, pad:])
+        lse.copy_(lse_g[:, pad:])
     return out, lse
