@@ -1,0 +1,80 @@
+"""Where dense prefill's time goes (`fp8mla.prefill.dense_prefill`: groups of new tokens as
+decode requests), case by case: the whole call, then its decode plan's run alone — eager and
+replayed from a CUDA graph — with the groups in token order (shortest first, as the call
+launches them) or longest first, and at forced split counts.
+
+    python benchmarks/prefill_variants.py OUT.json
+
+Cases as `benchmarks/prefill_ab.py`'s; do_bench medians; FLOPs = 2 · heads · Σ visible tokens
+· (576 + 512).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from fp8mla.bench.decode import DecodeCase, make_problem
+from fp8mla.bench.harness import (
+    announced_ceiling,
+    env_info,
+    graphed,
+    keep_row,
+    kernel_note,
+    script_args,
+    time_us,
+)
+from fp8mla.decode import DecodePlan
+from fp8mla.formats import KV_DIM, LATENT_DIM
+from fp8mla.prefill import GROUP, dense_prefill, query_groups
+
+CASES = [(1, 4096, 4096, 16, "fp8"), (1, 4096, 4096, 128, "fp8"),
+         (4, 2048, 2048, 8, "fp8_ds_mla"), (1, 1024, 16384, 16, "fp8")]
+
+
+def main() -> None:
+    path = script_args(__doc__)[1]
+    env = env_info()
+    ceiling = announced_ceiling(env)
+    rows_out: list[dict] = []
+    for batch, s, ctx, heads, fmt_name in CASES:
+        fmt, rows, table, seqlens, _, scale = make_problem(DecodeCase(batch, ctx, heads),
+                                                           fmt_name)
+        g = torch.Generator(device="cpu").manual_seed(s + heads)
+        q = (torch.randn(batch, s, heads, KV_DIM, generator=g) * 0.5).to(torch.bfloat16).cuda()
+        flops = 2 * heads * batch * sum(max(0, ctx - s + 1 + i) for i in range(s)) * (
+            KV_DIM + LATENT_DIM)
+        case = f"dense_prefill/{fmt_name}/B{batch}-S{s}-ctx{ctx}-H{heads}"
+
+        def row(name, fn, note=None, case=case, flops=flops):
+            us = time_us(fn)
+            keep_row(path, rows_out, {"case": case, "variant": name, "us": round(us, 1),
+                                      "TFLOPS": round(flops / us / 1e6, 1), "note": note,
+                                      "ceiling_TBps": round(ceiling, 3), **env}, env=env)
+
+        row("call", functools.partial(dense_prefill, q, rows, table, seqlens, kv_format=fmt,
+                                      fp8_scale=scale, check=False))
+        group = min(s, GROUP)  # the call's groups (s a multiple of GROUP here: no padding)
+        n = batch * (s // group)
+        lens = query_groups(seqlens, s, group)
+        owner = torch.arange(batch, device="cuda").repeat_interleave(s // group)
+        q_v, bt_v = q.view(n, group, heads, KV_DIM), table[owner]
+        rev = torch.arange(n - 1, -1, -1, device="cuda")
+        orders = {"token_order": (q_v, bt_v, lens),
+                  "longest_first": (q_v[rev].contiguous(), bt_v[rev].contiguous(),
+                                    lens[rev].contiguous())}
+        for splits in (None, 2, 4):
+            plan = DecodePlan(batch=n, num_heads=heads, kv_format=fmt, page_size=64,
+                              max_seqlen=ctx, s_q=group, device="cuda", num_splits=splits)
+            for order, (qq, bt, ll) in orders.items():
+                if splits is not None and order == "token_order":
+                    continue
+                fn = functools.partial(plan.run, qq, rows, bt, ll, fp8_scale=scale, check=False)
+                tag = f"{order}-splits{plan.num_splits}"
+                row(f"run-{tag}", fn, kernel_note(plan))
+                row(f"graph-{tag}", graphed(fn), kernel_note(plan))
+
+
+if __name__ == "__main__":
+    main()
