@@ -1,7 +1,7 @@
 """Where dense prefill's time goes (`fp8mla.prefill.dense_prefill`: groups of new tokens as
-decode requests), case by case: the whole call, then its decode plan's run alone — eager and
-replayed from a CUDA graph — with the groups in token order (shortest first, as the call
-launches them) or longest first, and at forced split counts.
+decode requests), case by case: the whole call, then a decode plan's run alone, replayed from a
+CUDA graph, for groups of 1, 2 and 4 tokens (the plan's s_q), in token order (shortest first,
+as the call launches them) and longest first.
 
     python benchmarks/prefill_variants.py OUT.json
 
@@ -27,7 +27,7 @@ from fp8mla.bench.harness import (
 )
 from fp8mla.decode import DecodePlan
 from fp8mla.formats import KV_DIM, LATENT_DIM
-from fp8mla.prefill import GROUP, dense_prefill, query_groups
+from fp8mla.prefill import dense_prefill, query_groups
 
 CASES = [(1, 4096, 4096, 16, "fp8"), (1, 4096, 4096, 128, "fp8"),
          (4, 2048, 2048, 8, "fp8_ds_mla"), (1, 1024, 16384, 16, "fp8")]
@@ -55,25 +55,20 @@ def main() -> None:
 
         row("call", functools.partial(dense_prefill, q, rows, table, seqlens, kv_format=fmt,
                                       fp8_scale=scale, check=False))
-        group = min(s, GROUP)  # the call's groups (s a multiple of GROUP here: no padding)
-        n = batch * (s // group)
-        lens = query_groups(seqlens, s, group)
-        owner = torch.arange(batch, device="cuda").repeat_interleave(s // group)
-        q_v, bt_v = q.view(n, group, heads, KV_DIM), table[owner]
-        rev = torch.arange(n - 1, -1, -1, device="cuda")
-        orders = {"token_order": (q_v, bt_v, lens),
-                  "longest_first": (q_v[rev].contiguous(), bt_v[rev].contiguous(),
-                                    lens[rev].contiguous())}
-        for splits in (None, 2, 4):
+        for group in (1, 2, 4):  # s a multiple of each: no padding
+            n = batch * (s // group)
+            lens = query_groups(seqlens, s, group)
+            owner = torch.arange(batch, device="cuda").repeat_interleave(s // group)
+            q_v, bt_v = q.view(n, group, heads, KV_DIM), table[owner]
+            rev = torch.arange(n - 1, -1, -1, device="cuda")
             plan = DecodePlan(batch=n, num_heads=heads, kv_format=fmt, page_size=64,
-                              max_seqlen=ctx, s_q=group, device="cuda", num_splits=splits)
-            for order, (qq, bt, ll) in orders.items():
-                if splits is not None and order == "token_order":
-                    continue
-                fn = functools.partial(plan.run, qq, rows, bt, ll, fp8_scale=scale, check=False)
-                tag = f"{order}-splits{plan.num_splits}"
-                row(f"run-{tag}", fn, kernel_note(plan))
-                row(f"graph-{tag}", graphed(fn), kernel_note(plan))
+                              max_seqlen=ctx, s_q=group, device="cuda")
+            for order, args in (("token_order", (q_v, bt_v, lens)),
+                                ("longest_first", (q_v[rev].contiguous(), bt_v[rev].contiguous(),
+                                                   lens[rev].contiguous()))):
+                fn = functools.partial(plan.run, args[0], rows, *args[1:], fp8_scale=scale,
+                                       check=False)
+                row(f"graph-sq{group}-{order}", graphed(fn), kernel_note(plan))
 
 
 if __name__ == "__main__":
