@@ -49,11 +49,11 @@ REGISTRY: tuple[BackendRecord, ...] = (
     _fp8mla(Role.INDEXER, "indexer_logits", num_heads=IntSet(), index_n_heads=IntSet(1, 64),
             index_head_dim=IntSet.of(128)),
     _fp8mla(Role.TOPK, "topk_indices", num_heads=IntSet()),
-    # Dense prefill: the sparse kernel over every visible token (`fp8mla.prefill`); it reads
-    # the lengths on the host to size its index lists, so it is not CUDA-graph safe.
+    # Dense prefill: the dense decode kernel over groups of new tokens (`fp8mla.prefill`); it
+    # reads the lengths on the host to size its chunks, so it is not CUDA-graph safe.
     _fp8mla(Role.DENSE_PREFILL, "dense_prefill", cuda_graph_safe=False,
-            description="fp8mla dense prefill: the sparse kernel over every visible token "
-            "(index lists built in bounded chunks; reads the lengths on the host); any head "
+            description="fp8mla dense prefill: the dense decode kernel over groups of new "
+            "tokens, causal among them (reads the lengths on the host); any head "
             "count; needs CUDA (or TRITON_INTERPRET=1 on CPU)"),
     # ---- FlashMLA (deepseek-ai/FlashMLA) ------------------------------------------------------
     # Dense decode: README support matrix "Dense Decoding | SM90 | MQA | BF16"; the dense decode
