@@ -9,7 +9,8 @@ the prefill's tokens. A group's queries share every KV tile the kernel reads: ea
 is read once a group instead of once a query (a quarter of the bytes at GROUP = 4), no index
 lists are built, and the decode kernel's tuned SM90 forms serve it (every KV format read as
 stored, heads 1–128). Where S is not a multiple of the group size the first group is padded
-at the front with query rows of zeros, whose outputs are dropped.
+at the front with query rows of zeros, whose outputs are dropped (such groups' rows are
+gathered a chunk at a time, never a padded copy of the whole prompt).
 
 The requests are served `CHUNK_ENTRIES` block-table entries at a time (each group's row of
 the block table is gathered for it) and at most `CHUNK_ROW_HEADS` query rows × heads (the
@@ -117,18 +118,18 @@ def dense_prefill(
         return out.zero_(), lse.fill_(float("-inf"))
     group = min(s_q, GROUP)
     groups = -(-s_q // group)
-    pad = groups * group - s_q  # query rows of zeros before the first token (outputs dropped)
-    q_g, out_g, lse_g = q, out, lse
-    if pad:
-        q_g = q.new_zeros(b, groups * group, h, KV_DIM)
-        q_g[:, pad:] = q
-        out_g = torch.empty(b, groups * group, h, LATENT_DIM, dtype=out.dtype, device=q.device)
-        lse_g = torch.empty(b, groups * group, h, dtype=lse.dtype, device=q.device)
+    pad = groups * group - s_q  # query rows before the first token: zeros, outputs dropped
     n = b * groups  # the decode requests, request b's groups in token order
-    q_v = q_g.reshape(n, group, h, KV_DIM)
-    out_v, lse_v = out_g.view(n, group, h, LATENT_DIM), lse_g.view(n, group, h)
     lens = query_groups(cache_seqlens, s_q, group)
     owner = torch.arange(b, device=q.device).repeat_interleave(groups)
+    if pad == 0:  # whole groups: views of q and of the outputs
+        q_v = q.reshape(n, group, h, KV_DIM)
+        out_v, lse_v = out.view(n, group, h, LATENT_DIM), lse.view(n, group, h)
+    else:  # each group position's row of q (−1: padding), gathered a chunk at a time
+        q_rows = q.reshape(b * s_q, h, KV_DIM)
+        pos = torch.arange(groups * group, device=q.device) - pad
+        first = torch.arange(b, device=q.device)[:, None] * s_q
+        token = torch.where(pos >= 0, first + pos, -1).view(n, group)
     plans: dict[int, DecodePlan] = {}  # by chunk size: every chunk but the last shares one
     for r0, r1 in row_chunks(n, block_table.shape[1], heads=group * h):
         plan = plans.get(r1 - r0)
@@ -137,9 +138,18 @@ def dense_prefill(
                 batch=r1 - r0, num_heads=h, kv_format=fmt, page_size=page_size,
                 max_seqlen=width, s_q=group, softmax_scale=softmax_scale, device=q.device,
                 own_outputs=False)
-        plan.run(q_v[r0:r1], pages, block_table[owner[r0:r1]], lens[r0:r1],
-                 fp8_scale=fp8_scale, check=False, out=out_v[r0:r1], lse=lse_v[r0:r1])
-    if pad:
-        out.copy_(out_g[:, pad:])
-        lse.copy_(lse_g[:, pad:])
+        if pad == 0:
+            q_c, out_c, lse_c = q_v[r0:r1], out_v[r0:r1], lse_v[r0:r1]
+        else:  # memory of a chunk's rows, never of the whole prompt's
+            tok = token[r0:r1].reshape(-1)
+            real = tok >= 0
+            q_c = q_rows[tok.clamp_min(0)].masked_fill_(~real[:, None, None], 0)
+            q_c = q_c.view(r1 - r0, group, h, KV_DIM)
+            out_c = torch.empty(r1 - r0, group, h, LATENT_DIM, dtype=out.dtype, device=q.device)
+            lse_c = torch.empty(r1 - r0, group, h, dtype=lse.dtype, device=q.device)
+        plan.run(q_c, pages, block_table[owner[r0:r1]], lens[r0:r1], fp8_scale=fp8_scale,
+                 check=False, out=out_c, lse=lse_c)
+        if pad:
+            out.view(b * s_q, h, LATENT_DIM)[tok[real]] = out_c.view(-1, h, LATENT_DIM)[real]
+            lse.view(b * s_q, h)[tok[real]] = lse_c.view(-1, h)[real]
     return out, lse
