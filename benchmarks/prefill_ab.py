@@ -4,33 +4,34 @@ on the sparse kernel (`SparsePlan`, lists built by `fp8mla.prefill.visible_slots
 
     python benchmarks/prefill_ab.py OUT.json
 
-Each case is S new tokens of B requests over contexts of ``ctx`` tokens (S of them new: a fresh
-prompt where ctx = S, a chunk of a chunked prefill otherwise), pages of 64, a pool of random
-rows. Both paths are checked against each other, and the last four queries of request 0
-against the float32 reference, then timed eagerly with do_bench (both read the lengths on the
-host). FLOPs = 2 · heads · Σ visible tokens · (576 + 512); bytes are each path's own: rows read
-once a group (decode) or once a query row (lists), + q + out; the read ceiling is measured in
-the same run.
+Each case (`fp8mla.bench.prefill.PrefillCase`) is S new tokens of B requests over contexts of
+``ctx`` tokens (S of them new: a fresh prompt where ctx = S, a chunk of a chunked prefill
+otherwise), pages of 64, a pool of random rows. `fp8mla bench decode`'s `run_prefill` checks and
+times the decode groups; the lists are checked against them, then timed the same way (eagerly
+with do_bench: both read the lengths on the host). FLOPs = 2 · heads · Σ visible tokens ·
+(576 + 512); bytes are each path's own: rows read once a group (decode) or once a query row
+(lists), + q + out; the read ceiling is measured in the same run.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import asdict
 
 import torch
 
-from fp8mla import reference
-from fp8mla.bench.decode import DecodeCase, make_problem
 from fp8mla.bench.harness import announced_ceiling, env_info, keep_row, script_args, time_us
-from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv
-from fp8mla.prefill import GROUP, dense_prefill, query_groups, row_chunks, visible_slots
+from fp8mla.bench.prefill import PrefillCase, prefill_problem, run_prefill
+from fp8mla.formats import KV_DIM, LATENT_DIM
+from fp8mla.prefill import dense_prefill, row_chunks, visible_slots
 from fp8mla.sparse import SparsePlan
 from fp8mla.testing import assert_close
 
-# (batch, new tokens S, context with them, heads, format)
-CASES = [(1, 4096, 4096, 16, "fp8"), (1, 4096, 4096, 128, "fp8"),
-         (1, 4096, 4096, 16, "fp8_ds_mla"), (1, 1024, 16384, 16, "fp8"),
-         (4, 2048, 2048, 8, "fp8_ds_mla"), (1, 4096, 4096, 16, "bf16")]
+# (case: batch, new tokens S, context with them, heads; format)
+CASES = [(PrefillCase(1, 4096, 4096, 16), "fp8"), (PrefillCase(1, 4096, 4096, 128), "fp8"),
+         (PrefillCase(1, 4096, 4096, 16), "fp8_ds_mla"),
+         (PrefillCase(1, 1024, 16384, 16), "fp8"), (PrefillCase(4, 2048, 2048, 8), "fp8_ds_mla"),
+         (PrefillCase(1, 4096, 4096, 16), "bf16")]
 
 
 def lists_prefill(q, rows, table, seqlens, fmt, scale):
@@ -60,35 +61,22 @@ def main() -> None:
     env = env_info()
     ceiling = announced_ceiling(env)
     rows_out: list[dict] = []
-    for batch, s, ctx, heads, fmt_name in CASES:
-        fmt, rows, table, seqlens, q_all, scale = make_problem(
-            DecodeCase(batch, ctx, heads, s_q=1), fmt_name)
-        g = torch.Generator(device="cpu").manual_seed(s + heads)
-        q = (torch.randn(batch, s, heads, KV_DIM, generator=g) * 0.5).to(torch.bfloat16).cuda()
-        new = functools.partial(dense_prefill, q, rows, table, seqlens, kv_format=fmt,
-                                fp8_scale=scale, check=False)
+    for case, fmt_name in CASES:
+        new = run_prefill(case, fmt_name, env, ceiling)[0]  # checked against the reference
+        keep_row(path, rows_out, {**asdict(new), "backend": "decode_groups"}, env=env)
+        fmt, rows, table, seqlens, q, scale = prefill_problem(case, fmt_name)
         old = functools.partial(lists_prefill, q, rows, table, seqlens, fmt, scale)
-        (o_new, l_new), (o_old, l_old) = new(), old()
+        o_old, l_old = old()
+        o_new, l_new = dense_prefill(q, rows, table, seqlens, kv_format=fmt, fp8_scale=scale,
+                                     check=False)
         assert_close(o_new, o_old, name="out (decode groups against lists)")
         assert_close(l_new, l_old, atol=1e-3, rtol=1e-3, name="lse")
-        kv = dequantize_kv(rows, fmt, scale)
-        ro, rl = reference.dense_mla_decode(q[:1, -4:], kv, table[:1], seqlens[:1],
-                                            KV_DIM ** -0.5)
-        assert_close(o_new[:1, -4:], ro, name="out (last four queries against the reference)")
-        visible = sum(max(0, ctx - s + 1 + i) for i in range(s)) * batch
-        group = min(s, GROUP)
-        grouped = int(query_groups(seqlens, s, group).long().sum())
-        io = batch * s * heads * (KV_DIM + LATENT_DIM) * 2
-        flops = 2 * heads * visible * (KV_DIM + LATENT_DIM)
-        case = f"dense_prefill/{fmt_name}/B{batch}-S{s}-ctx{ctx}-H{heads}"
-        for name, fn, kv_rows in (("decode_groups", new, grouped), ("lists", old, visible)):
-            us = time_us(fn)
-            moved = kv_rows * fmt.row_bytes + io
-            keep_row(path, rows_out, {
-                "case": case, "backend": name, "us": round(us, 1),
-                "TBps": round(moved / us / 1e6, 3), "TFLOPS": round(flops / us / 1e6, 1),
-                "ceiling_TBps": round(ceiling, 3), **env}, env=env)
-
+        us = time_us(old)
+        moved = case.visible() * fmt.row_bytes + case.io_bytes()
+        keep_row(path, rows_out, {
+            **asdict(new), "backend": "lists", "us": round(us, 1),
+            "TBps": round(moved / us / 1e6, 3), "TFLOPS": round(case.flops() / us / 1e6, 1),
+            "note": "index lists on the sparse kernel"}, env=env)
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,6 @@ import functools
 
 import torch
 
-from fp8mla.bench.decode import DecodeCase, make_problem
 from fp8mla.bench.harness import (
     announced_ceiling,
     env_info,
@@ -25,14 +24,15 @@ from fp8mla.bench.harness import (
     script_args,
     time_us,
 )
+from fp8mla.bench.prefill import PrefillCase, prefill_problem
 from fp8mla.decode import DecodePlan
-from fp8mla.formats import KV_DIM, LATENT_DIM
+from fp8mla.formats import KV_DIM
 from fp8mla.prefill import dense_prefill, query_groups
 
 # `benchmarks/prefill_ab.py`'s below 64 heads (at 128 every group size takes the 64-row Gluon
 # kernels a program a query)
-CASES = [(1, 4096, 4096, 16, "fp8"), (4, 2048, 2048, 8, "fp8_ds_mla"),
-         (1, 1024, 16384, 16, "fp8")]
+CASES = [(PrefillCase(1, 4096, 4096, 16), "fp8"), (PrefillCase(4, 2048, 2048, 8), "fp8_ds_mla"),
+         (PrefillCase(1, 1024, 16384, 16), "fp8")]
 
 
 def main() -> None:
@@ -40,14 +40,10 @@ def main() -> None:
     env = env_info()
     ceiling = announced_ceiling(env)
     rows_out: list[dict] = []
-    for batch, s, ctx, heads, fmt_name in CASES:
-        fmt, rows, table, seqlens, _, scale = make_problem(DecodeCase(batch, ctx, heads),
-                                                           fmt_name)
-        g = torch.Generator(device="cpu").manual_seed(s + heads)
-        q = (torch.randn(batch, s, heads, KV_DIM, generator=g) * 0.5).to(torch.bfloat16).cuda()
-        flops = 2 * heads * batch * sum(max(0, ctx - s + 1 + i) for i in range(s)) * (
-            KV_DIM + LATENT_DIM)
-        case = f"dense_prefill/{fmt_name}/B{batch}-S{s}-ctx{ctx}-H{heads}"
+    for pc, fmt_name in CASES:
+        fmt, rows, table, seqlens, q, scale = prefill_problem(pc, fmt_name)
+        batch, s, heads = pc.batch, pc.new, pc.heads
+        case, flops = pc.name(fmt_name), pc.flops()
 
         def row(name, fn, note=None, case=case, flops=flops):
             us = time_us(fn)
@@ -64,7 +60,7 @@ def main() -> None:
             q_v, bt_v = q.view(n, group, heads, KV_DIM), table[owner]
             rev = torch.arange(n - 1, -1, -1, device="cuda")
             plan = DecodePlan(batch=n, num_heads=heads, kv_format=fmt, page_size=64,
-                              max_seqlen=ctx, s_q=group, device="cuda")
+                              max_seqlen=pc.context, s_q=group, device="cuda")
             for order, args in (("token_order", (q_v, bt_v, lens)),
                                 ("longest_first", (q_v[rev].contiguous(), bt_v[rev].contiguous(),
                                                    lens[rev].contiguous()))):

@@ -8,6 +8,7 @@ import torch
 
 from fp8mla import topk
 from fp8mla.bench import decode as bench_decode
+from fp8mla.bench import prefill as bench_prefill
 from fp8mla.bench import sparse as bench_sparse
 from fp8mla.runtime import decode_config
 
@@ -18,6 +19,7 @@ ENV = dict(gpu="test", torch="x", triton="x", date="2026-01-01", commit="x")
 def no_timing(monkeypatch):
     monkeypatch.setattr(bench_sparse, "time_us", lambda fn: (fn(), 1.0)[1])
     monkeypatch.setattr(bench_decode, "time_us", lambda fn: (fn(), 1.0)[1])
+    monkeypatch.setattr(bench_prefill, "time_us", lambda fn: (fn(), 1.0)[1])
 
 
 def test_decode_cases_smoke(device):
@@ -41,6 +43,20 @@ def test_decode_cases_smoke(device):
     # the checked plan the phase and L2 scripts time (a forced split count reaches it)
     plan, fn = bench_decode.checked_plan(case, "fp8_ds_mla", num_splits=3, device=device)
     assert plan.num_splits == 3 and fn()[0].shape == (2, 2, 16, 512)
+
+
+def test_prefill_case_smoke(device, monkeypatch):
+    # `fp8mla bench decode`'s dense prefill rows at a small size: 7 new tokens over 40 (the
+    # first group of four front-padded), checked against the reference, bytes of the groups
+    # ("timed" at 1 ns: the rates' three decimals resolve a byte count to ~1 byte)
+    monkeypatch.setattr(bench_prefill, "time_us", lambda fn: (fn(), 1e-3)[1])
+    case = bench_prefill.PrefillCase(1, 7, 40, 3)
+    assert case.visible() == sum(range(34, 41))
+    rec, = bench_prefill.run_prefill(case, "fp8", ENV, 1.0, device=device)
+    assert rec.case == "dense_prefill/fp8/B1-S7-ctx40-H3" and rec.note == "groups of 4"
+    rows = (36 + 40) * 576 + case.io_bytes()  # two groups: tokens ≤ 2 (36 seen), 3–6 (40)
+    assert rec.TBps * 1e-3 == pytest.approx(rows / 1e6, abs=1e-6)
+    assert rec.TFLOPS * 1e-3 == pytest.approx(case.flops() / 1e6, abs=1e-4)
 
 
 def test_sparse_case_smoke(device):

@@ -1,4 +1,5 @@
-"""``fp8mla bench decode``: time dense decode on this GPU against its read ceiling.
+"""``fp8mla bench decode``: time dense decode (and dense prefill) on this GPU against its read
+ceiling.
 
 Writes docs/DESIGN.md §9 records (JSON) and prints µs, TB/s, TFLOPS and the ratio to the
 ceiling per case. ``--sweep`` also times alternative tile/split configurations and prints the best.
@@ -17,8 +18,8 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark kernels on this GPU (JSON results)")
     p.add_argument("what", choices=["decode", "sparse"], metavar="{decode,sparse}",
-                   help="decode: dense decode + the pool case; sparse: sparse decode, indexer, "
-                        "top-k")
+                   help="decode: dense decode, dense prefill + the pool case; sparse: sparse "
+                        "decode, indexer, top-k")
     p.add_argument("--out", default=None,
                    help="JSON path (default benchmarks/results/<gpu>-<yyyymmdd>.json)")
     p.add_argument("--formats", default="fp8,fp8_ds_mla,bf16",
@@ -90,6 +91,7 @@ def run(args) -> int:
         return 2
     from fp8mla.bench.decode import DECODE_CASES, POOL_CASE, run_case
     from fp8mla.bench.harness import env_info, read_ceiling_tbps, write_records
+    from fp8mla.bench.prefill import PREFILL_CASES, run_prefill
 
     env = env_info()
     ceiling = read_ceiling_tbps()
@@ -111,6 +113,11 @@ def run(args) -> int:
         _print_floor_ratio(recs)
         if args.sweep and case.heads < 64:
             sweep_rows += _sweep(case, fmt, env, ceiling)
+    if args.cases == "all" and "fp8" in formats:
+        for case in _progress(PREFILL_CASES, "prefill"):
+            for rec in run_prefill(case, "fp8", env, ceiling):
+                records.append(rec)
+                _print(rec)
     for rec in run_case(POOL_CASE, "fp8", env, ceiling,
                         backends=("fp8mla", "gather_cast", "full_cast"),
                         kind="pool_cast/one_layer"):

@@ -1,0 +1,83 @@
+"""Dense-prefill benchmark cases (`fp8mla.prefill.dense_prefill`; no target in the issues: what
+a prompt's attention costs).
+
+A case is S new tokens of each of B requests over contexts of ``ctx`` tokens (S of them new:
+a fresh prompt where ctx = S). FLOPs = 2 · heads · Σ visible tokens · (576 + 512); bytes = the
+cached rows each group of new tokens reads once (`fp8mla.prefill.query_groups`) + q + out.
+Each case is checked against the float32 reference (its last four queries of request 0)
+before it is timed, eagerly (the call reads the lengths on the host: it is not graphed).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from fp8mla import reference
+from fp8mla.bench.decode import DecodeCase, make_problem
+from fp8mla.bench.harness import Record, time_us
+from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv
+from fp8mla.prefill import GROUP, dense_prefill, query_groups
+from fp8mla.testing import assert_close
+
+__all__ = ["PrefillCase", "PREFILL_CASES", "prefill_problem", "run_prefill"]
+
+
+@dataclass(frozen=True)
+class PrefillCase:
+    batch: int
+    new: int  # S new tokens a request
+    context: int  # its length with them
+    heads: int
+
+    def name(self, fmt: str) -> str:
+        return f"dense_prefill/{fmt}/B{self.batch}-S{self.new}-ctx{self.context}-H{self.heads}"
+
+    def visible(self) -> int:
+        """Σ over the new tokens of the tokens each sees."""
+        return self.batch * sum(max(0, self.context - self.new + 1 + i)
+                                for i in range(self.new))
+
+    def flops(self) -> int:
+        return 2 * self.heads * self.visible() * (KV_DIM + LATENT_DIM)
+
+    def io_bytes(self) -> int:
+        return self.batch * self.new * self.heads * (KV_DIM + LATENT_DIM) * 2
+
+
+# a 4K-token prompt at DeepSeek-V3's 16 heads a GPU (TP8) and at 128 (TP1 / data-parallel
+# attention), fp8 rows in pages of 64
+PREFILL_CASES = [PrefillCase(1, 4096, 4096, 16), PrefillCase(1, 4096, 4096, 128)]
+
+
+def prefill_problem(case: PrefillCase, fmt_name: str, device: str = "cuda"):
+    """``case``'s pool, block table and lengths (`fp8mla.bench.decode.make_problem`'s, pages
+    of 64) and its new tokens' q, bfloat16 [batch, S, heads, 576]: (fmt, pages, table,
+    seqlens, q, fp8 scale)."""
+    fmt, pages, table, seqlens, _, scale = make_problem(
+        DecodeCase(case.batch, case.context, case.heads), fmt_name, device)
+    g = torch.Generator(device="cpu").manual_seed(case.new + case.heads)
+    q = torch.randn(case.batch, case.new, case.heads, KV_DIM, generator=g) * 0.5
+    return fmt, pages, table, seqlens, q.to(torch.bfloat16).to(device), scale
+
+
+def run_prefill(case: PrefillCase, fmt_name: str, env: dict, ceiling: float,
+                device: str = "cuda") -> list[Record]:
+    """Check, then time ``case`` on `dense_prefill` (backend ``fp8mla``): one `Record`."""
+    fmt, pages, table, seqlens, q, scale = prefill_problem(case, fmt_name, device)
+    fn = functools.partial(dense_prefill, q, pages, table, seqlens, kv_format=fmt,
+                           fp8_scale=scale, check=False)
+    out, _ = fn()
+    kv = dequantize_kv(pages, fmt, scale)
+    ro, _ = reference.dense_mla_decode(q[:1, -4:], kv, table[:1], seqlens[:1], KV_DIM ** -0.5)
+    assert_close(out[:1, -4:], ro, name=f"{case} {fmt_name} out (last four queries)")
+    group = min(case.new, GROUP)
+    rows = int(query_groups(seqlens, case.new, group).long().sum())
+    moved = rows * fmt.row_bytes + case.io_bytes()
+    us = time_us(fn)
+    return [Record(case=case.name(fmt_name), backend="fp8mla", us=round(us, 1),
+                   TBps=round(moved / (us * 1e-6) / 1e12, 3),
+                   TFLOPS=round(case.flops() / (us * 1e-6) / 1e12, 1),
+                   ceiling_TBps=round(ceiling, 3), note=f"groups of {group}", **env)]
