@@ -64,6 +64,35 @@ def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
 
 
 @FUZZ
+@given(fmt=FORMATS, lens=st.lists(st.integers(0, 120 * SCALE), min_size=1, max_size=3),
+       new=st.integers(1, 13), heads=st.integers(1, min(128, 20 * SCALE)),
+       page_size=st.sampled_from([1, 16, 64]), entries=st.sampled_from([None, 1, 7]),
+       seed=st.integers(0, 2**16))
+def test_fuzz_dense_prefill(fmt, lens, new, heads, page_size, entries, seed):
+    """S new tokens a request (groups of up to four, the first padded), lengths below S and 0
+    included, chunks of ``entries`` block-table entries (None: the default; 1: a group a
+    chunk); queries that see nothing give 0 and lse −inf as the reference's."""
+    from fp8mla import prefill
+
+    _log("dense_prefill", fmt=fmt, lens=lens, new=new, heads=heads, page_size=page_size,
+         entries=entries)
+    cache, table, seqlens = paged_cache(fmt[0], lens, page_size, policy=fmt[1], device=DEVICE,
+                                        seed=seed)
+    g = torch.Generator().manual_seed(seed + 3)
+    q = torch.randn(len(lens), new, heads, 576, generator=g).bfloat16().to(DEVICE)
+    saved = prefill.CHUNK_ENTRIES
+    prefill.CHUNK_ENTRIES = saved if entries is None else entries * table.shape[1]
+    try:
+        out, lse = prefill.dense_prefill(q, cache.layer(0), table, seqlens,
+                                         kv_format=cache.fmt, fp8_scale=cache.scale(0))
+    finally:
+        prefill.CHUNK_ENTRIES = saved
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+
+
+@FUZZ
 @given(fmt=FORMATS, tokens=st.integers(1, 4), heads=st.integers(1, min(128, 20 * SCALE)),
        topk=st.integers(1, 80 * SCALE), skip=st.floats(0, 1), seed=st.integers(0, 2**16),
        use_length=st.booleans(), compact=st.booleans(), outside=st.booleans())
