@@ -288,25 +288,27 @@ YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.
         "beta_slow": 1}
 
 
-@pytest.mark.parametrize("kv_format,bound,rope,chunk_entries", [
-    ("bf16", 1e-2, {"rope_type": "default", "rope_theta": 10000.0}, None),
-    ("fp8", 4e-2, {"rope_type": "default", "rope_theta": 10000.0}, 3),
-    ("bf16", 1e-2, YARN, None),
+@pytest.mark.parametrize("kv_format,bound,rope,chunk_entries,mode", [
+    ("bf16", 1e-2, {"rope_type": "default", "rope_theta": 10000.0}, None, "native"),
+    ("fp8", 4e-2, {"rope_type": "default", "rope_theta": 10000.0}, 3, "native"),
+    ("bf16", 1e-2, YARN, None, "native"),
+    ("fp8", 4e-2, {"rope_type": "default", "rope_theta": 10000.0}, None, "gather_cast"),
 ])
 def test_deepseek_v3_dense_mla_matches_transformers(device, monkeypatch, kv_format, bound, rope,
-                                                    chunk_entries):
+                                                    chunk_entries, mode):
     """Dense MLA through the layer: the prefill on `fp8mla.prefill.dense_prefill` (in chunks of
     one group of tokens where ``chunk_entries`` says: a block-table row a chunk), decode steps
     on the paged decode kernel (fp8mla's `DecodePlan`, planned once for the block table's
-    span)."""
+    span); the cast baseline (``mode`` gather_cast) attends every step's query rows to index
+    lists of their visible tokens (`fp8mla.prefill.visible_slots`)."""
     import fp8mla.prefill as prefill_mod
     from fp8mla import layer as layer_mod
 
     if chunk_entries is not None:
         monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", chunk_entries)
-    decode_runs, prefills, chunks = [], [], []
-    plan_fn, prefill_fn, chunks_fn = (layer_mod._decode_plan, layer_mod.dense_prefill,
-                                      prefill_mod.row_chunks)
+    decode_runs, prefills, chunks, listed = [], [], [], []
+    plan_fn, prefill_fn, chunks_fn, slots_fn = (layer_mod._decode_plan, layer_mod.dense_prefill,
+                                                prefill_mod.row_chunks, layer_mod.visible_slots)
 
     def decode_plan(*args):
         plan = plan_fn(*args)
@@ -318,6 +320,8 @@ def test_deepseek_v3_dense_mla_matches_transformers(device, monkeypatch, kv_form
                         lambda q, *a, **k: prefills.append(q.shape[1]) or prefill_fn(q, *a, **k))
     monkeypatch.setattr(prefill_mod, "row_chunks",
                         lambda *a, **k: chunks.append(chunks_fn(*a, **k)) or chunks[-1])
+    monkeypatch.setattr(layer_mod, "visible_slots",
+                        lambda *a: listed.append(len(a[1])) or slots_fn(*a))
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
         DeepseekV3Attention,
@@ -346,10 +350,14 @@ def test_deepseek_v3_dense_mla_matches_transformers(device, monkeypatch, kv_form
     assert not ours.is_sparse
     layer = DSAAttention.from_hf(attn, ours, rms_norm_eps=cfg.rms_norm_eps, dtype=torch.float32,
                                  device=device)
+    layer.attn_mode = mode
     got = _run_ours(layer, x, kv_format, device)
     assert _rel(got, want) < bound, _rel(got, want)
+    if mode != "native":  # every step's rows over lists (the prefill's in one chunk)
+        assert listed == [b * PREFILL] + [b] * DECODE and not prefills and not decode_runs
+        return
     assert len(decode_runs) == DECODE and len(set(map(id, decode_runs))) == 1  # one plan
-    assert prefills == [PREFILL]
+    assert prefills == [PREFILL] and not listed
     groups = b * -(-PREFILL // prefill_mod.GROUP)  # the prefill's decode requests
     assert len(chunks) == 1 and len(chunks[0]) == (1 if chunk_entries is None else groups)
 

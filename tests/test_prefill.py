@@ -7,7 +7,7 @@ import torch
 import fp8mla.prefill as prefill_mod
 from fp8mla import ops, reference
 from fp8mla.decode import DecodePlan
-from fp8mla.prefill import dense_prefill, query_groups, row_chunks
+from fp8mla.prefill import dense_prefill, query_groups, row_chunks, visible_slots
 from fp8mla.testing import assert_close
 from helpers import paged_cache
 
@@ -22,6 +22,7 @@ CASES = [
     (4, 5, [33, 20], 16, 9),  # padded groups, a chunk across two requests' groups
     (5, 3, [40, 2], 16, 1 << 24),  # S < GROUP: groups of S
     (2, 12, [12, 30], 64, 1 << 24),  # whole groups, no padding; a prompt over nothing cached
+    (40, 6, [37, 90, 0], 64, 1 << 24),  # > 32 heads: SM90's 64-row Gluon kernels on a GPU
 ]
 
 
@@ -58,10 +59,8 @@ def test_prefill_matches_reference(device, monkeypatch, fmt, policy, heads, s, l
                              softmax_scale=0.06, fp8_scale=cache.scale(0))
     group = min(s, prefill_mod.GROUP)
     groups = len(lens) * -(-s // group)
-    assert chunks == [r1 - r0 for r0, r1 in row_chunks(groups, table.shape[1], entries,
-                                                         group * heads)]
-    assert sum(chunks) == groups
-    assert len(chunks) == -(-groups // max(1, entries // table.shape[1]))
+    step = max(1, entries // table.shape[1])  # groups a chunk (the row × heads bound is far)
+    assert chunks == [step] * (groups // step) + [groups % step] * (groups % step > 0)
     assert out.shape == (len(lens), s, heads, 512) and out.dtype == torch.bfloat16
     assert lse.shape == (len(lens), s, heads) and lse.dtype == torch.float32
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 0.06)
@@ -78,6 +77,29 @@ def test_row_chunks_cover_the_rows_within_the_budget():
     assert row_chunks(1000, 1, heads=128) == [(0, 512), (512, 1000)]  # the plan's output bound
     assert row_chunks(5, 1000, entries=10) == [(r, r + 1) for r in range(5)]  # ≥ 1 row
     assert row_chunks(4, 0) == [(0, 4)] and row_chunks(0, 8) == []
+
+
+def test_visible_slots_are_the_first_tokens_in_position_order():
+    """The index lists of the layer's cast baselines and reference path."""
+    table = torch.tensor([[5, 2, -7], [0, 9, 1]], dtype=torch.int32)
+    idx = visible_slots(table, torch.tensor([0, 1, 1]), torch.tensor([3, 0, 5]), width=6,
+                        page_size=2)
+    assert idx.dtype == torch.int32
+    assert idx.tolist() == [[10, 11, 4, -1, -1, -1], [-1] * 6, [0, 1, 18, 19, 2, -1]]
+
+
+def test_prefill_any_q_layout_and_nothing_to_see(device):
+    """q in [S, B] order (its batch and token dims do not merge: rows gathered a chunk at a
+    time) gives what a contiguous q gives; lengths all 0 give zeros and lse −inf."""
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [20, 7], 16, device=device)
+    q = _q(2, 8, 3, device, 5)
+    qt = q.transpose(0, 1).contiguous().transpose(0, 1)
+    args = (cache.layer(0), table)
+    o1, l1 = dense_prefill(q, *args, seqlens, kv_format="fp8_ds_mla")
+    o2, l2 = dense_prefill(qt, *args, seqlens, kv_format="fp8_ds_mla")
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+    out, lse = dense_prefill(q, *args, torch.zeros_like(seqlens), kv_format="fp8_ds_mla")
+    assert torch.all(out == 0) and torch.all(lse == float("-inf"))
 
 
 def test_query_groups_end_where_their_last_token_sees():

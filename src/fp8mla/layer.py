@@ -517,10 +517,10 @@ class DSAAttention(nn.Module):
         """Dense MLA, q [B, S, heads, 576]: each new token over every token it sees. The native
         fp8mla path takes the paged decode kernel: decode steps (S ≤ 4) through a `DecodePlan`
         planned for the block table's span (no host synchronisation), prefills through
-        `fp8mla.prefill.dense_prefill` (groups of tokens as decode requests; reads the lengths
-        on the host). The other paths attend each query row to the index list of its visible
-        tokens, built for `fp8mla.prefill.CHUNK_ENTRIES` entries at a time. Returns
-        [B·S, heads, 512]."""
+        `fp8mla.prefill.dense_prefill` (groups of tokens as decode requests, planned for the
+        block table's span too). The other paths attend each query row to the index list of
+        its visible tokens, built for `fp8mla.prefill.CHUNK_ENTRIES` entries at a time.
+        Returns [B·S, heads, 512]."""
         b, s, h, _ = q.shape
         ps = kv_cache.page_size
         if self.backend == "fp8mla" and self.attn_mode == "native":

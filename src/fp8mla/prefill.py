@@ -9,8 +9,9 @@ the prefill's tokens. A group's queries share every KV tile the kernel reads: ea
 is read once a group instead of once a query (a quarter of the bytes at GROUP = 4), no index
 lists are built, and the decode kernel's tuned SM90 forms serve it (every KV format read as
 stored, heads 1–128). Where S is not a multiple of the group size the first group is padded
-at the front with query rows of zeros, whose outputs are dropped (such groups' rows are
-gathered a chunk at a time, never a padded copy of the whole prompt).
+at the front with query rows of zeros, whose outputs are dropped; then (or where q's batch and
+token dimensions do not merge into one) q's rows are gathered and the outputs scattered a
+chunk at a time, never as a copy of the whole prompt.
 
 The requests are served `CHUNK_ENTRIES` block-table entries at a time (each group's row of
 the block table is gathered for it) and at most `CHUNK_ROW_HEADS` query rows × heads (the
@@ -95,8 +96,9 @@ def dense_prefill(
     [batch], each request's length with its new tokens; fp8_scale: float32 [1], the ``fp8``
     format's per-tensor scale (other formats ignore it); softmax_scale: default 576^-0.5.
     Query i sees tokens s < cache_seqlens[b] − S + 1 + i; one that sees none gets out 0 and lse
-    −inf. Reads cache_seqlens on the host (a sync: not for CUDA-graph capture), and with
-    ``check`` (default) validates the block table's pages within the lengths.
+    −inf. Plans are sized for the block table's span, so nothing is read on the host but with
+    ``check`` (default: a sync), which validates the block table's pages within the lengths;
+    each call builds its plans (not for CUDA-graph capture).
     Returns (out bfloat16 [batch, S, heads, 512], lse float32 [batch, S, heads]).
     """
     fmt = formats.kv_format(kv_format)
@@ -111,45 +113,55 @@ def dense_prefill(
     check_paged_inputs(block_table, cache_seqlens, b, page_size, pages.shape[0], q.device,
                        validate=check)
     check_fp8_scale(fp8_scale, q.device, validate=check and fmt.name == "fp8")
-    out = torch.empty(b, s_q, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty(b, s_q, h, dtype=torch.float32, device=q.device)
-    width = int(cache_seqlens.max()) if b * s_q else 0
-    if width == 0:
-        return out.zero_(), lse.fill_(float("-inf"))
+    span = block_table.shape[1] * page_size  # the lengths' bound: plans need no host read
     group = min(s_q, GROUP)
-    groups = -(-s_q // group)
+    groups = -(-s_q // group) if s_q else 0
     pad = groups * group - s_q  # query rows before the first token: zeros, outputs dropped
     n = b * groups  # the decode requests, request b's groups in token order
-    lens = query_groups(cache_seqlens, s_q, group)
-    owner = torch.arange(b, device=q.device).repeat_interleave(groups)
-    if pad == 0:  # whole groups: views of q and of the outputs
-        q_v = q.reshape(n, group, h, KV_DIM)
-        out_v, lse_v = out.view(n, group, h, LATENT_DIM), lse.view(n, group, h)
-    else:  # each group position's row of q (−1: padding), gathered a chunk at a time
-        q_rows = q.reshape(b * s_q, h, KV_DIM)
+    views = None
+    if pad == 0:  # whole groups: views of q and of the outputs, where q's dims merge
+        out = torch.empty(b, s_q, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+        lse = torch.empty(b, s_q, h, dtype=torch.float32, device=q.device)
+        try:
+            views = (q.view(n, group, h, KV_DIM), out.view(n, group, h, LATENT_DIM),
+                     lse.view(n, group, h))
+        except RuntimeError:
+            pass
+    if views is None:
+        # each group position's row of the outputs, a padding position the spare last one:
+        # q gathered and the outputs scattered a chunk at a time (never a whole-prompt copy)
+        out_rows = torch.empty(b * s_q + 1, h, LATENT_DIM, dtype=torch.bfloat16,
+                               device=q.device)
+        lse_rows = torch.empty(b * s_q + 1, h, dtype=torch.float32, device=q.device)
+        out, lse = out_rows[:-1].view(b, s_q, h, LATENT_DIM), lse_rows[:-1].view(b, s_q, h)
         pos = torch.arange(groups * group, device=q.device) - pad
         first = torch.arange(b, device=q.device)[:, None] * s_q
-        token = torch.where(pos >= 0, first + pos, -1).view(n, group)
+        row_of = torch.where(pos >= 0, first + pos, b * s_q).view(n, group)
+    if n == 0 or span == 0:
+        return out.zero_(), lse.fill_(float("-inf"))
+    lens = query_groups(cache_seqlens, s_q, group)
+    owner = torch.arange(b, device=q.device).repeat_interleave(groups)
     plans: dict[int, DecodePlan] = {}  # by chunk size: every chunk but the last shares one
     for r0, r1 in row_chunks(n, block_table.shape[1], heads=group * h):
         plan = plans.get(r1 - r0)
         if plan is None:
             plan = plans[r1 - r0] = DecodePlan(
                 batch=r1 - r0, num_heads=h, kv_format=fmt, page_size=page_size,
-                max_seqlen=width, s_q=group, softmax_scale=softmax_scale, device=q.device,
+                max_seqlen=span, s_q=group, softmax_scale=softmax_scale, device=q.device,
                 own_outputs=False)
-        if pad == 0:
-            q_c, out_c, lse_c = q_v[r0:r1], out_v[r0:r1], lse_v[r0:r1]
-        else:  # memory of a chunk's rows, never of the whole prompt's
-            tok = token[r0:r1].reshape(-1)
-            real = tok >= 0
-            q_c = q_rows[tok.clamp_min(0)].masked_fill_(~real[:, None, None], 0)
+        if views is not None:
+            q_c, out_c, lse_c = (v[r0:r1] for v in views)
+        else:
+            rows = row_of[r0:r1].reshape(-1)
+            at = rows.clamp_max(b * s_q - 1)
+            q_c = q[at // s_q, at % s_q].masked_fill_((rows == b * s_q)[:, None, None], 0)
             q_c = q_c.view(r1 - r0, group, h, KV_DIM)
-            out_c = torch.empty(r1 - r0, group, h, LATENT_DIM, dtype=out.dtype, device=q.device)
-            lse_c = torch.empty(r1 - r0, group, h, dtype=lse.dtype, device=q.device)
+            out_c = torch.empty(r1 - r0, group, h, LATENT_DIM, dtype=torch.bfloat16,
+                                device=q.device)
+            lse_c = torch.empty(r1 - r0, group, h, dtype=torch.float32, device=q.device)
         plan.run(q_c, pages, block_table[owner[r0:r1]], lens[r0:r1], fp8_scale=fp8_scale,
                  check=False, out=out_c, lse=lse_c)
-        if pad:
-            out.view(b * s_q, h, LATENT_DIM)[tok[real]] = out_c.view(-1, h, LATENT_DIM)[real]
-            lse.view(b * s_q, h)[tok[real]] = lse_c.view(-1, h)[real]
+        if views is None:
+            out_rows.index_copy_(0, rows, out_c.view(-1, h, LATENT_DIM))
+            lse_rows.index_copy_(0, rows, lse_c.view(-1, h))
     return out, lse

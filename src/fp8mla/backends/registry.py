@@ -50,10 +50,10 @@ REGISTRY: tuple[BackendRecord, ...] = (
             index_head_dim=IntSet.of(128)),
     _fp8mla(Role.TOPK, "topk_indices", num_heads=IntSet()),
     # Dense prefill: the dense decode kernel over groups of new tokens (`fp8mla.prefill`); it
-    # reads the lengths on the host to size its chunks, so it is not CUDA-graph safe.
+    # builds its plans on every call, so it is not CUDA-graph safe.
     _fp8mla(Role.DENSE_PREFILL, "dense_prefill", cuda_graph_safe=False,
             description="fp8mla dense prefill: the dense decode kernel over groups of new "
-            "tokens, causal among them (reads the lengths on the host); any head "
+            "tokens, causal among them (plans built on every call); any head "
             "count; needs CUDA (or TRITON_INTERPRET=1 on CPU)"),
     # ---- FlashMLA (deepseek-ai/FlashMLA) ------------------------------------------------------
     # Dense decode: README support matrix "Dense Decoding | SM90 | MQA | BF16"; the dense decode

@@ -4,8 +4,8 @@ a prompt's attention costs).
 A case is S new tokens of each of B requests over contexts of ``ctx`` tokens (S of them new:
 a fresh prompt where ctx = S). FLOPs = 2 · heads · Σ visible tokens · (576 + 512); bytes = the
 cached rows each group of new tokens reads once (`fp8mla.prefill.query_groups`) + q + out.
-Each case is checked against the float32 reference (its last four queries of request 0)
-before it is timed, eagerly (the call reads the lengths on the host: it is not graphed).
+Each case is checked against the float32 reference (request 0's first four queries and its
+last four) before it is timed, eagerly (the call reads the lengths on the host: it is not graphed).
 """
 
 from __future__ import annotations
@@ -71,8 +71,14 @@ def run_prefill(case: PrefillCase, fmt_name: str, env: dict, ceiling: float,
                            fp8_scale=scale, check=False)
     out, _ = fn()
     kv = dequantize_kv(pages, fmt, scale)
-    ro, _ = reference.dense_mla_decode(q[:1, -4:], kv, table[:1], seqlens[:1], KV_DIM ** -0.5)
-    assert_close(out[:1, -4:], ro, name=f"{case} {fmt_name} out (last four queries)")
+    k = min(4, case.new)
+    for first in (True, False):  # request 0's first k queries, then its last k
+        q_k, lens = (q[:1, :k], seqlens[:1] - (case.new - k)) if first else (q[:1, -k:],
+                                                                             seqlens[:1])
+        ro, _ = reference.dense_mla_decode(q_k, kv, table[:1], lens, KV_DIM ** -0.5)
+        got = out[:1, :k] if first else out[:1, -k:]
+        assert_close(got, ro, name=f"{case} {fmt_name} out ({'first' if first else 'last'} "
+                     f"{k} queries)")
     group = min(case.new, GROUP)
     rows = int(query_groups(seqlens, case.new, group).long().sum())
     moved = rows * fmt.row_bytes + case.io_bytes()
