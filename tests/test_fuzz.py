@@ -64,8 +64,8 @@ def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
 
 
 @FUZZ
-@given(fmt=FORMATS, lens=st.lists(st.integers(0, 120 * SCALE), min_size=1, max_size=3),
-       new=st.integers(1, 13), heads=st.integers(1, min(128, 20 * SCALE)),
+@given(fmt=FORMATS, lens=st.lists(st.integers(0, 80 * SCALE), min_size=1, max_size=3),
+       new=st.integers(1, 9), heads=st.integers(1, min(128, 12 * SCALE)),
        page_size=st.sampled_from([1, 16, 64]), entries=st.sampled_from([None, 1, 7]),
        seed=st.integers(0, 2**16))
 def test_fuzz_dense_prefill(fmt, lens, new, heads, page_size, entries, seed):

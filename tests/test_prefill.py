@@ -20,7 +20,7 @@ CASES = [
     (8, 9, [130, 9], 64, 9),  # chunks across the two requests' groups
     (16, 5, [65], 16, 10),
     (4, 5, [33, 20], 16, 9),  # padded groups, a chunk across two requests' groups
-    (5, 3, [40, 2], 16, 1 << 24),  # S < GROUP: groups of S
+    (1, 3, [40, 2], 16, 1 << 24),  # S < GROUP: groups of S
     (2, 12, [12, 30], 64, 1 << 24),  # whole groups, no padding; a prompt over nothing cached
     (40, 6, [37, 90, 0], 64, 1 << 24),  # > 32 heads: SM90's 64-row Gluon kernels on a GPU
 ]
