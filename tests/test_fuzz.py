@@ -50,14 +50,26 @@ FORMATS = st.sampled_from([("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2")
 def test_fuzz_dense_decode(fmt, lens, s_q, heads, page_size, splits, seed):
     _log("dense_decode", fmt=fmt, lens=lens, s_q=s_q, heads=heads, page_size=page_size,
          splits=splits)
-    cache, table, seqlens = paged_cache(fmt[0], lens, page_size, policy=fmt[1], device=DEVICE,
-                                        seed=seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    q = torch.randn(len(lens), s_q, heads, 576, generator=g).bfloat16().to(DEVICE)
+    cache, table, seqlens, q = _dense_problem(fmt, lens, page_size, s_q, heads, seed)
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                       page_size=page_size, cache_seqlens=seqlens, device=DEVICE,
                       num_splits=splits)
     out, lse = plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0))
+    _assert_dense(out, lse, q, cache, table, seqlens)
+
+
+def _dense_problem(fmt, lens, page_size, s_q, heads, seed):
+    """A poisoned paged cache of ``lens`` (`helpers.paged_cache`) and q [batch, s_q, heads,
+    576]: (cache, block table, lengths, q)."""
+    cache, table, seqlens = paged_cache(fmt[0], lens, page_size, policy=fmt[1], device=DEVICE,
+                                        seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    q = torch.randn(len(lens), s_q, heads, 576, generator=g).bfloat16().to(DEVICE)
+    return cache, table, seqlens, q
+
+
+def _assert_dense(out, lse, q, cache, table, seqlens):
+    """out / lse as the reference's causal dense attention of q over the cache."""
     ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
     assert_close(out, ro, name="out")
     assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
@@ -76,10 +88,7 @@ def test_fuzz_dense_prefill(fmt, lens, new, heads, page_size, entries, seed):
 
     _log("dense_prefill", fmt=fmt, lens=lens, new=new, heads=heads, page_size=page_size,
          entries=entries)
-    cache, table, seqlens = paged_cache(fmt[0], lens, page_size, policy=fmt[1], device=DEVICE,
-                                        seed=seed)
-    g = torch.Generator().manual_seed(seed + 3)
-    q = torch.randn(len(lens), new, heads, 576, generator=g).bfloat16().to(DEVICE)
+    cache, table, seqlens, q = _dense_problem(fmt, lens, page_size, new, heads, seed)
     saved = prefill.CHUNK_ENTRIES
     prefill.CHUNK_ENTRIES = saved if entries is None else entries * table.shape[1]
     try:
@@ -87,9 +96,7 @@ def test_fuzz_dense_prefill(fmt, lens, new, heads, page_size, entries, seed):
                                          kv_format=cache.fmt, fp8_scale=cache.scale(0))
     finally:
         prefill.CHUNK_ENTRIES = saved
-    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
-    assert_close(out, ro, name="out")
-    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
+    _assert_dense(out, lse, q, cache, table, seqlens)
 
 
 @FUZZ
