@@ -118,22 +118,21 @@ def dense_prefill(
     groups = -(-s_q // group) if s_q else 0
     pad = groups * group - s_q  # query rows before the first token: zeros, outputs dropped
     n = b * groups  # the decode requests, request b's groups in token order
-    views = None
-    if pad == 0:  # whole groups: views of q and of the outputs, where q's dims merge
-        out = torch.empty(b, s_q, h, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-        lse = torch.empty(b, s_q, h, dtype=torch.float32, device=q.device)
+    q_v = None
+    if pad == 0:  # whole groups: a view of q where its batch and token dims merge
         try:
-            views = (q.view(n, group, h, KV_DIM), out.view(n, group, h, LATENT_DIM),
-                     lse.view(n, group, h))
+            q_v = q.view(n, group, h, KV_DIM)
         except RuntimeError:
             pass
-    if views is None:
-        # each group position's row of the outputs, a padding position the spare last one:
-        # q gathered and the outputs scattered a chunk at a time (never a whole-prompt copy)
-        out_rows = torch.empty(b * s_q + 1, h, LATENT_DIM, dtype=torch.bfloat16,
-                               device=q.device)
-        lse_rows = torch.empty(b * s_q + 1, h, dtype=torch.float32, device=q.device)
-        out, lse = out_rows[:-1].view(b, s_q, h, LATENT_DIM), lse_rows[:-1].view(b, s_q, h)
+    # otherwise q's rows are gathered and the outputs scattered a chunk at a time (never a
+    # whole-prompt copy), a padding position's into a spare last row of the outputs
+    spare = int(q_v is None)
+    out_rows = torch.empty(b * s_q + spare, h, LATENT_DIM, dtype=torch.bfloat16,
+                           device=q.device)
+    lse_rows = torch.empty(b * s_q + spare, h, dtype=torch.float32, device=q.device)
+    out = out_rows[:b * s_q].view(b, s_q, h, LATENT_DIM)
+    lse = lse_rows[:b * s_q].view(b, s_q, h)
+    if q_v is None:
         pos = torch.arange(groups * group, device=q.device) - pad
         first = torch.arange(b, device=q.device)[:, None] * s_q
         row_of = torch.where(pos >= 0, first + pos, b * s_q).view(n, group)
@@ -149,8 +148,10 @@ def dense_prefill(
                 batch=r1 - r0, num_heads=h, kv_format=fmt, page_size=page_size,
                 max_seqlen=span, s_q=group, softmax_scale=softmax_scale, device=q.device,
                 own_outputs=False)
-        if views is not None:
-            q_c, out_c, lse_c = (v[r0:r1] for v in views)
+        if q_v is not None:
+            q_c = q_v[r0:r1]
+            out_c = out_rows.view(n, group, h, LATENT_DIM)[r0:r1]
+            lse_c = lse_rows.view(n, group, h)[r0:r1]
         else:
             rows = row_of[r0:r1].reshape(-1)
             at = rows.clamp_max(b * s_q - 1)
@@ -161,7 +162,7 @@ def dense_prefill(
             lse_c = torch.empty(r1 - r0, group, h, dtype=torch.float32, device=q.device)
         plan.run(q_c, pages, block_table[owner[r0:r1]], lens[r0:r1], fp8_scale=fp8_scale,
                  check=False, out=out_c, lse=lse_c)
-        if views is None:
+        if q_v is None:
             out_rows.index_copy_(0, rows, out_c.view(-1, h, LATENT_DIM))
             lse_rows.index_copy_(0, rows, lse_c.view(-1, h))
     return out, lse
