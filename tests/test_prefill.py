@@ -110,6 +110,10 @@ def test_query_groups_end_where_their_last_token_sees():
     # S = 7: one padding row, then tokens 0-2 (the first group ends at token 2), tokens 3-6
     assert lens.tolist() == [16, 20, 0, 3, 0, 0]
     assert query_groups(torch.tensor([9], dtype=torch.int32), 2, 2).tolist() == [9]
+    with pytest.raises(ValueError, match=r"group: expected an int in \[1, "):
+        query_groups(torch.tensor([9], dtype=torch.int32), 2, 0)
+    with pytest.raises(TypeError, match="cache_seqlens: expected dtype int32, got int64"):
+        query_groups(torch.tensor([9]), 2, 2)
 
 
 def test_prefill_is_the_ops_role_and_the_doctor_takes_it():

@@ -61,6 +61,9 @@ def query_groups(cache_seqlens: torch.Tensor, s: int, group: int) -> torch.Tenso
     consecutive tokens (the first front-padded) and as long as its last token sees —
     cache_seqlens[b] − group · (groups − 1 − k) for group k, 0 where that is negative (its
     queries see nothing). cache_seqlens: int32 [batch]."""
+    check_tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, ndim=1)
+    check_int("s", s, lo=0)
+    check_int("group", group, lo=1)
     groups = -(-s // group)
     back = group * torch.arange(groups - 1, -1, -1, device=cache_seqlens.device)
     return (cache_seqlens.long()[:, None] - back).clamp_min(0).to(torch.int32).reshape(-1)
