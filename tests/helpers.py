@@ -106,6 +106,24 @@ def paged_cache(fmt: str, lens: list[int], page_size: int, *, policy: str | None
     return cache, table, seqlens
 
 
+def ragged_prefill_reference(q: torch.Tensor, news: list[int], cache: PagedKVCache,
+                             table: torch.Tensor, seqlens: torch.Tensor, scale: float):
+    """The float32 reference of a packed prefill (`fp8mla.prefill.dense_prefill_ragged`), a
+    request at a time: q bfloat16 [tokens, heads, 576], request b's news[b] new tokens in
+    order. Returns (out float32 [tokens, heads, 512], lse float32 [tokens, heads])."""
+    outs = [torch.zeros(0, q.shape[1], 512, device=q.device)]
+    lses = [torch.zeros(0, q.shape[1], device=q.device)]
+    at = 0
+    for b, s in enumerate(news):
+        if s:
+            o, lo = reference.dense_mla_decode(q[None, at:at + s], cache.dequantize(0),
+                                               table[b:b + 1], seqlens[b:b + 1], scale)
+            outs.append(o[0])
+            lses.append(lo[0])
+        at += s
+    return torch.cat(outs), torch.cat(lses)
+
+
 def request_rows(kv: torch.Tensor, table: torch.Tensor, b: int, n: int,
                  page_size: int) -> torch.Tensor:
     """Request ``b``'s first ``n`` rows of a paged pool ``kv`` [pages, page_size, ...] through

@@ -22,7 +22,7 @@ from fp8mla.indexer import indexer_logits_ragged
 from fp8mla.sparse import sparse_prefill
 from fp8mla.testing import assert_close
 from fp8mla.topk import topk_indices
-from helpers import paged_cache
+from helpers import paged_cache, ragged_prefill_reference
 
 EXAMPLES = int(os.environ.get("FP8MLA_FUZZ_EXAMPLES", "10"))
 # FP8MLA_FUZZ_SCALE multiplies the size bounds (lengths, heads up to 128, top-k widths, row
@@ -79,24 +79,41 @@ def _assert_dense(out, lse, q, cache, table, seqlens):
 @given(fmt=FORMATS, lens=st.lists(st.integers(0, 80 * SCALE), min_size=1, max_size=3),
        new=st.integers(1, 9), heads=st.integers(1, min(128, 12 * SCALE)),
        page_size=st.sampled_from([1, 16, 64]), entries=st.sampled_from([None, 1, 7]),
+       ragged=st.one_of(st.none(), st.lists(st.integers(0, 9), min_size=3, max_size=3)),
        seed=st.integers(0, 2**16))
-def test_fuzz_dense_prefill(fmt, lens, new, heads, page_size, entries, seed):
+def test_fuzz_dense_prefill(fmt, lens, new, heads, page_size, entries, ragged, seed):
     """S new tokens a request (groups of up to four, the first padded), lengths below S and 0
     included, chunks of ``entries`` block-table entries (None: the default; 1: a group a
-    chunk); queries that see nothing give 0 and lse −inf as the reference's."""
+    chunk); queries that see nothing give 0 and lse −inf as the reference's. With ``ragged``,
+    the packed form: request b's ragged[b] new tokens (0 included), `dense_prefill_ragged`."""
     from fp8mla import prefill
 
+    news = None if ragged is None else ragged[:len(lens)]
     _log("dense_prefill", fmt=fmt, lens=lens, new=new, heads=heads, page_size=page_size,
-         entries=entries)
+         entries=entries, news=news)
     cache, table, seqlens, q = _dense_problem(fmt, lens, page_size, new, heads, seed)
+    if news is not None:  # packed q: request b's news[b] tokens in order
+        g = torch.Generator().manual_seed(seed + 2)
+        q = torch.randn(sum(news), heads, 576, generator=g).bfloat16().to(DEVICE)
     saved = prefill.CHUNK_ENTRIES
     prefill.CHUNK_ENTRIES = saved if entries is None else entries * table.shape[1]
     try:
-        out, lse = prefill.dense_prefill(q, cache.layer(0), table, seqlens,
-                                         kv_format=cache.fmt, fp8_scale=cache.scale(0))
+        if news is None:
+            out, lse = prefill.dense_prefill(q, cache.layer(0), table, seqlens,
+                                             kv_format=cache.fmt, fp8_scale=cache.scale(0))
+        else:
+            cu = torch.tensor([0] + news, device=DEVICE).cumsum(0).to(torch.int32)
+            out, lse = prefill.dense_prefill_ragged(q, cu, cache.layer(0), table, seqlens,
+                                                    kv_format=cache.fmt,
+                                                    fp8_scale=cache.scale(0))
     finally:
         prefill.CHUNK_ENTRIES = saved
-    _assert_dense(out, lse, q, cache, table, seqlens)
+    if news is None:
+        _assert_dense(out, lse, q, cache, table, seqlens)
+        return
+    ro, rl = ragged_prefill_reference(q, news, cache, table, seqlens, 576 ** -0.5)
+    assert_close(out, ro, name="out")
+    assert_close(lse, rl, atol=1e-3, rtol=1e-3, name="lse")
 
 
 @FUZZ

@@ -7,9 +7,16 @@ import torch
 import fp8mla.prefill as prefill_mod
 from fp8mla import ops, reference
 from fp8mla.decode import DecodePlan
-from fp8mla.prefill import dense_prefill, query_groups, row_chunks, visible_slots
+from fp8mla.prefill import (
+    dense_prefill,
+    dense_prefill_ragged,
+    query_groups,
+    ragged_groups,
+    row_chunks,
+    visible_slots,
+)
 from fp8mla.testing import assert_close
-from helpers import paged_cache
+from helpers import paged_cache, ragged_prefill_reference
 
 FORMATS = [("bf16", None), ("fp8", None), ("fp8_ds_mla", "pow2"), ("fp8_ds_mla", "fp32")]
 
@@ -116,11 +123,133 @@ def test_query_groups_end_where_their_last_token_sees():
         query_groups(torch.tensor([9]), 2, 2)
 
 
+# (heads, each request's new tokens, lengths with them, page_size, block-table entries a chunk)
+RAGGED_CASES = [
+    (3, [6, 5, 0, 9], [70, 5, 0, 33], 16, 1 << 24),  # groups of 4: padded, one request empty
+    (8, [1, 7, 2], [130, 7, 1], 64, 9),  # groups of 4 across chunks; a token that sees nothing
+    (2, [2, 1, 3, 1], [40, 1, 2, 64], 1, 40),  # groups of 2 (7 tokens, 4 requests)
+    (16, [5], [65], 64, 1 << 24),  # one request: `dense_prefill`'s groups
+    (40, [3, 6], [37, 90], 64, 1 << 24),  # > 32 heads: SM90's 64-row Gluon kernels on a GPU
+]
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS)
+@pytest.mark.parametrize("heads,news,lens,page_size,entries", RAGGED_CASES)
+def test_ragged_prefill_matches_reference(device, monkeypatch, fmt, policy, heads, news, lens,
+                                          page_size, entries):
+    """Token i of request b's s_b new tokens sees its first length − s_b + 1 + i tokens, as
+    the reference computes it request by request; poisoned pages and block-table padding as
+    `test_prefill_matches_reference`'s, and the outputs' spare row never returned."""
+    monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", entries)
+    seed = hash(("ragged", fmt, policy, heads, tuple(news), page_size)) % 2**31
+    cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
+                                        seed=seed)
+    t = sum(news)
+    q = _q(1, t, heads, device, seed + 1)[0]
+    cu = torch.tensor([0] + news, dtype=torch.int32).cumsum(0).int().to(device)
+    out, lse = dense_prefill_ragged(q, cu, cache.layer(0), table, seqlens, kv_format=cache.fmt,
+                                    softmax_scale=0.06, fp8_scale=cache.scale(0))
+    assert out.shape == (t, heads, 512) and out.dtype == torch.bfloat16
+    assert lse.shape == (t, heads) and lse.dtype == torch.float32
+    ro, rl = ragged_prefill_reference(q, news, cache, table, seqlens, 0.06)
+    blind = torch.tensor([n - s + 1 + i <= 0 for n, s in zip(lens, news, strict=True)
+                          for i in range(s)], device=lse.device)
+    assert torch.all(out[blind] == 0) and torch.all(lse[blind] == float("-inf"))
+    assert torch.all(lse[~blind].isfinite())
+    assert_close(out, ro, name="out")
+    assert_close(lse[~blind], rl[~blind], atol=3e-3, rtol=1e-3, name="lse")
+
+
+def test_ragged_prefill_of_equal_requests_is_dense_prefill(device):
+    """Requests of equal new tokens packed give what `dense_prefill` gives over q [B, S]."""
+    cache, table, seqlens = paged_cache("fp8", [29, 11], 16, device=device, seed=3)
+    q = _q(2, 6, 4, device, 4)
+    cu = torch.tensor([0, 6, 12], dtype=torch.int32, device=device)
+    args = (cache.layer(0), table, seqlens)
+    o1, l1 = dense_prefill(q, *args, kv_format="fp8", fp8_scale=cache.scale(0))
+    o2, l2 = dense_prefill_ragged(q.flatten(0, 1), cu, *args, kv_format="fp8",
+                                  fp8_scale=cache.scale(0))
+    assert torch.equal(o1.flatten(0, 1), o2) and torch.equal(l1.flatten(0, 1), l2)
+
+
+def test_ragged_groups_cut_each_request_from_its_end():
+    """Request b's s_b tokens make ceil(s_b / group) groups, the first front-padded, each as
+    long as its last token sees; empty groups (length 0, rows all the spare) fill the bound
+    (tokens + (group − 1) · batch) // group."""
+    cu = torch.tensor([0, 5, 5, 7], dtype=torch.int32)  # s = 5, 0, 2
+    owner, lens, rows = ragged_groups(cu, torch.tensor([9, 4, 1], dtype=torch.int32), 7, 4)
+    assert owner.dtype == torch.int64 and lens.dtype == torch.int32 and rows.dtype == torch.int64
+    # request 0: padding × 3 then token 0 (sees 9 − 4 = 5), tokens 1-4 (sees 9); request 2:
+    # padding × 2, tokens 5, 6 (its second sees 1; the first sees 0); bound (7 + 9) // 4 = 4
+    assert owner.tolist() == [0, 0, 2, 2]
+    assert lens.tolist() == [5, 9, 1, 0]
+    assert rows.tolist() == [[7, 7, 7, 0], [1, 2, 3, 4], [7, 7, 5, 6], [7, 7, 7, 7]]
+    owner, lens, rows = ragged_groups(cu[:1], torch.zeros(0, dtype=torch.int32), 0, 4)
+    assert owner.shape == lens.shape == (0,) and rows.shape == (0, 4)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: expected shape \[4\], got \[3\]"):
+        ragged_groups(cu[:3], torch.tensor([9, 4, 1], dtype=torch.int32), 7, 4)
+
+
+def test_ragged_groups_stay_inside_q_for_any_offsets():
+    """Unchecked offsets (decreasing, past the tokens, negative) give rows in [0, tokens] —
+    what the fast path gathers and scatters — and lengths ≥ 0."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        b = int(torch.randint(1, 6, (1,), generator=g))
+        cu = torch.randint(-20, 40, (b + 1,), generator=g, dtype=torch.int32)
+        lens = torch.randint(0, 50, (b,), generator=g, dtype=torch.int32)
+        tokens = int(torch.randint(0, 30, (1,), generator=g))
+        for group in (1, 3, 4):
+            owner, glens, rows = ragged_groups(cu, lens, tokens, group)
+            assert rows.numel() == 0 or (rows.min() >= 0 and rows.max() <= tokens)
+            assert owner.numel() == 0 or (owner.min() >= 0 and owner.max() < b)
+            assert torch.all(glens >= 0)
+
+
+def test_ragged_prefill_rejects_bad_input(device):
+    cache, table, seqlens = paged_cache("fp8_ds_mla", [20, 7], 16, device=device)
+    q = _q(1, 5, 4, device, 0)[0]
+    cu = torch.tensor([0, 3, 5], dtype=torch.int32, device=device)
+    before = cache.pool.clone()
+
+    def call(**kw):
+        args = dict(q=q, cu_seqlens_q=cu, kv_cache=cache.layer(0), block_table=table,
+                    cache_seqlens=seqlens, kv_format="fp8_ds_mla")
+        args.update(kw)
+        pos = [args.pop(k) for k in ("q", "cu_seqlens_q", "kv_cache", "block_table",
+                                     "cache_seqlens")]
+        return dense_prefill_ragged(*pos, **args)
+
+    with pytest.raises(ValueError, match=r"q: expected 3 dimensions, got shape \[1, 5, 4, 576\]"):
+        call(q=q[None])
+    with pytest.raises(TypeError, match="q: expected dtype bfloat16, got float32"):
+        call(q=q.float())
+    with pytest.raises(ValueError, match=r"heads \(q.shape\[1\]\): expected an int in \[1, 128\]"):
+        call(q=_q(1, 5, 129, device, 0)[0])
+    with pytest.raises(TypeError, match="cu_seqlens_q: expected dtype int32, got int64"):
+        call(cu_seqlens_q=cu.long())
+    with pytest.raises(ValueError, match="block_table: expected 1 rows"):
+        call(cu_seqlens_q=cu[:2])
+    for bad in ([0, 3, 4], [1, 3, 5], [0, 4, 3]):
+        with pytest.raises(ValueError, match="cu_seqlens_q: expected offsets from 0, "
+                                             "non-decreasing, to 5"):
+            call(cu_seqlens_q=torch.tensor(bad, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="cu_seqlens_q: expected offsets"):
+        call(cu_seqlens_q=torch.tensor([0, 6, 5], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="cache_seqlens: expected lengths in \\[0, 48\\]"):
+        call(cache_seqlens=torch.tensor([20, 49], dtype=torch.int32, device=device))
+    assert torch.equal(cache.pool, before)
+    # unchecked offsets past q: bounded rows, whatever the outputs hold
+    out, lse = call(cu_seqlens_q=torch.tensor([0, 9, 2], dtype=torch.int32, device=device),
+                    check=False)
+    assert out.shape == (5, 4, 512) and torch.equal(cache.pool, before)
+
+
 def test_prefill_is_the_ops_role_and_the_doctor_takes_it():
     from fp8mla.backends import Role, Runtime, resolve
     from fp8mla.gpus import resolve_gpu
 
-    assert ops.dense_prefill is dense_prefill
+    assert ops.dense_prefill is dense_prefill and ops.dense_prefill_ragged is dense_prefill_ragged
     plan = resolve("deepseek_v3", Runtime(gpu=resolve_gpu("h200"), tp_size=8))
     choice = plan.choice(Role.DENSE_PREFILL)
     assert choice.backend == "fp8mla" and not choice.candidates[0].cuda_graph_safe
