@@ -59,6 +59,21 @@ def test_prefill_case_smoke(device, monkeypatch):
     assert rec.TFLOPS * 1e-3 == pytest.approx(case.flops() / 1e6, abs=1e-4)
 
 
+def test_ragged_prefill_case_smoke(device, monkeypatch):
+    # the packed rows: 5, 0 and 2 new tokens over 12-token contexts (groups of min(4, ceil(7 /
+    # 3)) = 3), each request's last queries checked; the same case a request at a time
+    monkeypatch.setattr(bench_prefill, "time_us", lambda fn: (fn(), 1e-3)[1])
+    case = bench_prefill.RaggedPrefillCase((5, 0, 2), 12, 3)
+    recs = bench_prefill.run_ragged_prefill(case, "fp8", ENV, 1.0, device=device)
+    assert [r.backend for r in recs] == ["fp8mla", "per_request"]
+    assert {r.case for r in recs} == {"dense_prefill_ragged/fp8/B3-S5+0+2-ctx12-H3"}
+    assert recs[0].note == "groups of 3"
+    # groups: request 0's tokens 0–1 (padded; they see 9) and 2–4 (12), request 2's 0–1 (12)
+    rows = (9 + 12 + 12) * 576 + case.io_bytes()
+    assert recs[0].TBps * 1e-3 == pytest.approx(rows / 1e6, abs=1e-6)
+    assert case.flops() == 2 * 3 * (sum(range(8, 13)) + 11 + 12) * 1088
+
+
 def test_sparse_case_smoke(device):
     recs = bench_sparse.run_sparse(2, 8, 32, 2, ENV, 1.0, device=device, pool_tokens=4096,
                                    floor=True)

@@ -91,7 +91,7 @@ def run(args) -> int:
         return 2
     from fp8mla.bench.decode import DECODE_CASES, POOL_CASE, run_case
     from fp8mla.bench.harness import env_info, read_ceiling_tbps, write_records
-    from fp8mla.bench.prefill import PREFILL_CASES, run_prefill
+    from fp8mla.bench.prefill import PREFILL_CASES, RAGGED_CASES, run_prefill, run_ragged_prefill
 
     env = env_info()
     ceiling = read_ceiling_tbps()
@@ -116,6 +116,10 @@ def run(args) -> int:
     if args.cases == "all" and "fp8" in formats:
         for case in _progress(PREFILL_CASES, "prefill"):
             for rec in run_prefill(case, "fp8", env, ceiling):
+                records.append(rec)
+                _print(rec)
+        for case in _progress(RAGGED_CASES, "ragged prefill"):
+            for rec in run_ragged_prefill(case, "fp8", env, ceiling):
                 records.append(rec)
                 _print(rec)
     for rec in run_case(POOL_CASE, "fp8", env, ceiling,

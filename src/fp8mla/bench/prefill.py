@@ -1,11 +1,15 @@
-"""Dense-prefill benchmark cases (`fp8mla.prefill.dense_prefill`; no target in the issues: what
-a prompt's attention costs).
+"""Dense-prefill benchmark cases (`fp8mla.prefill.dense_prefill`, `dense_prefill_ragged`; no
+target in the issues: what a prompt's attention costs).
 
 A case is S new tokens of each of B requests over contexts of ``ctx`` tokens (S of them new:
-a fresh prompt where ctx = S). FLOPs = 2 · heads · Σ visible tokens · (576 + 512); bytes = the
-cached rows each group of new tokens reads once (`fp8mla.prefill.query_groups`) + q + out.
-Each case is checked against the float32 reference (request 0's first four queries and its
-last four) before it is timed, eagerly (the call reads the lengths on the host: it is not graphed).
+a fresh prompt where ctx = S); a ragged case gives each request its own S, packed (an engine's
+batch of prompts and prefix-cache hits), and is timed also as `dense_prefill` a request at a
+time (backend ``per_request``: what a caller without the packed form does). FLOPs = 2 · heads ·
+Σ visible tokens · (576 + 512); bytes = the cached rows each group of new tokens reads once
+(`fp8mla.prefill.query_groups`, `ragged_groups`) + q + out. Each case is checked against the
+float32 reference (request 0's first four queries and its last four; a ragged case's, each
+request's last four) before it is timed, eagerly (with check=False a call reads nothing on the
+host, but it builds its plans: it is not graphed).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from fp8mla import reference
 from fp8mla.bench.decode import DecodeCase, make_problem
 from fp8mla.bench.harness import Record, time_us
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv
-from fp8mla.prefill import GROUP, dense_prefill, query_groups
+from fp8mla.prefill import GROUP, dense_prefill, dense_prefill_ragged, query_groups, ragged_groups
 from fp8mla.testing import assert_close
 
-__all__ = ["PrefillCase", "PREFILL_CASES", "prefill_problem", "run_prefill"]
+__all__ = ["PrefillCase", "PREFILL_CASES", "RaggedPrefillCase", "RAGGED_CASES", "prefill_problem",
+           "run_prefill", "run_ragged_prefill"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,28 @@ class PrefillCase:
 # a 4K-token prompt at DeepSeek-V3's 16 heads a GPU (TP8) and at 128 (TP1 / data-parallel
 # attention), fp8 rows in pages of 64
 PREFILL_CASES = [PrefillCase(1, 4096, 4096, 16), PrefillCase(1, 4096, 4096, 128)]
+
+
+@dataclass(frozen=True)
+class RaggedPrefillCase:
+    news: tuple[int, ...]  # each request's new tokens
+    context: int  # each request's length with them
+    heads: int
+
+    def name(self, fmt: str) -> str:
+        return (f"dense_prefill_ragged/{fmt}/B{len(self.news)}-S{'+'.join(map(str, self.news))}"
+                f"-ctx{self.context}-H{self.heads}")
+
+    def flops(self) -> int:
+        return sum(PrefillCase(1, s, self.context, self.heads).flops() for s in self.news)
+
+    def io_bytes(self) -> int:
+        return sum(self.news) * self.heads * (KV_DIM + LATENT_DIM) * 2
+
+
+# 16 heads (DeepSeek-V3 at TP8): a 4K prompt beside prefix-cache hits of 2K, 1K and 8 new
+# tokens over 4K-token contexts
+RAGGED_CASES = [RaggedPrefillCase((4096, 2048, 1024, 8), 4096, 16)]
 
 
 def prefill_problem(case: PrefillCase, fmt_name: str, device: str = "cuda"):
@@ -87,3 +114,44 @@ def run_prefill(case: PrefillCase, fmt_name: str, env: dict, ceiling: float,
                    TBps=round(moved / (us * 1e-6) / 1e12, 3),
                    TFLOPS=round(case.flops() / (us * 1e-6) / 1e12, 1),
                    ceiling_TBps=round(ceiling, 3), note=f"groups of {group}", **env)]
+
+
+def run_ragged_prefill(case: RaggedPrefillCase, fmt_name: str, env: dict, ceiling: float,
+                       device: str = "cuda") -> list[Record]:
+    """Check, then time ``case`` on `dense_prefill_ragged` (backend ``fp8mla``) and on
+    `dense_prefill` a request at a time (``per_request``): two `Record` s."""
+    b, t = len(case.news), sum(case.news)
+    fmt, pages, table, seqlens, _, scale = make_problem(
+        DecodeCase(b, case.context, case.heads), fmt_name, device)
+    g = torch.Generator(device="cpu").manual_seed(t + case.heads)
+    q = (torch.randn(t, case.heads, KV_DIM, generator=g) * 0.5).to(torch.bfloat16).to(device)
+    cu = torch.tensor((0,) + case.news, device=device).cumsum(0).to(torch.int32)
+    fn = functools.partial(dense_prefill_ragged, q, cu, pages, table, seqlens, kv_format=fmt,
+                           fp8_scale=scale, check=False)
+    out, _ = fn()
+    kv = dequantize_kv(pages, fmt, scale)
+    for r, end in enumerate(cu[1:].tolist()):  # each request's last (up to) four queries
+        k = min(4, case.news[r])
+        ro, _ = reference.dense_mla_decode(q[None, end - k:end], kv, table[r:r + 1],
+                                           seqlens[r:r + 1], KV_DIM ** -0.5)
+        assert_close(out[None, end - k:end], ro, name=f"{case} {fmt_name} out (request {r}'s "
+                     f"last {k} queries)")
+    group = min(GROUP, -(-t // b))
+    rows = int(ragged_groups(cu, seqlens, t, group)[1].long().sum())
+    moved = rows * fmt.row_bytes + case.io_bytes()
+    starts = [0] + cu[1:-1].tolist()
+
+    def per_request():
+        for r, (a, s) in enumerate(zip(starts, case.news, strict=True)):
+            dense_prefill(q[None, a:a + s], pages, table[r:r + 1], seqlens[r:r + 1],
+                          kv_format=fmt, fp8_scale=scale, check=False)
+
+    records = []
+    for backend, call, note in (("fp8mla", fn, f"groups of {group}"),
+                                ("per_request", per_request, "dense_prefill a request at a time")):
+        us = time_us(call)
+        records.append(Record(case=case.name(fmt_name), backend=backend, us=round(us, 1),
+                              TBps=round(moved / (us * 1e-6) / 1e12, 3),
+                              TFLOPS=round(case.flops() / (us * 1e-6) / 1e12, 1),
+                              ceiling_TBps=round(ceiling, 3), note=note, **env))
+    return records
