@@ -1,10 +1,12 @@
 """fp8mla's kernels as torch custom ops (``torch.ops.fp8mla.*``), with fake (meta)
 implementations, so they trace under ``torch.compile`` and record into CUDA graphs as single
-opaque nodes. Importing this module registers them: ``dense_decode``, ``sparse_attention``,
+opaque nodes (``dense_prefill`` builds its plans per call: trace it, do not capture it).
+Importing this module registers them: ``dense_decode``, ``dense_prefill``, ``sparse_attention``,
 ``indexer_logits``, ``topk_indices`` — ``help()`` on each ``*_op`` gives its tensors' shapes and
 dtypes (set at the end of this file).
 
-The Python functions they wrap (fp8mla.decode.dense_decode, fp8mla.sparse.sparse_prefill,
+The Python functions they wrap (fp8mla.decode.dense_decode,
+fp8mla.prefill.dense_prefill_ragged, fp8mla.sparse.sparse_prefill,
 fp8mla.indexer.indexer_logits_paged, fp8mla.topk.topk_indices) say more; the ops skip the
 host-side validation (``check=False``): validate once outside the hot path.
 """
@@ -17,10 +19,11 @@ from torch import Tensor
 from fp8mla.decode import dense_decode
 from fp8mla.formats import LATENT_DIM
 from fp8mla.indexer import indexer_logits_paged
+from fp8mla.prefill import dense_prefill_ragged
 from fp8mla.sparse import sparse_prefill
 from fp8mla.topk import topk_indices
 
-__all__ = ["dense_decode_op", "sparse_attention_op", "indexer_logits_op", "topk_indices_op"]
+__all__ = ["dense_decode_op", "dense_prefill_op", "sparse_attention_op", "indexer_logits_op", "topk_indices_op"]
 
 
 @torch.library.custom_op("fp8mla::dense_decode", mutates_args=())
@@ -37,6 +40,23 @@ def _(q, kv_cache, block_table, cache_seqlens, kv_format, softmax_scale, fp8_sca
     b, s_q, h, _ = q.shape
     return (q.new_empty(b, s_q, h, LATENT_DIM),
             q.new_empty(b, s_q, h, dtype=torch.float32))
+
+
+@torch.library.custom_op("fp8mla::dense_prefill", mutates_args=())
+def dense_prefill_op(q: Tensor, cu_seqlens_q: Tensor, kv_cache: Tensor, block_table: Tensor,
+                     cache_seqlens: Tensor, kv_format: str, softmax_scale: float,
+                     fp8_scale: Tensor | None) -> tuple[Tensor, Tensor]:
+    out, lse = dense_prefill_ragged(q, cu_seqlens_q, kv_cache, block_table, cache_seqlens,
+                                    kv_format=kv_format, softmax_scale=softmax_scale,
+                                    fp8_scale=fp8_scale, check=False)
+    return out.clone(), lse.clone()
+
+
+@dense_prefill_op.register_fake
+def _(q, cu_seqlens_q, kv_cache, block_table, cache_seqlens, kv_format, softmax_scale,
+      fp8_scale):
+    t, h, _ = q.shape
+    return q.new_empty(t, h, LATENT_DIM), q.new_empty(t, h, dtype=torch.float32)
 
 
 @torch.library.custom_op("fp8mla::sparse_attention", mutates_args=())
@@ -83,6 +103,13 @@ kv_format, softmax_scale, fp8_scale) -> (out, lse): `fp8mla.decode.dense_decode`
 host checks. q bf16 [batch, s_q, heads, 576]; kv_cache uint8 [num_pages, page_size, row_bytes];
 block_table int32 [batch, max_pages]; cache_seqlens int32 [batch]; fp8_scale float32 [1] or
 None → out bf16 [batch, s_q, heads, 512], lse float32 [batch, s_q, heads]."""
+dense_prefill_op.__doc__ = """torch.ops.fp8mla.dense_prefill(q, cu_seqlens_q, kv_cache, block_table,
+cache_seqlens, kv_format, softmax_scale, fp8_scale) -> (out, lse):
+`fp8mla.prefill.dense_prefill_ragged` without its host checks (causal prefill of a packed batch).
+q bf16 [tokens, heads, 576]; cu_seqlens_q int32 [batch + 1]; kv_cache uint8 [num_pages,
+page_size, row_bytes]; block_table int32 [batch, max_pages]; cache_seqlens int32 [batch] (with
+the new tokens); fp8_scale float32 [1] or None → out bf16 [tokens, heads, 512], lse float32
+[tokens, heads]."""
 sparse_attention_op.__doc__ = """torch.ops.fp8mla.sparse_attention(q, kv_cache, indices, topk_length,
 kv_format, softmax_scale, fp8_scale) -> (out, lse): `fp8mla.sparse.sparse_prefill` without its
 host checks. q bf16 [tokens, heads, 576]; kv_cache uint8 [num_pages, page_size, row_bytes] or
