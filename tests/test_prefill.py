@@ -1,6 +1,8 @@
 """Dense prefill (`fp8mla.prefill`) against the float32 reference: any number of new tokens,
 every format, poisoned pools, groups of tokens served in chunks."""
 
+import zlib
+
 import pytest
 import torch
 
@@ -58,7 +60,7 @@ def test_prefill_matches_reference(device, monkeypatch, fmt, policy, heads, s, l
     monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", entries)
     monkeypatch.setattr(prefill_mod, "DecodePlan", _CountingPlan)
     monkeypatch.setattr(_CountingPlan, "runs", chunks := [])
-    seed = hash((fmt, policy, heads, s, tuple(lens), page_size)) % 2**31
+    seed = zlib.crc32(repr((fmt, policy, heads, s, lens, page_size)).encode())
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
                                         seed=seed)
     q = _q(len(lens), s, heads, device, seed + 1)
@@ -130,6 +132,7 @@ RAGGED_CASES = [
     (2, [2, 1, 3, 1], [40, 1, 2, 64], 1, 40),  # groups of 2 (7 tokens, 4 requests)
     (16, [5], [65], 64, 1 << 24),  # one request: `dense_prefill`'s groups
     (40, [3, 6], [37, 90], 64, 1 << 24),  # > 32 heads: SM90's 64-row Gluon kernels on a GPU
+    (5, [1, 0, 1, 1], [20, 3, 1, 64], 16, 1 << 24),  # groups of 1 (3 tokens, 4 requests)
 ]
 
 
@@ -139,9 +142,9 @@ def test_ragged_prefill_matches_reference(device, monkeypatch, fmt, policy, head
                                           page_size, entries):
     """Token i of request b's s_b new tokens sees its first length − s_b + 1 + i tokens, as
     the reference computes it request by request; poisoned pages and block-table padding as
-    `test_prefill_matches_reference`'s, and the outputs' spare row never returned."""
+    `test_prefill_matches_reference`'s; out and lse of exactly the tokens' rows."""
     monkeypatch.setattr(prefill_mod, "CHUNK_ENTRIES", entries)
-    seed = hash(("ragged", fmt, policy, heads, tuple(news), page_size)) % 2**31
+    seed = zlib.crc32(repr(("ragged", fmt, policy, heads, news, page_size)).encode())
     cache, table, seqlens = paged_cache(fmt, lens, page_size, policy=policy, device=device,
                                         seed=seed)
     t = sum(news)
@@ -210,7 +213,6 @@ def test_ragged_prefill_rejects_bad_input(device):
     cache, table, seqlens = paged_cache("fp8_ds_mla", [20, 7], 16, device=device)
     q = _q(1, 5, 4, device, 0)[0]
     cu = torch.tensor([0, 3, 5], dtype=torch.int32, device=device)
-    before = cache.pool.clone()
 
     def call(**kw):
         args = dict(q=q, cu_seqlens_q=cu, kv_cache=cache.layer(0), block_table=table,
@@ -228,21 +230,20 @@ def test_ragged_prefill_rejects_bad_input(device):
         call(q=_q(1, 5, 129, device, 0)[0])
     with pytest.raises(TypeError, match="cu_seqlens_q: expected dtype int32, got int64"):
         call(cu_seqlens_q=cu.long())
-    with pytest.raises(ValueError, match="block_table: expected 1 rows"):
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: expected shape \[3\], got \[2\]"):
         call(cu_seqlens_q=cu[:2])
-    for bad in ([0, 3, 4], [1, 3, 5], [0, 4, 3]):
-        with pytest.raises(ValueError, match="cu_seqlens_q: expected offsets from 0, "
-                                             "non-decreasing, to 5"):
+    for bad, value, entry in (([0, 3, 4], 4, 2), ([1, 3, 5], 1, 0), ([0, 4, 3], 3, 2),
+                              ([0, 6, 5], 5, 2)):
+        with pytest.raises(ValueError, match=f"cu_seqlens_q: expected offsets from 0, "
+                                             f"non-decreasing, to 5 \\(q's tokens\\), got "
+                                             f"{value} at entry {entry}"):
             call(cu_seqlens_q=torch.tensor(bad, dtype=torch.int32, device=device))
-    with pytest.raises(ValueError, match="cu_seqlens_q: expected offsets"):
-        call(cu_seqlens_q=torch.tensor([0, 6, 5], dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="cache_seqlens: expected lengths in \\[0, 48\\]"):
         call(cache_seqlens=torch.tensor([20, 49], dtype=torch.int32, device=device))
-    assert torch.equal(cache.pool, before)
-    # unchecked offsets past q: bounded rows, whatever the outputs hold
+    # unchecked offsets past q: the rows stay inside q and the outputs (no index error)
     out, lse = call(cu_seqlens_q=torch.tensor([0, 9, 2], dtype=torch.int32, device=device),
                     check=False)
-    assert out.shape == (5, 4, 512) and torch.equal(cache.pool, before)
+    assert out.shape == (5, 4, 512) and lse.shape == (5, 4)
 
 
 def test_prefill_is_the_ops_role_and_the_doctor_takes_it():

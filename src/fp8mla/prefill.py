@@ -129,9 +129,9 @@ def ragged_groups(cu_seqlens_q: torch.Tensor, cache_seqlens: torch.Tensor, token
 
 
 def _check_prefill_inputs(q: torch.Tensor, kv_cache: torch.Tensor, fmt: KVFormat):
-    """q's dtype, head dim (its last) and heads (the dim before); the pool's rows (pages) and
-    page size."""
-    check_tensor("q", q, dtype=torch.bfloat16, contiguous_last=True)
+    """q's head dim (its last: contiguous, 576) and heads (the dim before; q's dtype and dims
+    checked by the caller); the pool's rows (pages) and page size."""
+    check_tensor("q", q, contiguous_last=True)
     if q.shape[-1] != KV_DIM:
         raise ValueError(f"q: expected head dim {KV_DIM} (512 latent + 64 rope), got "
                          f"{q.shape[-1]}")
@@ -162,7 +162,7 @@ def dense_prefill(
     Returns (out bfloat16 [batch, S, heads, 512], lse float32 [batch, S, heads]).
     """
     fmt = formats.kv_format(kv_format)
-    check_tensor("q", q, ndim=4)
+    check_tensor("q", q, dtype=torch.bfloat16, ndim=4)
     pages, page_size = _check_prefill_inputs(q, kv_cache, fmt)
     b, s_q, h, _ = q.shape
     check_paged_inputs(block_table, cache_seqlens, b, page_size, pages.shape[0], q.device,
@@ -217,25 +217,24 @@ def dense_prefill_ragged(
     shapes, so nothing is read on the host but with ``check`` (default: a sync), which also
     validates cu_seqlens_q; without it, invalid offsets give meaningless rows but no read or
     write outside q and the outputs). Not for CUDA-graph capture (plans are built per call).
+    The group size follows the mean new tokens a request, as no host read can see the spread:
+    a long prompt packed with many one-token requests gets small groups (each reads its
+    context once: more groups, more reads), where groups of 4 would pad the short requests.
     Returns (out bfloat16 [tokens, heads, 512], lse float32 [tokens, heads]).
     """
     fmt = formats.kv_format(kv_format)
-    check_tensor("q", q, ndim=3)
+    check_tensor("q", q, dtype=torch.bfloat16, ndim=3)
     pages, page_size = _check_prefill_inputs(q, kv_cache, fmt)
     t, h, _ = q.shape
-    check_tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, ndim=1, device=q.device)
-    b = cu_seqlens_q.shape[0] - 1
-    if b < 0:
-        raise ValueError("cu_seqlens_q: expected batch + 1 ≥ 1 entries, got 0")
+    check_tensor("cache_seqlens", cache_seqlens, ndim=1)
+    b = cache_seqlens.shape[0]  # (its dtype, device and the block table's rows: below)
+    check_tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, shape=(b + 1,),
+                 device=q.device)
     check_paged_inputs(block_table, cache_seqlens, b, page_size, pages.shape[0], q.device,
                        validate=check)
     check_fp8_scale(fp8_scale, q.device, validate=check and fmt.name == "fp8")
     if check:
-        cu = cu_seqlens_q.cpu()
-        if int(cu[0]) != 0 or int(cu[-1]) != t or bool((cu[1:] < cu[:-1]).any()):
-            raise ValueError(f"cu_seqlens_q: expected offsets from 0, non-decreasing, to {t} "
-                             f"(q's tokens), got {cu.tolist()[:8]}"
-                             f"{' …' if cu.shape[0] > 8 else ''}")
+        _check_offsets(cu_seqlens_q.cpu(), t)
     out_rows, lse_rows = _outputs(t + 1, h, q.device)  # a spare last row for padding
     out, lse = out_rows[:t], lse_rows[:t]
     if t == 0 or b == 0 or block_table.shape[1] == 0:
@@ -246,6 +245,17 @@ def dense_prefill_ragged(
                    lens, fmt=fmt, page_size=page_size, softmax_scale=softmax_scale,
                    fp8_scale=fp8_scale)
     return out, lse
+
+
+def _check_offsets(cu: torch.Tensor, tokens: int) -> None:
+    """cu (int32 [batch + 1], on the host): from 0, non-decreasing, to ``tokens``, or a
+    ValueError naming the first entry that is not."""
+    drops = torch.nonzero(cu[1:] < cu[:-1]).flatten()
+    at = 0 if int(cu[0]) != 0 else (int(drops[0]) + 1 if drops.numel() else
+                                     (cu.shape[0] - 1 if int(cu[-1]) != tokens else None))
+    if at is not None:
+        raise ValueError(f"cu_seqlens_q: expected offsets from 0, non-decreasing, to {tokens} "
+                         f"(q's tokens), got {int(cu[at])} at entry {at}")
 
 
 def _outputs(rows: int, heads: int, device: torch.device):

@@ -8,7 +8,7 @@ time (backend ``per_request``: what a caller without the packed form does). FLOP
 Σ visible tokens · (576 + 512); bytes = the cached rows each group of new tokens reads once
 (`fp8mla.prefill.query_groups`, `ragged_groups`) + q + out. Each case is checked against the
 float32 reference (request 0's first four queries and its last four; a ragged case's, each
-request's last four) before it is timed, eagerly (with check=False a call reads nothing on the
+request's) before it is timed, eagerly (with check=False a call reads nothing on the
 host, but it builds its plans: it is not graphed).
 """
 
@@ -74,9 +74,9 @@ class RaggedPrefillCase:
         return sum(self.news) * self.heads * (KV_DIM + LATENT_DIM) * 2
 
 
-# 16 heads (DeepSeek-V3 at TP8): a 4K prompt beside prefix-cache hits of 2K, 1K and 8 new
-# tokens over 4K-token contexts
-RAGGED_CASES = [RaggedPrefillCase((4096, 2048, 1024, 8), 4096, 16)]
+# 16 heads (DeepSeek-V3 at TP8): a 4K prompt beside prefix-cache hits of 2K, 1K and 7 new
+# tokens (its first group padded) over 4K-token contexts
+RAGGED_CASES = [RaggedPrefillCase((4096, 2048, 1024, 7), 4096, 16)]
 
 
 def prefill_problem(case: PrefillCase, fmt_name: str, device: str = "cuda"):
@@ -130,16 +130,18 @@ def run_ragged_prefill(case: RaggedPrefillCase, fmt_name: str, env: dict, ceilin
                            fp8_scale=scale, check=False)
     out, _ = fn()
     kv = dequantize_kv(pages, fmt, scale)
-    for r, end in enumerate(cu[1:].tolist()):  # each request's last (up to) four queries
-        k = min(4, case.news[r])
-        ro, _ = reference.dense_mla_decode(q[None, end - k:end], kv, table[r:r + 1],
-                                           seqlens[r:r + 1], KV_DIM ** -0.5)
-        assert_close(out[None, end - k:end], ro, name=f"{case} {fmt_name} out (request {r}'s "
-                     f"last {k} queries)")
+    starts = [0] + cu[1:-1].tolist()
+    for r, (a, s) in enumerate(zip(starts, case.news, strict=True)):
+        k = min(4, s)  # each request's first and last (up to) four queries
+        for at, seen in ((a, case.context - (s - k)), (a + s - k, case.context)):
+            ro, _ = reference.dense_mla_decode(
+                q[None, at:at + k], kv, table[r:r + 1],
+                torch.full((1,), seen, dtype=torch.int32, device=device), KV_DIM ** -0.5)
+            assert_close(out[None, at:at + k], ro, name=f"{case} {fmt_name} out (request {r}'s "
+                         f"queries {at - a}–{at - a + k - 1})")
     group = min(GROUP, -(-t // b))
     rows = int(ragged_groups(cu, seqlens, t, group)[1].long().sum())
     moved = rows * fmt.row_bytes + case.io_bytes()
-    starts = [0] + cu[1:-1].tolist()
 
     def per_request():
         for r, (a, s) in enumerate(zip(starts, case.news, strict=True)):
