@@ -30,9 +30,9 @@ from fp8mla.formats import KV_DIM
 from fp8mla.prefill import dense_prefill, query_groups
 
 # `benchmarks/prefill_ab.py`'s below 64 heads (at 128 every group size takes the 64-row Gluon
-# kernels a program a query)
+# kernels a program a query), and 32 heads (groups of 4: 128 rows; of 2: 64; of 1: 32)
 CASES = [(PrefillCase(1, 4096, 4096, 16), "fp8"), (PrefillCase(4, 2048, 2048, 8), "fp8_ds_mla"),
-         (PrefillCase(1, 1024, 16384, 16), "fp8")]
+         (PrefillCase(1, 1024, 16384, 16), "fp8"), (PrefillCase(1, 4096, 4096, 32), "fp8")]
 
 
 def main() -> None:
