@@ -3,7 +3,9 @@
 # `sparse` (`fp8mla bench`), `compat` (benchmarks/compat_overhead.py), `variants`
 # (benchmarks/decode_variants.py: its PLAN), `indexer` (its GPU tests, then
 # benchmarks/indexer_variants.py), `prefill` (the dense-prefill and layer tests on the GPU, then
-# benchmarks/prefill_variants.py), `devices` (the launches-follow-the-tensors test: needs a
+# benchmarks/prefill_variants.py), `fuzz` (tests/test_fuzz.py at GPU sizes: FUZZ_EXAMPLES,
+# FUZZ_SCALE), `memcheck` / `racecheck` (compute-sanitizer over one test of each SM90 Gluon
+# kernel, `SANITIZE_K` selects; whatever finishes inside the step's time is listed), `devices` (the launches-follow-the-tensors test: needs a
 # machine of two GPUs, nvidia-h100-x2). NAME names the folder
 # under $OUT (default "steps"); TRITON_TAR runs them on a packed Triton (gpu_common.sh).
 # Usage: [NAME=t38] [TRITON_TAR=.t38/triton-3.8.0.tar.xz] bash benchmarks/gpu_steps.sh STEP...
@@ -11,6 +13,13 @@ set -uo pipefail
 . "$(dirname "$0")/gpu_common.sh"
 gpu_setup "${NAME:-steps}" || exit
 cat "$W/gpu.txt"
+# a reference test of each SM90 Gluon kernel: dense TMA and paged-gather 64-row, ≤ 16-row mma
+# (fp8, fp8_ds_mla), sparse 64-row and ≤ 8-head, the indexer (none has run under a sanitizer:
+# the last memcheck / racecheck runs, session 11, predate them)
+SANITIZE_K=${SANITIZE_K:-"sm90_gluon_kernel_matches_reference or ds_paged_kernel_matches \
+or sm90_mma8_kernel_matches or sm90_mma16_kernel_matches or gluon_sparse_kernel_direct \
+or entries_past_the_count or sm90_indexer_paged"}
+SANITIZED="tests/test_decode_gpu.py tests/test_sparse_gpu.py tests/test_indexer_gpu.py"
 for step in "$@"; do
   case $step in
     tests) run gpu_tests 300 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -m gpu tests -rA ;;
@@ -26,6 +35,15 @@ for step in "$@"; do
         tests/test_prefill.py tests/test_layer.py tests/test_bench_smoke.py
       run prefill_variants 250 python3 benchmarks/prefill_variants.py \
       "$W/prefill-variants.json" ;;
+    fuzz) FP8MLA_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-30} FP8MLA_FUZZ_SCALE=${FUZZ_SCALE:-4} \
+      run fuzz 240 python3 -m pytest -q -p no:cacheprovider tests/test_fuzz.py \
+      --hypothesis-show-statistics ;;
+    memcheck) PYTORCH_NO_CUDA_MEMORY_CACHING=1 run memcheck 290 compute-sanitizer \
+        --tool memcheck --error-exitcode 9 --print-limit 20 python3 -m pytest -q \
+        -p no:cacheprovider -rA -m gpu $SANITIZED -k "$SANITIZE_K" ;;
+    racecheck) run racecheck 290 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        --print-limit 20 python3 -m pytest -q -p no:cacheprovider -rA -m gpu $SANITIZED \
+        -k "$SANITIZE_K" ;;
     devices) run devices 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rA \
         tests/test_launch_gpu.py -k tensors_device ;;
     *) echo "unknown step: $step"; exit 2 ;;
