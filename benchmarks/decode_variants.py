@@ -151,12 +151,20 @@ SHORT = [("wide form, any length", None, None,
 # Result (H100, h100-20261207-s48-65560b5-triton38-decode-variants.json): the wide form faster
 # in every case, by 22–36% (B=16 × 4K × s_q 2 × 8: 33.1 against 52.0 µs; B=1 × 16K × 32 heads
 # 19.6 against 27.0): on 3.8 no length rule since (`fp8mla.decode.mma16_min_tiles`). The plan
-# is that A/B.
-PLAN = [(DecodeCase(16, 4096, 16, s_q=2), "fp8", SHORT),
-        (DecodeCase(8, 4096, 16, s_q=2), "fp8", SHORT),
-        (DecodeCase(16, 4096, 16), "fp8", SHORT),
-        (DecodeCase(16, 8192, 16), "fp8", SHORT),
-        (DecodeCase(1, 16384, 32), "fp8", SHORT)]
+# is that A/B (h100-20261207-s48-*).
+# Session 52 — dense plans of 33–64 query rows with every query's heads in one 64-row Gluon
+# program (`SM90_PACKED`, prepared without a GPU, off by default) against the default (the
+# Triton kernel's 64-row programs), ABAB. Prediction: ~1.35× where compute-bound (the 64-row
+# Gluon kernel's 393 against the Triton kernel's 539 µs at 128 heads).
+PACKED = [("packed", None, None, {"SM90_PACKED": True}),
+          ("default again", None, None),
+          ("packed again", None, None, {"SM90_PACKED": True})]
+PLAN = [(DecodeCase(64, 8192, 16, s_q=4), "fp8", PACKED),
+        (DecodeCase(64, 8192, 32, s_q=2), "fp8", PACKED),
+        (DecodeCase(64, 8192, 16, s_q=4), "fp8_ds_mla", PACKED),
+        (DecodeCase(8, 8192, 16, s_q=4), "fp8", PACKED),
+        (DecodeCase(1, 131072, 16, s_q=4), "fp8", PACKED),
+        (DecodeCase(64, 8192, 11, s_q=3), "fp8", PACKED)]
 
 
 def variants(case: DecodeCase, fmt: str, extra):

@@ -1,7 +1,8 @@
 """Where dense prefill's time goes (`fp8mla.prefill.dense_prefill`: groups of new tokens as
 decode requests), case by case: the whole call, then a decode plan's run alone, replayed from a
 CUDA graph, for groups of 1, 2 and 4 tokens (the plan's s_q), in token order (shortest first,
-as the call launches them) and longest first.
+as the call launches them) and longest first; the call and groups of 4 again with every
+query's heads in one 64-row program (`fp8mla.decode.SM90_PACKED`).
 
     python benchmarks/prefill_variants.py OUT.json
 
@@ -15,6 +16,7 @@ import functools
 
 import torch
 
+import fp8mla.decode as decode_mod
 from fp8mla.bench.harness import (
     announced_ceiling,
     env_info,
@@ -51,8 +53,23 @@ def main() -> None:
                                       "TFLOPS": round(flops / us / 1e6, 1), "note": note,
                                       "ceiling_TBps": round(ceiling, 3), **env}, env=env)
 
-        row("call", functools.partial(dense_prefill, q, rows, table, seqlens, kv_format=fmt,
-                                      fp8_scale=scale, check=False))
+        call = functools.partial(dense_prefill, q, rows, table, seqlens, kv_format=fmt,
+                                 fp8_scale=scale, check=False)
+        row("call", call)
+        # every query's heads in one 64-row Gluon program (`fp8mla.decode.SM90_PACKED`, off
+        # by default; at 16 heads and groups of four: s_q 4 × 16 rows)
+        decode_mod.SM90_PACKED = True
+        try:
+            row("call-packed", call)
+            plan = DecodePlan(batch=batch * (s // 4), num_heads=heads, kv_format=fmt,
+                              page_size=64, max_seqlen=pc.context, s_q=4, device="cuda")
+            fn = functools.partial(plan.run, q.view(-1, 4, heads, KV_DIM), rows,
+                                   table[torch.arange(batch, device="cuda").repeat_interleave(
+                                       s // 4)], query_groups(seqlens, s, 4),
+                                   fp8_scale=scale, check=False)
+            row("graph-sq4-token_order-packed", graphed(fn), kernel_note(plan))
+        finally:
+            decode_mod.SM90_PACKED = False
         for group in (1, 2, 4):  # s a multiple of each: no padding
             n = batch * (s // group)
             lens = query_groups(seqlens, s, group)

@@ -346,13 +346,14 @@ def _dense_sm90_sig(strides):
             "max_len": "i32"}
 
 
-def decode_sm90_compile(direct=False, in_order=None, parts="*bf16", s_q=1):
+def decode_sm90_compile(direct=False, in_order=None, parts="*bf16", s_q=1, pack=False):
     """The Gluon SM90 decode kernel (`fp8mla.kernels.decode_sm90`) for sm_90, as the launcher
     takes it for fp8 64-head programs (``in_order``: its bf16 rows stored in dim order,
     `fp8mla.decode.SM90_ROWS_IN_ORDER` where None; ``parts``: the partials' type — bf16, as
     `partials_dtype` gives it there, its pointers and strides marked 16-byte aligned as a launch
-    specializes them, or float32; ``s_q``: queries a request, causal); None where this Triton
-    has no (such) Gluon."""
+    specializes them, or float32; ``s_q``: queries a request, causal; ``pack``: every query's
+    heads in one program, `fp8mla.decode.SM90_PACKED`); None where this Triton has no (such)
+    Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -361,8 +362,8 @@ def decode_sm90_compile(direct=False, in_order=None, parts="*bf16", s_q=1):
                            "stride_os", "stride_oh", "stride_lb", "stride_ls", "stride_lh"))
     return _gluon_sm90_compile(k90._mla_decode_sm90_kernel, {**sig, "part_out_ptr": parts}, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
-        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "S_Q": s_q, "CAUSAL": True},
-        pointers=_aligned(sig) if parts != "*fp32" else ())
+        "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "S_Q": s_q, "CAUSAL": True,
+        "PACK": pack}, pointers=_aligned(sig) if parts != "*fp32" else ())
 
 
 def _aligned(sig):
@@ -429,11 +430,12 @@ def decode_mma8_ds_compile(direct=False, s_q=1, heads=8, causal=True, stages=Non
 
 
 def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False, s_q=1,
-                        ds=True):
+                        ds=True, pack=False):
     """The Gluon SM90 gather kernel over index lists (`fp8mla.kernels.decode_sm90`) for
     sm_90 (``in_order``, ``parts``: as `decode_sm90_compile`'s), or, ``paged``, its form over
-    block tables (dense, ``s_q`` queries a request), over fp8_ds_mla rows or (not ``ds``) the
-    fp8 format's; None where this Triton has no (such) Gluon."""
+    block tables (dense, ``s_q`` queries a request; ``pack``: every query's heads in one
+    program), over fp8_ds_mla rows or (not ``ds``) the fp8 format's; None where this Triton has
+    no (such) Gluon."""
     from fp8mla.kernels import decode_sm90 as k90
 
     if not k90.AVAILABLE:
@@ -450,7 +452,7 @@ def sparse_sm90_compile(direct=False, in_order=None, parts="*bf16", paged=False,
     return _gluon_sm90_compile(k90._mla_sparse_sm90_kernel, {**sig, "part_out_ptr": parts}, {
         "DIRECT": direct, "HEADS": k90.HEADS, "BN": k90.BLOCK_N,
         "IN_ORDER": SM90_ROWS_IN_ORDER if in_order is None else in_order, "PAGED": paged,
-        "S_Q": s_q, "CAUSAL": True, "DS": ds},
+        "S_Q": s_q, "CAUSAL": True, "DS": ds, "PACK": pack},
         pointers=_aligned(sig) if parts != "*fp32" else ("q_ptr", "u8_ptr", "f32_ptr",
                                                          "list_ptr"))
 
@@ -538,6 +540,11 @@ def compile_target(cc):
                   {"paged": True, "s_q": 2}),
                  ("paged_sm90/fp8/H128", sparse_sm90_compile, {"paged": True, "ds": False}),
                  ("sparse_sm90/fp8/H128", sparse_sm90_compile, {"ds": False}),
+                 # every query's heads in one program (`SM90_PACKED`: s_q 4 × 16 heads)
+                 ("decode_sm90/fp8/H16-sq4-packed", decode_sm90_compile,
+                  {"s_q": 4, "pack": True}),
+                 ("paged_sm90/fp8_ds_mla/H16-sq4-packed", sparse_sm90_compile,
+                  {"paged": True, "s_q": 4, "pack": True}),
                  ("decode_mma8/fp8/H8", decode_mma8_compile, {}),
                  ("decode_mma16/fp8/H16", decode_mma8_compile, {"heads": 16}),
                  ("decode_mma16/fp8/H8-sq2", decode_mma8_compile,  # (also MTP × 16 heads'

@@ -252,6 +252,26 @@ def test_sm90_gluon_kernel_rule(monkeypatch):
     assert kernel_note(plan).endswith(" form=tma rows_in_order=True")
     monkeypatch.setattr(decode_mod, "SM90_ROWS_IN_ORDER", False)
     assert kernel_note(plan).endswith(" rows_in_order=False")
+    # SM90_PACKED: every query's heads in one 64-row program where they fit (33–64 rows)
+    assert form(s_q=4, heads=16) == ("triton",)  # off by default (not yet run on a GPU)
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", True)
+    for kw, kernel, packed in (
+            (dict(s_q=4, heads=16), tma, True), (dict(s_q=2, heads=32), tma, True),
+            (dict(s_q=3, heads=11), tma, True),  # 33 rows
+            (dict(s_q=4, heads=16, page_size=16), gather, True),  # fp8 in short pages
+            (dict(s_q=2, heads=20, fmt="fp8_ds_mla", page_size=1), gather, True),
+            (dict(s_q=2, heads=33), tma, False),  # 66 rows: a query's heads a program
+            (dict(s_q=2, heads=16, fmt="fp8_ds_mla"), ("mma16",), False),  # 32 rows: mma16
+            (dict(s_q=3, heads=10), ("triton",), False),  # 30 rows
+            (dict(s_q=4, heads=16, fmt="bf16"), ("triton",), False)):
+        plan = DecodePlan(batch=2, num_heads=kw.get("heads", 128), s_q=kw.get("s_q", 1),
+                          kv_format=kw.get("fmt", "fp8"), page_size=kw.get("page_size", 64),
+                          max_seqlen=4096, device="cpu")
+        assert form(**kw) == kernel and plan.packed == packed, kw
+        assert ("packed=True" in kernel_note(plan)) == packed, kw
+        if packed:  # one program a request and split, whatever s_q
+            assert plan._query_blocks == 1, kw
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", False)
     mtp = DecodePlan(batch=2, num_heads=100, s_q=3, kv_format="fp8", page_size=64,
                      max_seqlen=4096, device="cpu")  # one query's 64 heads a program
     assert mtp.kernel == "sm90" and mtp._query_blocks == 2 * 3

@@ -544,6 +544,38 @@ def test_sm90_gluon_kernels_mtp_match_reference(heads, s_q, lens, page_size, spl
     assert plan.kernel == "sm90"
 
 
+@pytest.mark.parametrize("heads,s_q,lens,page_size,splits", [
+    (16, 4, [8192, 1, 4097, 0, 3], 64, None),  # requests shorter than s_q: rows that see none
+    (32, 2, [1000, 2, 64, 66], 64, None),
+    (11, 3, [300, 5000, 129], 256, 3),  # 33 rows; forced splits
+    (16, 4, [130, 3], 64, 1),  # one split: the kernel writes lse_empty itself
+    (16, 4, [3000, 2, 65], 16, None),  # fp8: the gather kernel
+    (20, 3, [777, 64, 5], 1, 5),  # pages of one token
+])
+@pytest.mark.parametrize("fmt,policy", [("fp8", None), ("fp8_ds_mla", "pow2"),
+                                        ("fp8_ds_mla", "fp32")])
+def test_sm90_gluon_kernels_packed_match_reference(heads, s_q, lens, page_size, splits, fmt,
+                                                   policy, monkeypatch):
+    """`SM90_PACKED` (forced on): every query's heads in one 64-row program, each row masked to
+    its own query's prefix (query i of s_q sees len − s_q + 1 + i tokens; none where ≤ 0),
+    through the checks of `test_sm90_gluon_kernels_mtp_match_reference` (poisoned page tails,
+    NaN-filled strided outputs, max_logits per query row)."""
+    sm90_gluon_only("decode")
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", True)
+    plan = _check_poisoned_tails(heads, s_q, lens, page_size, splits, fmt=fmt, policy=policy)
+    assert plan.kernel == "sm90" and plan.packed and plan._query_blocks == 1
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
+def test_sm90_gluon_kernels_packed_non_causal_and_in_a_graph(fmt, monkeypatch):
+    """Packed programs (`SM90_PACKED`, forced on), not causal: every query sees the whole
+    context; and a packed plan captured once, replayed with new lengths and contents."""
+    sm90_gluon_only("decode")
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", True)
+    assert _non_causal_mtp(fmt, 32).packed
+    assert _graph_replays(fmt, heads=16, s_q=4).packed
+
+
 @pytest.mark.parametrize("fmt", ["fp8", "fp8_ds_mla"])
 def test_sm90_gluon_kernels_non_causal_mtp(fmt):
     """s_q 2, not causal, on the 64-row Gluon kernels: each query sees the whole context."""
@@ -656,12 +688,12 @@ def test_programmatic_dependent_combine_in_a_graph(monkeypatch, fmt, heads):
     assert plan.num_splits > 1 and plan._pdl  # the combine ran, as a dependent launch
 
 
-def _graph_replays(fmt, heads=16):
+def _graph_replays(fmt, heads=16, s_q=1):
     lens = [3000, 700, 64]
     cache, table, seqlens = paged_cache(fmt, [4096] * 3, 64, device="cuda", seed=3)
     seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
-    q = torch.randn(3, 1, heads, 576, device="cuda").bfloat16()
-    plan = DecodePlan(batch=3, num_heads=heads, kv_format=cache.fmt, page_size=64,
+    q = torch.randn(3, s_q, heads, 576, device="cuda").bfloat16()
+    plan = DecodePlan(batch=3, num_heads=heads, s_q=s_q, kv_format=cache.fmt, page_size=64,
                       max_seqlen=4096, device="cuda")
     plan.run(q, cache.layer(0), table, seqlens, fp8_scale=cache.scale(0), check=False)
     torch.cuda.synchronize()
@@ -688,7 +720,8 @@ def _graph_replays(fmt, heads=16):
 @pytest.mark.parametrize("fmt,heads,s_q", [("fp8", 8, 1), ("fp8", 16, 1), ("fp8_ds_mla", 8, 1),
                                            ("fp8_ds_mla", 16, 2), ("fp8_ds_mla", 32, 1),
                                            ("fp8", 16, 2), ("fp8", 32, 1),  # head blocks
-                                           ("fp8", 128, 1), ("fp8_ds_mla", 128, 1)])
+                                           ("fp8", 128, 1), ("fp8_ds_mla", 128, 1),
+                                           ("fp8", 16, 4), ("fp8_ds_mla", 16, 4)])  # packed
 def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     """A pool whose first row is not 16-byte aligned cannot be described for TMA nor copied
     16 bytes at a time: a plan of the ≤ 16-row kernels (8 rows, the wide forms, fp8_ds_mla
@@ -698,6 +731,7 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     matches the reference; the same plan then serves the aligned pool on its own kernel."""
     _mma16_only(monkeypatch, qk8=True)
     monkeypatch.setattr(decode_mod, "SM90_MMA16_FP8_HEAD_BLOCKS", True)
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", True)  # (33–64 rows: s_q 4 × 16 heads)
     lens = [3000, 65, 0]
     cache, table, seqlens = paged_cache(fmt, lens, 64,
                                         policy="pow2" if fmt == "fp8_ds_mla" else None,
@@ -710,9 +744,10 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     q = torch.randn(len(lens), s_q, heads, 576, device="cuda").bfloat16()
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                       page_size=64, cache_seqlens=seqlens, device="cuda",
-                      num_splits=4 if heads > 32 else None)
-    if heads > 32:
+                      num_splits=4 if heads * s_q > 32 else None)
+    if heads * s_q > 32:
         assert plan.kernel == "sm90" and plan.part_out.dtype == torch.bfloat16
+        assert plan.packed == (heads * s_q <= 64)
     else:
         assert plan.mma8 and plan.head_blocks == (2 if heads * s_q > 16 else 1)
         assert plan.qk8 == (heads * s_q > 8)  # the wide forms' FP8 product, switched on
@@ -728,6 +763,7 @@ def test_pool_off_16_byte_boundary_falls_back(fmt, heads, s_q, monkeypatch):
     ("fp8_ds_mla", 8, 2, None, "mma16"), ("fp8_ds_mla", 16, 2, 3, "mma16"),  # head blocks
     ("fp8_ds_mla", 4, 4, 1, "mma16"), ("bf16", 8, 2, None, "triton"),
     ("fp8", 32, 4, None, "triton"),  # 32 heads: 32-row programs, not the 64-head kernels
+    ("fp8", 16, 4, 3, "sm90"), ("fp8_ds_mla", 16, 4, None, "sm90"),  # packed (forced on)
 ])
 def test_blind_query_rows(fmt, heads, s_q, splits, kernel, monkeypatch):
     """Causal MTP over requests shorter than s_q: a query that sees no token gets zeros, lse
@@ -735,6 +771,7 @@ def test_blind_query_rows(fmt, heads, s_q, splits, kernel, monkeypatch):
     several (the combine); the request's other queries and the other requests match the
     reference."""
     _mma16_only(monkeypatch)
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", True)  # (33–64 rows alone)
     lens = [1, 3000, s_q - 1, 2]
     cache, table, seqlens = paged_cache(fmt, lens, 64,
                                         policy="pow2" if fmt == "fp8_ds_mla" else None,

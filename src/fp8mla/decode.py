@@ -157,6 +157,17 @@ SM90_GATHER_FP8 = True
 # 400.5 / 396.6; fp8_ds_mla B=64 × 8K × 128 × 2 999.4 / 1004.9 → 876.8 / 872.9, × 64 heads
 # 504.4 / 503.5 → 442.7 / 438.8. False: s_q 1 only (benchmarks A/B it)
 SM90_MTP = True
+# ... and dense plans of s_q 2–4 whose queries' heads fill at most one 64-row program (33–64
+# query rows: s_q 4 × 9–16 heads, 3 × 11–21, 2 × 17–32 — dense prefill's groups of four at 16
+# heads, MTP at TP8 and TP4) in one program a request and split: rows in [s_q, heads] order, each
+# row's causal length its own query's (`decode_sm90._row_keep`), the tiles read once for every
+# query. Otherwise the Triton kernel's 64-row programs serve them, whose warps compute q · Kᵀ
+# in both warpgroups (the module docstring of `decode_sm90`; 539 → 393 µs at 128 heads).
+# Prepared in session 52 without a GPU (offline sm_90 compiles: 236–243 registers, no spills,
+# the unpacked kernels' PTX instruction for instruction the same); not yet run, so off by
+# default: its GPU tests force it on. Prediction: ~1.35× the Triton kernel's rate where
+# compute-bound (fp8 s_q 4 × 16 heads, B=64 × 8K; dense prefill at 16 heads)
+SM90_PACKED = False
 # (Session 16's Gluon kernels of ≤ 16-row programs with swapped operands — tokens as the
 # wgmma M, 128-token tiles over two warpgroups, dense fp8 and sparse fp8_ds_mla — measured
 # slower than the Triton kernel they were to replace (B=64 × 8K × 16 heads 139.3 against
@@ -615,12 +626,15 @@ class DecodePlan:
         self.sm90 = self.mma8 or (config is None and self._sm90_serves())
         # the 64-row form ("tma" / "gather", `_sm90_form`), fixed with the plan like the rest
         self.sm90_form = self._sm90_form() if self.sm90 and not self.mma8 else None
+        # every query's heads in one 64-row program (`_packs`)
+        self.packed = self.sm90_form is not None and self._packs()
         self.head_blocks = triton.cdiv(num_heads, self.config.heads_per_block)
         # programs of one request's split: its head blocks (the Triton and ≤ 16-row kernels
         # hold every query row of their heads), but one query's 64 heads a program on the
-        # 64-row Gluon kernels (the Triton config's blocks still serve a misaligned pool)
-        self._query_blocks = (triton.cdiv(num_heads, 64) * s_q if self.sm90 and not self.mma8
-                              else self.head_blocks)
+        # 64-row Gluon kernels — or one program, packed (the Triton config's blocks still
+        # serve a misaligned pool)
+        self._query_blocks = (1 if self.packed else triton.cdiv(num_heads, 64) * s_q
+                              if self.sm90 and not self.mma8 else self.head_blocks)
         # whole tiles by tensor-memory copies: dense, tiles inside pages
         self.tma = self.config.tma and not self.sparse and self.page_size >= self.config.block_n
         self._descs = (None, None)  # (pool key, TMA descriptors) of the last pool run on
@@ -918,9 +932,16 @@ class DecodePlan:
 
         if self.sparse:  # the heads `_sm90_form` admits: part-empty 64-head programs below 64
             return decode_sm90.AVAILABLE
-        # 64-head programs: the heads a program of s_q 1 takes (queries are programs here)
+        # 64-head programs: the heads a program of s_q 1 takes (queries are programs here),
+        # or every query's heads in one (`_packs`)
         heads = decode_config(self.target.cc, self.fmt.name, self.num_heads, 1).heads_per_block
-        return decode_sm90.AVAILABLE and heads == decode_sm90.HEADS
+        return decode_sm90.AVAILABLE and (heads == decode_sm90.HEADS or self._packs())
+
+    def _packs(self) -> bool:
+        """Whether a 64-row Gluon program holds every query's heads of a request (dense, s_q
+        2–4, 33–64 query rows: `SM90_PACKED`) where the 64-row kernels serve this plan."""
+        return (SM90_PACKED and not self.sparse and self.s_q > 1
+                and 32 < self.s_q * self.num_heads <= 64)
 
     def _sm90_form(self) -> str | None:
         """Which 64-row Gluon kernel may serve this plan (`_sm90_serves` says whether one
@@ -1095,9 +1116,10 @@ class DecodePlan:
                 QK8=self.qk8, PDL=self._pdl_signal(direct), stamp_ptr=self.timeline,
                 TIMELINE=self.timeline is not None, num_warps=km.NUM_WARPS)
             return
-        # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q)
+        # the 64-row kernels: one query's 64 heads a program (grid axis 2: head blocks × s_q),
+        # or every query's (packed: one)
         grid64 = (self.batch, self.num_splits, self._query_blocks)
-        queries = dict(S_Q=self.s_q, CAUSAL=self.causal)
+        queries = dict(S_Q=self.s_q, CAUSAL=self.causal, PACK=self.packed)
         if self.sm90_form == "gather":  # index lists, or (PAGED) the block table's pages
             fast(decode_sm90._mla_sparse_sm90_kernel)[grid64](
                 q, flat, flat.view(torch.float32), block_table, cache_seqlens, kv_scale, out,

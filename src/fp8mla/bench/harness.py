@@ -199,8 +199,11 @@ def kernel_note(plan) -> str:
     tail = f" pdl={plan._pdl and plan.num_splits > 1} programs/SM={plan.programs_per_sm}"
     if plan.num_splits > 1:  # the split partials' dtype (`fp8mla.decode.partials_dtype`)
         tail += f" partials={str(plan.part_out.dtype).removeprefix('torch.')}"
-    if plan.kernel == "sm90":  # the 64-row form; its programs: a query's 64 heads each
+    if plan.kernel == "sm90":  # the 64-row form; its programs: a query's 64 heads each, or
+        # (packed) every query's heads
         tail += f" form={plan.sm90_form} rows_in_order={decode.SM90_ROWS_IN_ORDER}"
+        if getattr(plan, "packed", False):
+            tail += " packed=True"
     if plan.mma8:  # ("mma8", "mma16"; head blocks: `fp8mla.decode.DecodePlan._head_block`)
         blocks = f" head_blocks={plan.head_blocks}" if plan.head_blocks > 1 else ""
         return (f"{head} rows={plan.mma_rows}{blocks} ring={plan.ring_stages} qk8={plan.qk8}"

@@ -233,27 +233,56 @@ if AVAILABLE:
 
     @gluon.jit
     def _q_rows(q_ptr, b, qi, hb, stride_qb, stride_qs, stride_qh, num_heads,
-                HEADS: gl.constexpr):
-        """This program's q rows (query qi of request b, heads hb · HEADS …), whether each head
-        exists, and the column offsets of a 128- and a 64-wide block, all in ROWS_LAYOUT."""
-        h = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+                HEADS: gl.constexpr, S_Q: gl.constexpr = 1, PACK: gl.constexpr = False):
+        """This program's q rows (request b's rows `_row_ids`: query qi's heads hb · HEADS …,
+        or, ``PACK``, every query's), whether each exists, and the column offsets of a 128- and
+        a 64-wide block, all in ROWS_LAYOUT."""
+        r = gl.arange(0, HEADS, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+        q_i, h, ok = _row_ids(r, qi, hb, num_heads, S_Q, HEADS, PACK)
         c128 = gl.arange(0, 128, layout=gl.SliceLayout(0, ROWS_LAYOUT))
         c64 = gl.arange(0, 64, layout=gl.SliceLayout(0, ROWS_LAYOUT))
-        row = b.to(gl.int64) * stride_qb + qi * stride_qs
-        return q_ptr + row + h * stride_qh, h < num_heads, c128, c64
+        row = b.to(gl.int64) * stride_qb + q_i * stride_qs + h * stride_qh
+        return q_ptr + row, ok, c128, c64
 
     @gluon.jit
-    def _query_program(S_Q: gl.constexpr, CAUSAL: gl.constexpr):
+    def _query_program(S_Q: gl.constexpr, CAUSAL: gl.constexpr, PACK: gl.constexpr = False):
         """(head block, query, lag) of this program from grid axis 2 (head blocks × S_Q,
         the query fastest): query s of S_Q sees its request's first length − lag tokens (lag
-        S_Q − 1 − s when CAUSAL, as MTP's drafts do; 0 otherwise)."""
+        S_Q − 1 − s when CAUSAL, as MTP's drafts do; 0 otherwise). ``PACK``: one program holds
+        every query's heads (`_row_ids`), its tiles the longest query's: (0, 0, 0)."""
         pid = gl.program_id(2)
         s = pid % S_Q
+        lag = s * 0
         if CAUSAL:
-            lag = S_Q - 1 - s
-        else:
-            lag = s * 0
+            if not PACK:
+                lag = S_Q - 1 - s
         return pid // S_Q, s, lag
+
+    @gluon.jit
+    def _row_ids(r, qi, hb, num_heads, S_Q: gl.constexpr, HEADS: gl.constexpr,
+                 PACK: gl.constexpr):
+        """Program rows r's (query, head) and whether each exists: heads hb · HEADS + r of
+        query qi, or, ``PACK``, rows in [S_Q, num_heads] order (query r // num_heads, head
+        r % num_heads: every query's heads of one request, S_Q · num_heads ≤ HEADS)."""
+        if PACK:
+            return r // num_heads, r % num_heads, r < S_Q * num_heads
+        h = hb * HEADS + r
+        return r * 0 + qi, h, h < num_heads
+
+    @gluon.jit
+    def _row_keep(n0, cols, end, seqlen, r, num_heads, S_Q: gl.constexpr,
+                  CAUSAL: gl.constexpr, PACK: gl.constexpr):
+        """Which score columns (positions n0 + cols) each row attends, broadcastable to
+        [HEADS, BN] in S_LAYOUT: those before the split's ``end``, and, ``PACK`` and CAUSAL,
+        before each row's own query's length (seqlen − S_Q + 1 + its query; ``r``: the rows in
+        S_LAYOUT's row slice)."""
+        pos = n0 + cols
+        keep = (pos < end)[None, :]
+        if PACK:
+            if CAUSAL:
+                last = gl.minimum(end, seqlen - S_Q + 1 + r // num_heads)
+                keep = pos[None, :] < last[:, None]
+        return keep
 
     @gluon.jit
     def _q_latent(q_row, h_ok, c128, HEADS: gl.constexpr):
@@ -266,16 +295,16 @@ if AVAILABLE:
 
     @gluon.jit
     def _softmax_pv(s, keep, qk_scale, m_i, l_i, acc, k_lat_s, p_s):
-        """One tile of the online softmax (base 2; score columns where ``keep`` is False are
-        −inf, and a tile of none while nothing was kept before leaves the state as it is) and
-        P · V into ``acc``, left running: (running max, row sums, the product's token — to
-        wait for before k_lat_s or p_s is written again or the accumulator read). Each
-        warpgroup stores its own score columns of P into ``p_s``, the product's shared-memory
-        A operand (exchanging them between the warpgroups' registers instead took two rounds
-        through scratch and 4 more CTA barriers per tile: 2–3% slower, H200 B=64 × 8K × 128
-        heads 414.6 → 403.3 µs, sparse B=128 × 128 heads 269.9 → 265.0,
+        """One tile of the online softmax (base 2; scores where ``keep`` — [HEADS, BN] or
+        [1, BN] — is False are −inf, and a tile of none while nothing was kept before leaves
+        the state as it is) and P · V into ``acc``, left running: (running max, row sums,
+        the product's token — to wait for before k_lat_s or p_s is written again or the
+        accumulator read). Each warpgroup stores its own score columns of P into ``p_s``, the
+        product's shared-memory A operand (exchanging them between the warpgroups' registers
+        instead took two rounds through scratch and 4 more CTA barriers per tile: 2–3% slower,
+        H200 B=64 × 8K × 128 heads 414.6 → 403.3 µs, sparse B=128 × 128 heads 269.9 → 265.0,
         h200-20261201-s15-e4d92ad-dense-ab.json / -sparse-sm90-ab.json)."""
-        s = gl.where(keep[None, :], s * qk_scale, float("-inf"))
+        s = gl.where(keep, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, axis=1))
         m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)  # no −inf − −inf
         p = gl.exp2(s - m_ref[:, None])
@@ -309,30 +338,35 @@ if AVAILABLE:
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                     stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits,
                     DIRECT: gl.constexpr, HEADS: gl.constexpr, IN_ORDER: gl.constexpr,
-                    S_Q: gl.constexpr):
-        """Normalize; write query qi's final rows (one split: out, lse — ``lse_empty`` where
-        nothing was attended — and max_logits [batch, S_Q, num_heads]) or this split's partial
-        for the combine (workspace rows [batch, num_splits, S_Q, num_heads]); O's rows as
-        `_store_o` (IN_ORDER) stores them."""
+                    S_Q: gl.constexpr, PACK: gl.constexpr = False):
+        """Normalize; write the program's final rows (`_row_ids`: query qi's heads, or,
+        ``PACK``, every query's; one split: out, lse — ``lse_empty`` where nothing was
+        attended — and max_logits [batch, S_Q, num_heads]) or this split's partial for the
+        combine (workspace rows [batch, num_splits, S_Q, num_heads]); O's rows as `_store_o`
+        (IN_ORDER) stores them."""
         has = l_i != 0.0  # NaN (a NaN score) too: its lse stays NaN, not the empty row's −inf
         lse = gl.where(has, (m_i + gl.log2(gl.where(has, l_i, 1.0))) / LOG2E, float("-inf"))
         inv = gl.convert_layout(gl.where(has, kv_mult / gl.where(has, l_i, 1.0), 0.0),
                                 gl.SliceLayout(1, O_LAYOUT))
-        hs = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, S_LAYOUT))
-        ho = hb * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, O_LAYOUT))
+        qs, hs, oks = _row_ids(gl.arange(0, HEADS, layout=gl.SliceLayout(1, S_LAYOUT)), qi, hb,
+                               num_heads, S_Q, HEADS, PACK)
+        qo, ho, oko = _row_ids(gl.arange(0, HEADS, layout=gl.SliceLayout(1, O_LAYOUT)), qi, hb,
+                               num_heads, S_Q, HEADS, PACK)
         o = acc * inv[:, None]
         if DIRECT:
-            _store_o(out_ptr, b.to(gl.int64) * stride_ob + qi * stride_os + ho * stride_oh,
-                     ho < num_heads, o, IN_ORDER)
-            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qi * stride_ls + hs * stride_lh,
-                     gl.where(has, lse, lse_empty), mask=hs < num_heads)
-            gl.store(max_ptr + (b * S_Q + qi).to(gl.int64) * num_heads + hs, m_i / LOG2E,
-                     mask=hs < num_heads)
+            _store_o(out_ptr, b.to(gl.int64) * stride_ob + qo * stride_os + ho * stride_oh,
+                     oko, o, IN_ORDER)
+            gl.store(lse_ptr + b.to(gl.int64) * stride_lb + qs * stride_ls + hs * stride_lh,
+                     gl.where(has, lse, lse_empty), mask=oks)
+            gl.store(max_ptr + (b * S_Q + qs).to(gl.int64) * num_heads + hs, m_i / LOG2E,
+                     mask=oks)
         else:
-            split_row = ((b * num_splits + split) * S_Q + qi).to(gl.int64) * num_heads
-            gl.store(part_lse_ptr + split_row + hs, lse, mask=hs < num_heads)
-            gl.store(part_max_ptr + split_row + hs, m_i / LOG2E, mask=hs < num_heads)
-            _store_o(part_out_ptr, (split_row + ho) * 512, ho < num_heads, o, IN_ORDER)
+            rows = (b * num_splits + split) * S_Q  # the split's first workspace row, query 0
+            ws = (rows + qs).to(gl.int64) * num_heads + hs
+            gl.store(part_lse_ptr + ws, lse, mask=oks)
+            gl.store(part_max_ptr + ws, m_i / LOG2E, mask=oks)
+            _store_o(part_out_ptr, ((rows + qo).to(gl.int64) * num_heads + ho) * 512, oko, o,
+                     IN_ORDER)
 
     @gluon.jit
     def _mla_decode_sm90_kernel(
@@ -342,15 +376,15 @@ if AVAILABLE:
         stride_ls, stride_lh, softmax_scale, lse_empty, num_heads, num_splits, page_shift,
         max_len, DIRECT: gl.constexpr, HEADS: gl.constexpr, BN: gl.constexpr,
         PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = True, S_Q: gl.constexpr = 1,
-        CAUSAL: gl.constexpr = True,
+        CAUSAL: gl.constexpr = True, PACK: gl.constexpr = False,
     ):
         b = gl.program_id(0)
         split = gl.program_id(1)
-        hb, qi, lag = _query_program(S_Q, CAUSAL)
+        hb, qi, lag = _query_program(S_Q, CAUSAL, PACK)
 
         # q: latent and rope as fp16 shared-memory operands
         q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, qi, hb, stride_qb, stride_qs, stride_qh,
-                                         num_heads, HEADS)
+                                         num_heads, HEADS, S_Q, PACK)
         q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         x = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         q_rope_s = gl.allocate_shared_memory(gl.float16, [HEADS, 64], SHARED16, x.to(gl.float16))
@@ -362,6 +396,7 @@ if AVAILABLE:
         qk_scale = softmax_scale * kv_mult * LOG2E
 
         cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
+        rs = gl.arange(0, HEADS, layout=gl.SliceLayout(1, S_LAYOUT))
         m_i, l_i, acc, p_s = _softmax_state(HEADS, BN)
         for i in range(n_tiles):
             n0 = start + i * BN
@@ -373,8 +408,8 @@ if AVAILABLE:
             s = gl.zeros([HEADS, BN], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(q_lat_s, k_lat_s.permute((1, 0)), s)
             s = warpgroup_mma(q_rope_s, k_rope_s.permute((1, 0)), s)
-            m_i, l_i, acc = _softmax_pv(s, n0 + cols < end, qk_scale, m_i, l_i, acc, k_lat_s,
-                                        p_s)
+            keep = _row_keep(n0, cols, end, seqlen, rs, num_heads, S_Q, CAUSAL, PACK)
+            m_i, l_i, acc = _softmax_pv(s, keep, qk_scale, m_i, l_i, acc, k_lat_s, p_s)
         acc = warpgroup_mma_wait(0, deps=[acc, p_s, k_lat_s])[0]
         for j in gl.static_range(2):
             mbarrier.invalidate(bars.index(j))
@@ -384,7 +419,7 @@ if AVAILABLE:
         _write_rows(acc, m_i, l_i, kv_mult, b, qi, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                     stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
-                    HEADS, IN_ORDER, S_Q)
+                    HEADS, IN_ORDER, S_Q, PACK)
 
     REINTERPRET_NEW = gl.constexpr(_NEW_REINTERPRET)
 
@@ -455,7 +490,7 @@ if AVAILABLE:
         max_len, num_slots, page_shift, DIRECT: gl.constexpr, HEADS: gl.constexpr,
         BN: gl.constexpr, PDL: gl.constexpr = False, IN_ORDER: gl.constexpr = True,
         PAGED: gl.constexpr = False, S_Q: gl.constexpr = 1, CAUSAL: gl.constexpr = True,
-        DS: gl.constexpr = True,
+        DS: gl.constexpr = True, PACK: gl.constexpr = False,
     ):
         """Sparse decode over index lists (fp8_ds_mla rows, 656 bytes: e4m3 latent, four
         float32 scales per 128 dims, bf16 rope): the layouts of `_mla_decode_sm90_kernel`,
@@ -487,7 +522,7 @@ if AVAILABLE:
         scale of 1.)"""
         b = gl.program_id(0)
         split = gl.program_id(1)
-        hb, qi, lag = _query_program(S_Q, CAUSAL)
+        hb, qi, lag = _query_program(S_Q, CAUSAL, PACK)
         sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
         lat_buf = gl.allocate_shared_memory(gl.uint8, [2 * 4, BN, 128], sh8)
@@ -501,7 +536,7 @@ if AVAILABLE:
         flags = gl.allocate_shared_memory(gl.int8, [BN], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
         q_row, h_ok, c128, c64 = _q_rows(q_ptr, b, qi, hb, stride_qb, stride_qs, stride_qh,
-                                         num_heads, HEADS)
+                                         num_heads, HEADS, S_Q, PACK)
         q_lat_s = _q_latent(q_row, h_ok, c128, HEADS)
         qr = gl.load(q_row[:, None] + 512 + c64[None, :], mask=h_ok[:, None], other=0.0)
         if DS:
@@ -526,6 +561,8 @@ if AVAILABLE:
             sa, sb, sc, sd = _row_scales(f32_ptr, slot_r, keep_r)
         k_lat_s = gl.allocate_shared_memory(gl.float16, [BN, 512], SHARED16)
         qk_scale = softmax_scale * kv_mult * LOG2E
+        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, S_LAYOUT))
+        rs = gl.arange(0, HEADS, layout=gl.SliceLayout(1, S_LAYOUT))
 
         m_i, l_i, acc, p_s = _softmax_state(HEADS, BN)
         for i in range(n_tiles):
@@ -553,7 +590,11 @@ if AVAILABLE:
             flags.store(keep_r.to(gl.int8))  # this tile's entries: attended or not
             fence_async_shared()
             _cta_barrier()
-            keep = flags.load(gl.SliceLayout(0, S_LAYOUT)) != 0
+            keep = (flags.load(gl.SliceLayout(0, S_LAYOUT)) != 0)[None, :]
+            if PACK:  # each row's own query's length (the flags: the longest query's)
+                if CAUSAL:
+                    keep = keep & _row_keep(n0, cols, end, seqlen, rs, num_heads, S_Q, CAUSAL,
+                                            PACK)
             if DS:
                 if REINTERPRET_NEW:
                     k_rope_s = rope_buf.index(stage).reinterpret(gl.bfloat16, [BN, 64],
@@ -574,4 +615,4 @@ if AVAILABLE:
         _write_rows(acc, m_i, l_i, kv_mult, b, qi, split, hb, out_ptr, lse_ptr, max_ptr,
                     part_out_ptr, part_lse_ptr, part_max_ptr, stride_ob, stride_os, stride_oh,
                     stride_lb, stride_ls, stride_lh, lse_empty, num_heads, num_splits, DIRECT,
-                    HEADS, IN_ORDER, S_Q)
+                    HEADS, IN_ORDER, S_Q, PACK)
