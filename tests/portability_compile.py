@@ -497,6 +497,11 @@ def compile_target(cc):
             if cfg.tma and cc == GATHER_CC:  # pages shorter than a tile: every tile gathered
                 lines.append(row(f"decode/{fmt}/H{heads}-sq{s_q}-gather", cc,
                                  *fitted_decode(cc, fmt, cfg, s_q, False, False)))
+        if cc == SM90_CC and fmt != "bf16":  # packed plans' fallback (`SM90_PACKED`: s_q 4 ×
+            cfg = decode_config(cc, fmt, 16, 4)  # 16 heads), a misaligned pool, as the plan
+            # launches it: `decode_config`'s config, never fitted (sm90 plans compile none)
+            lines.append(row(f"decode/{fmt}/H16-sq4-misaligned", cc, decode_compile(
+                cc, fmt, cfg, 4, False, False, misaligned_pool=True), (cfg, False)))
         for heads in SPARSE_HEADS[cc == 90]:
             cfg = decode_config(cc, fmt, heads, 1, sparse=True)
             checks = cfg.heads_per_block < COMPACT_MIN_ROWS  # else lists compacted first

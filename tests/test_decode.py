@@ -621,9 +621,11 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
         assert plan.sm90_form == (plan._sm90_form() if plan.kernel == "sm90" else None)
         assert (name, meta.get("PAGED"), meta.get("DS")) == launched[
             plan.kernel, plan.sm90_form, plan.fmt.name, plan.sparse]
-        # grid: (requests, splits, head blocks — × s_q on the 64-row kernels)
+        # grid: (requests, splits, head blocks — × s_q on the 64-row kernels, 1 packed)
         blocks = plan._query_blocks if plan.kernel == "sm90" else plan.head_blocks
         assert grid == (plan.batch, plan.num_splits, blocks)
+        if plan.kernel == "sm90":  # every query's heads in one program, or one query's
+            assert meta["PACK"] is plan.packed and meta["S_Q"] == plan.s_q
         return meta["PDL"]
 
     assert decode_mod.PDL_SIGNAL
@@ -638,6 +640,12 @@ def test_kernels_signal_the_combine_where_measured_faster(monkeypatch):
         assert plan.kernel == kernel and plan.num_splits > 1, (fmt, heads)
         assert signals(plan) is want, (fmt, heads)
         assert signals(_dense_plan(splits=1, **kw)) is False
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", True)  # s_q 4 × 16 heads: one program
+    for fmt, page in (("fp8", 64), ("fp8", 16), ("fp8_ds_mla", 64)):
+        plan = _dense_plan(heads=16, s_q=4, fmt=fmt, batch=64, ctx=8192, page_size=page)
+        assert plan.packed and plan._query_blocks == 1 and signals(plan) is (
+            plan.num_splits > 1), (fmt, page)
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", False)
     for heads, queries, kernel, fmt in ((8, 64, "mma8", "fp8_ds_mla"),
                                         (128, 4, "sm90", "fp8_ds_mla"), (64, 4, "sm90", "fp8")):
         plan = SparsePlan(num_queries=queries, num_heads=heads, topk=2048, kv_format=fmt,

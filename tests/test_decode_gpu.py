@@ -780,6 +780,7 @@ def test_blind_query_rows(fmt, heads, s_q, splits, kernel, monkeypatch):
     plan = DecodePlan(batch=len(lens), num_heads=heads, s_q=s_q, kv_format=cache.fmt,
                       page_size=64, cache_seqlens=seqlens, device="cuda", num_splits=splits)
     assert plan.kernel == kernel, plan.kernel
+    assert plan.packed == (kernel == "sm90")  # (the 64-row cases: s_q 4 × 16 heads)
     kv = cache.dequantize(0)
     ro, rl = reference.dense_mla_decode(q, kv, table, seqlens, 576 ** -0.5)
     run = functools.partial(plan.run, q, cache.layer(0), table, seqlens,

@@ -6,6 +6,7 @@ import zlib
 import pytest
 import torch
 
+import fp8mla.decode as decode_mod
 import fp8mla.prefill as prefill_mod
 from fp8mla import ops, reference
 from fp8mla.decode import DecodePlan
@@ -79,6 +80,33 @@ def test_prefill_matches_reference(device, monkeypatch, fmt, policy, heads, s, l
     assert torch.all(lse[~blind].isfinite())
     assert_close(out, ro, name="out")
     assert_close(lse[~blind], rl[~blind], atol=3e-3, rtol=1e-3, name="lse")
+
+
+@pytest.mark.parametrize("fmt,policy", FORMATS)
+def test_prefill_on_packed_programs(device, monkeypatch, fmt, policy):
+    """16 heads in groups of four (and a padded first group) with `SM90_PACKED` forced on:
+    on an SM90 GPU every fp8 / fp8_ds_mla group runs as one 64-row Gluon program (asserted
+    there), elsewhere as the switch leaves it; the result is the reference's either way."""
+    from fp8mla.kernels import decode_sm90
+
+    monkeypatch.setattr(decode_mod, "SM90_PACKED", True)
+    made = []
+    monkeypatch.setattr(prefill_mod, "DecodePlan",
+                        lambda **kw: made.append(DecodePlan(**kw)) or made[-1])
+    lens, s = [70, 7, 3], 7
+    cache, table, seqlens = paged_cache(fmt, lens, 64, policy=policy, device=device, seed=11)
+    q = _q(len(lens), s, 16, device, 12)
+    out, lse = dense_prefill(q, cache.layer(0), table, seqlens, kv_format=cache.fmt,
+                             fp8_scale=cache.scale(0))
+    ro, rl = reference.dense_mla_decode(q, cache.dequantize(0), table, seqlens, 576 ** -0.5)
+    blind = torch.tensor([[n - s + 1 + i <= 0 for i in range(s)] for n in lens],
+                         device=lse.device)
+    assert torch.all(out[blind] == 0) and torch.all(lse[blind] == float("-inf"))
+    assert_close(out, ro, name="out")
+    assert_close(lse[~blind], rl[~blind], atol=3e-3, rtol=1e-3, name="lse")
+    sm90 = (device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+            and decode_sm90.AVAILABLE and fmt != "bf16")
+    assert made and all(p.packed == sm90 for p in made)
 
 
 def test_row_chunks_cover_the_rows_within_the_budget():

@@ -918,7 +918,8 @@ class DecodePlan:
 
     def _sm90_serves(self) -> bool:
         """Whether a 64-row Gluon SM90 kernel serves this plan (`_sm90_form`): 64-head
-        programs (dense: more than 32 heads, s_q 2–4 a program a query, `SM90_MTP`; sparse:
+        programs (dense: more than 32 heads, s_q 2–4 a program a query, `SM90_MTP`, or 33–64
+        query rows in one program, `_packs`; sparse:
         from `SPARSE_SM90_MIN_HEADS` heads, and fp8_ds_mla lists of 9–16 heads for at most
         `SPARSE_SM90_SMALL_BATCH` queries unless ``batch_invariant``), a GPU of compute
         capability 9.0 and a Triton with Gluon."""

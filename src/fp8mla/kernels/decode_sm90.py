@@ -12,7 +12,9 @@ P are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 393 µs (372 TF
 539; sparse fp8_ds_mla B=128 × 128 heads × topk 2048: 242 against 340 µs
 (h200-20261201-s15-bb2dfd3-dense-ab.json, -a6cb0db-sparse-sm90-ab.json).
 
-Per program: one (request, split, 64-head block, query); whole 64-token tiles of pages of ≥ 64
+Per program: one (request, split, 64-head block, query) — or, ``PACK``, one (request, split)
+holding every query's heads (s_q · heads ≤ 64 rows, each masked to its own query's prefix:
+`_row_ids`, `_row_keep`); whole 64-token tiles of pages of ≥ 64
 tokens arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
 mbarrier ring, the next tile's copy issued before this one's math; each tile is converted once
 (e4m3 → fp16, exact) into shared memory for both products. Each tile's P · V is left running
