@@ -23,7 +23,8 @@ from fp8mla.prefill import dense_prefill_ragged
 from fp8mla.sparse import sparse_prefill
 from fp8mla.topk import topk_indices
 
-__all__ = ["dense_decode_op", "dense_prefill_op", "sparse_attention_op", "indexer_logits_op", "topk_indices_op"]
+__all__ = ["dense_decode_op", "dense_prefill_op", "sparse_attention_op", "indexer_logits_op",
+           "topk_indices_op"]
 
 
 @torch.library.custom_op("fp8mla::dense_decode", mutates_args=())
