@@ -176,14 +176,29 @@ def variants(case: DecodeCase, fmt: str, extra):
         yield label, replace(base, **over) if over else None, splits, (patch or [{}])[0]
 
 
-def kernel_resources() -> dict:
-    """Registers and spills of the decode kernel compiled last (Triton's in-memory cache)."""
+# the kernel a record's note names (`fp8mla.bench.harness.kernel_note`) → (module in
+# fp8mla.kernels, function), by the note's kernel, 64-row form and the case's format
+_KERNELS = {("sm90", "tma"): ("decode_sm90", "_mla_decode_sm90_kernel"),
+            ("sm90", "gather"): ("decode_sm90", "_mla_sparse_sm90_kernel"),
+            ("mma", "fp8"): ("decode_sm90_mma8", "_mla_decode_mma8_kernel"),
+            ("mma", "fp8_ds_mla"): ("decode_sm90_mma8_ds", "_mla_decode_mma8_ds_kernel")}
+
+
+def kernel_resources(note: str, fmt: str) -> dict:
+    """Registers, spills and shared memory of the decode kernel a record's ``note`` names,
+    compiled last (Triton's in-memory cache): the Triton kernel, or the Gluon one serving."""
     try:
-        from fp8mla.kernels.decode import _mla_decode_kernel
-        cache = _mla_decode_kernel.device_caches[torch.cuda.current_device()][0]
+        kernel = note.split("kernel=")[1].split()[0]
+        form = note.split("form=")[1].split()[0] if "form=" in note else None
+        key = ((kernel, form) if kernel == "sm90"
+               else ("mma", fmt) if kernel in ("mma8", "mma16") else None)
+        mod, name = _KERNELS.get(key, ("decode", "_mla_decode_kernel"))
+        fn = getattr(importlib.import_module(f"fp8mla.kernels.{mod}"), name)
+        cache = fn.device_caches[torch.cuda.current_device()][0]
         k = list(cache.values())[-1]
         k._init_handles()
-        return {"regs": k.n_regs, "spills": k.n_spills, "shared": k.metadata.shared}
+        return {"regs": k.n_regs, "spills": k.n_spills, "shared": k.metadata.shared,
+                "compiled": name}
     except Exception as e:  # noqa: BLE001 — informative only
         return {"resources_error": str(e)[:100]}
 
@@ -227,7 +242,7 @@ def main() -> int:
                     recs = run_case(case, fmt, env, ceiling, config=cfg, num_splits=splits)
                 rec = by_backend(recs, "fp8mla_graph")
                 clean = by_backend(recs, "fp8mla_graph_cleanL2").us
-                row.update(kernel_resources())
+                row.update(kernel_resources(rec.note or "", fmt))
                 row.update(us=rec.us, us_clean_l2=clean, TBps=rec.TBps, TFLOPS=rec.TFLOPS,
                            ratio=round(rec.TBps / ceiling, 3), note=rec.note)
                 print(f"{row['case']:<42} {label:<28} {rec.us:8.1f} us (clean L2 {clean:6.1f}) "
