@@ -3,7 +3,8 @@
 # `sparse` (`fp8mla bench`), `compat` (benchmarks/compat_overhead.py), `variants`
 # (benchmarks/decode_variants.py: its PLAN), `indexer` (its GPU tests, then
 # benchmarks/indexer_variants.py), `prefill` (the dense-prefill and layer tests on the GPU, then
-# benchmarks/prefill_variants.py), `fuzz` (tests/test_fuzz.py at GPU sizes: FUZZ_EXAMPLES,
+# benchmarks/prefill_variants.py), `packed` (the GPU tests of `fp8mla.decode.SM90_PACKED`,
+# then benchmarks/decode_variants.py, whose plan A/Bs it), `fuzz` (tests/test_fuzz.py at GPU sizes: FUZZ_EXAMPLES,
 # FUZZ_SCALE), `memcheck` / `racecheck` (compute-sanitizer over one test of each SM90 Gluon
 # kernel, `SANITIZE_K` selects; whatever finishes inside the step's time is listed), `devices` (the launches-follow-the-tensors test: needs a
 # machine of two GPUs, nvidia-h100-x2). NAME names the folder
@@ -35,6 +36,9 @@ for step in "$@"; do
         tests/test_prefill.py tests/test_layer.py tests/test_bench_smoke.py
       run prefill_variants 250 python3 benchmarks/prefill_variants.py \
       "$W/prefill-variants.json" ;;
+    packed) run packed_tests 200 python3 -m pytest -q -p no:cacheprovider $PYTEST_N -rA -m gpu \
+        tests/test_decode_gpu.py -k "packed or blind_query_rows or pool_off"
+      run decode_variants 300 python3 benchmarks/decode_variants.py "$W/decode-variants.json" ;;
     fuzz) FP8MLA_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-30} FP8MLA_FUZZ_SCALE=${FUZZ_SCALE:-4} \
       run fuzz 240 python3 -m pytest -q -p no:cacheprovider tests/test_fuzz.py \
       --hypothesis-show-statistics ;;
