@@ -14,10 +14,10 @@ P are shared-memory operands. H200, fp8 B=64 × 8K × 128 heads: 393 µs (372 TF
 
 Per program: one (request, split, 64-head block, query) — or, ``PACK``, one (request, split)
 holding every query's heads (s_q · heads ≤ 64 rows, each masked to its own query's prefix:
-`_row_ids`, `_row_keep`); whole 64-token tiles of pages of ≥ 64
-tokens arrive by TMA (four [64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage
-mbarrier ring, the next tile's copy issued before this one's math; each tile is converted once
-(e4m3 → fp16, exact) into shared memory for both products. Each tile's P · V is left running
+`_row_ids`, `_row_keep`); whole 64-token tiles of pages of ≥ 64 tokens arrive by TMA (four
+[64, 128]-byte latent boxes and one [64, 64] rope box) in a two-stage mbarrier ring, the next
+tile's copy issued before this one's math; each tile is converted once (e4m3 → fp16, exact)
+into shared memory for both products. Each tile's P · V is left running
 while the next tile's copy is issued and waited for (its wait before that tile's conversion
 overwrites the fp16 tile): 456 → 415 µs above. (A likely reason, not profiled: the copy issue's
 block-table load used to hold its warp behind the others after the product, and each tile's
