@@ -1,8 +1,8 @@
 """Where dense prefill's time goes (`fp8mla.prefill.dense_prefill`: groups of new tokens as
 decode requests), case by case: the whole call, then a decode plan's run alone, replayed from a
 CUDA graph, for groups of 1, 2 and 4 tokens (the plan's s_q), in token order (shortest first,
-as the call launches them) and longest first; the call and groups of 4 again with every
-query's heads in one 64-row program (`fp8mla.decode.SM90_PACKED`).
+as the call launches them) and longest first; the call, and each group size whose plans it
+changes, again with every query's heads in one 64-row program (`fp8mla.decode.SM90_PACKED`).
 
     python benchmarks/prefill_variants.py OUT.json
 
@@ -57,17 +57,10 @@ def main() -> None:
                                  fp8_scale=scale, check=False)
         row("call", call)
         # every query's heads in one 64-row Gluon program (`fp8mla.decode.SM90_PACKED`, off
-        # by default; at 16 heads and groups of four: s_q 4 × 16 rows)
+        # by default; the call's plans are built per call, so the switch stays on for it)
         decode_mod.SM90_PACKED = True
         try:
             row("call-packed", call)
-            plan = DecodePlan(batch=batch * (s // 4), num_heads=heads, kv_format=fmt,
-                              page_size=64, max_seqlen=pc.context, s_q=4, device="cuda")
-            fn = functools.partial(plan.run, q.view(-1, 4, heads, KV_DIM), rows,
-                                   table[torch.arange(batch, device="cuda").repeat_interleave(
-                                       s // 4)], query_groups(seqlens, s, 4),
-                                   fp8_scale=scale, check=False)
-            row("graph-sq4-token_order-packed", graphed(fn), kernel_note(plan))
         finally:
             decode_mod.SM90_PACKED = False
         for group in (1, 2, 4):  # s a multiple of each: no padding
@@ -76,15 +69,23 @@ def main() -> None:
             owner = torch.arange(batch, device="cuda").repeat_interleave(s // group)
             q_v, bt_v = q.view(n, group, heads, KV_DIM), table[owner]
             rev = torch.arange(n - 1, -1, -1, device="cuda")
-            plan = DecodePlan(batch=n, num_heads=heads, kv_format=fmt, page_size=64,
-                              max_seqlen=pc.context, s_q=group, device="cuda")
-            for order, args in (("token_order", (q_v, bt_v, lens)),
-                                ("longest_first", (q_v[rev].contiguous(), bt_v[rev].contiguous(),
-                                                   lens[rev].contiguous()))):
-                fn = functools.partial(plan.run, args[0], rows, *args[1:], fp8_scale=scale,
-                                       check=False)
-                row(f"graph-sq{group}-{order}", graphed(fn), kernel_note(plan))
-
+            for packed in (False, True):  # (a plan keeps the switch it was made with)
+                decode_mod.SM90_PACKED = packed
+                try:
+                    plan = DecodePlan(batch=n, num_heads=heads, kv_format=fmt, page_size=64,
+                                      max_seqlen=pc.context, s_q=group, device="cuda")
+                finally:
+                    decode_mod.SM90_PACKED = False
+                if packed and not plan.packed:
+                    continue  # 33–64 rows only: the same plan as unpacked
+                for order, args in (("token_order", (q_v, bt_v, lens)),
+                                    ("longest_first", (q_v[rev].contiguous(),
+                                                       bt_v[rev].contiguous(),
+                                                       lens[rev].contiguous()))):
+                    fn = functools.partial(plan.run, args[0], rows, *args[1:],
+                                           fp8_scale=scale, check=False)
+                    row(f"graph-sq{group}-{order}{'-packed' * packed}", graphed(fn),
+                        kernel_note(plan))
 
 if __name__ == "__main__":
     main()
