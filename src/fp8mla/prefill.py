@@ -37,7 +37,7 @@ from fp8mla.decode import DecodePlan, as_cache_rows, check_paged_inputs
 from fp8mla.formats import KV_DIM, LATENT_DIM, KVFormat
 
 __all__ = ["CHUNK_ENTRIES", "CHUNK_ROW_HEADS", "GROUP", "dense_prefill", "dense_prefill_ragged",
-           "query_groups", "ragged_groups", "row_chunks", "visible_slots"]
+           "query_groups", "ragged_group_size", "ragged_groups", "row_chunks", "visible_slots"]
 
 #: new tokens a decode request of the prefill holds: `fp8mla.decode.DecodePlan`'s s_q bound
 GROUP = 4
@@ -88,6 +88,13 @@ def visible_slots(block_table: torch.Tensor, request: torch.Tensor, visible: tor
     slots = block_table[request[:, None], cols[None, :]]  # int32 [rows, width], in place below
     slots.mul_(page_size).add_(pos % page_size)  # (pages of the pool: slots fit int32)
     return slots.masked_fill_(pos[None, :] >= visible[:, None], -1)
+
+
+def ragged_group_size(tokens: int, batch: int) -> int:
+    """Tokens a group of `dense_prefill_ragged` holds for ``tokens`` new tokens over ``batch``
+    requests (both ≥ 1): min(`GROUP`, ceil(tokens / batch)), the mean a request — no host
+    read sees how they spread."""
+    return min(GROUP, -(-tokens // batch))
 
 
 def ragged_groups(cu_seqlens_q: torch.Tensor, cache_seqlens: torch.Tensor, tokens: int,
@@ -212,8 +219,8 @@ def dense_prefill_ragged(
     non-decreasing, to ``tokens``; kv_cache, block_table, fp8_scale, softmax_scale: as
     `dense_prefill`'s; cache_seqlens: int32 [batch], each request's length with its new tokens.
     Token i of request b sees its first cache_seqlens[b] − s_b + 1 + i tokens; one that sees
-    none gets out 0 and lse −inf. The requests' tokens are cut into groups of min(`GROUP`,
-    ceil(tokens / batch)) (`ragged_groups`, on the device: the group count is bounded by the
+    none gets out 0 and lse −inf. The requests' tokens are cut into groups of
+    `ragged_group_size` (`ragged_groups`, on the device: the group count is bounded by the
     shapes, so nothing is read on the host but with ``check`` (default: a sync), which also
     validates cu_seqlens_q; without it, invalid offsets give meaningless rows but no read or
     write outside q and the outputs). Not for CUDA-graph capture (plans are built per call).
@@ -239,7 +246,7 @@ def dense_prefill_ragged(
     out, lse = out_rows[:t], lse_rows[:t]
     if t == 0 or b == 0 or block_table.shape[1] == 0:
         return out.zero_(), lse.fill_(float("-inf"))
-    group = min(GROUP, -(-t // b))
+    group = ragged_group_size(t, b)
     owner, lens, row_of = ragged_groups(cu_seqlens_q, cache_seqlens, t, group)
     _attend_groups(lambda at: q[at], row_of, out_rows, lse_rows, pages, block_table, owner,
                    lens, fmt=fmt, page_size=page_size, softmax_scale=softmax_scale,
