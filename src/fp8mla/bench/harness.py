@@ -163,6 +163,16 @@ def env_info() -> dict[str, str]:
     }
 
 
+def rate_record(case: str, backend: str, us: float, moved: int | None, flops: int | None,
+                ceiling: float, env: dict, note: str | None = None) -> Record:
+    """One `Record` of ``us`` microseconds: TB/s of ``moved`` bytes and TFLOPS of ``flops``
+    (None where not given), the read ceiling of the same run, ``env``'s fields."""
+    return Record(case=case, backend=backend, us=round(us, 2),
+                  TBps=round(moved / (us * 1e-6) / 1e12, 3) if moved else None,
+                  TFLOPS=round(flops / (us * 1e-6) / 1e12, 1) if flops else None,
+                  ceiling_TBps=round(ceiling, 3), note=note, **env)
+
+
 def write_records(records: list[Record], path: str) -> None:
     """Write records as a JSON list (docs/DESIGN.md §9)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

@@ -21,9 +21,16 @@ import torch
 
 from fp8mla import reference
 from fp8mla.bench.decode import DecodeCase, make_problem
-from fp8mla.bench.harness import Record, time_us
+from fp8mla.bench.harness import Record, rate_record, time_us
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv
-from fp8mla.prefill import GROUP, dense_prefill, dense_prefill_ragged, query_groups, ragged_groups
+from fp8mla.prefill import (
+    GROUP,
+    dense_prefill,
+    dense_prefill_ragged,
+    query_groups,
+    ragged_group_size,
+    ragged_groups,
+)
 from fp8mla.testing import assert_close
 
 __all__ = ["PrefillCase", "PREFILL_CASES", "RaggedPrefillCase", "RAGGED_CASES", "prefill_problem",
@@ -109,11 +116,8 @@ def run_prefill(case: PrefillCase, fmt_name: str, env: dict, ceiling: float,
     group = min(case.new, GROUP)
     rows = int(query_groups(seqlens, case.new, group).long().sum())
     moved = rows * fmt.row_bytes + case.io_bytes()
-    us = time_us(fn)
-    return [Record(case=case.name(fmt_name), backend="fp8mla", us=round(us, 1),
-                   TBps=round(moved / (us * 1e-6) / 1e12, 3),
-                   TFLOPS=round(case.flops() / (us * 1e-6) / 1e12, 1),
-                   ceiling_TBps=round(ceiling, 3), note=f"groups of {group}", **env)]
+    return [rate_record(case.name(fmt_name), "fp8mla", time_us(fn), moved, case.flops(),
+                        ceiling, env, note=f"groups of {group}")]
 
 
 def run_ragged_prefill(case: RaggedPrefillCase, fmt_name: str, env: dict, ceiling: float,
@@ -139,7 +143,7 @@ def run_ragged_prefill(case: RaggedPrefillCase, fmt_name: str, env: dict, ceilin
                 torch.full((1,), seen, dtype=torch.int32, device=device), KV_DIM ** -0.5)
             assert_close(out[None, at:at + k], ro, name=f"{case} {fmt_name} out (request {r}'s "
                          f"queries {at - a}–{at - a + k - 1})")
-    group = min(GROUP, -(-t // b))
+    group = ragged_group_size(t, b)
     rows = int(ragged_groups(cu, seqlens, t, group)[1].long().sum())
     moved = rows * fmt.row_bytes + case.io_bytes()
 
@@ -148,12 +152,8 @@ def run_ragged_prefill(case: RaggedPrefillCase, fmt_name: str, env: dict, ceilin
             dense_prefill(q[None, a:a + s], pages, table[r:r + 1], seqlens[r:r + 1],
                           kv_format=fmt, fp8_scale=scale, check=False)
 
-    records = []
-    for backend, call, note in (("fp8mla", fn, f"groups of {group}"),
-                                ("per_request", per_request, "dense_prefill a request at a time")):
-        us = time_us(call)
-        records.append(Record(case=case.name(fmt_name), backend=backend, us=round(us, 1),
-                              TBps=round(moved / (us * 1e-6) / 1e12, 3),
-                              TFLOPS=round(case.flops() / (us * 1e-6) / 1e12, 1),
-                              ceiling_TBps=round(ceiling, 3), note=note, **env))
-    return records
+    return [rate_record(case.name(fmt_name), backend, time_us(call), moved, case.flops(),
+                        ceiling, env, note=note)
+            for backend, call, note in (
+                ("fp8mla", fn, f"groups of {group}"),
+                ("per_request", per_request, "dense_prefill a request at a time"))]

@@ -18,7 +18,14 @@ import torch
 
 from fp8mla import reference
 from fp8mla.bench.floors import floor_note, gather_floor
-from fp8mla.bench.harness import Record, graphed, kernel_note, time_us, time_us_clean_l2
+from fp8mla.bench.harness import (
+    Record,
+    graphed,
+    kernel_note,
+    rate_record,
+    time_us,
+    time_us_clean_l2,
+)
 from fp8mla.cache import IndexKeyCache, build_block_table
 from fp8mla.formats import KV_DIM, LATENT_DIM, dequantize_kv, kv_format, quantize_kv
 from fp8mla.indexer import indexer_logits_paged
@@ -47,13 +54,6 @@ POOL_TOKENS = 1 << 20
 def _timed(fn, device):
     """A CUDA graph replay of fn on the GPU (fn itself elsewhere: CPU smoke runs)."""
     return graphed(fn) if torch.device(device).type == "cuda" else fn
-
-
-def _record(case, backend, us, moved, flops, ceiling, env, note=None):
-    return Record(case=case, backend=backend, us=round(us, 2),
-                  TBps=round(moved / (us * 1e-6) / 1e12, 3) if moved else None,
-                  TFLOPS=round(flops / (us * 1e-6) / 1e12, 1) if flops else None,
-                  ceiling_TBps=round(ceiling, 3), note=note, **env)
 
 
 def sparse_problem(batch, heads, topk, s_q, fmt, device, pool_tokens=POOL_TOKENS, seed=None):
@@ -128,11 +128,11 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
     moved = sparse_bytes(batch, heads, topk, s_q, plan.fmt.row_bytes)
     flops = 2 * heads * topk * (KV_DIM + LATENT_DIM) * batch * s_q
     note = kernel_note(plan)
-    records = [_record(case, "fp8mla_graph", time_us(replay), moved, flops, ceiling, env,
+    records = [rate_record(case, "fp8mla_graph", time_us(replay), moved, flops, ceiling, env,
                        note=note)]
     cuda = torch.device(device).type == "cuda"
     if cuda:  # the same replay with a clean L2 (`run_case`)
-        records.append(_record(case, "fp8mla_graph_cleanL2", time_us_clean_l2(replay), moved,
+        records.append(rate_record(case, "fp8mla_graph_cleanL2", time_us_clean_l2(replay), moved,
                                flops, ceiling, env, note=note))
     if floor:
         timers = {"gather_floor": time_us}
@@ -140,7 +140,7 @@ def run_sparse(batch, heads, topk, s_q, env, ceiling, fmt_name="fp8_ds_mla", *,
             timers["gather_floor_cleanL2"] = time_us_clean_l2
         listed = batch * s_q * topk * plan.fmt.row_bytes
         for name, (us, shape) in gather_floor(rows, idx, timers, device).items():
-            records.append(_record(case, name, us, listed, None, ceiling, env,
+            records.append(rate_record(case, name, us, listed, None, ceiling, env,
                                    note=floor_note(shape, "rows") + " (rows only)"))
     return records
 
@@ -170,7 +170,7 @@ def _indexer_case(batch, ctx, heads, env, ceiling, device) -> list[Record]:
     assert_close(out[:1], ref, atol=1e-3, rtol=1e-3, name="indexer")
     # eager, and replayed from a CUDA graph (`fp8mla_graph`): the eager call's Python path is
     # about as long as this kernel, so the eager row can measure the host (BENCHMARKS.md)
-    return [_record(f"indexer/fp8/B{batch}-ctx{ctx}-Hi{heads}", "fp8mla" + suffix,
+    return [rate_record(f"indexer/fp8/B{batch}-ctx{ctx}-Hi{heads}", "fp8mla" + suffix,
                     time_us(wrap(fn)), batch * ctx * 132, 2 * heads * 128 * ctx * batch,
                     ceiling, env, note="TB/s on index-cache bytes only; + logits written "
                                        f"{batch * ctx * 4 / 1e6:.0f} MB")
@@ -199,9 +199,9 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
     records = []
     for suffix, wrap in (("", lambda fn: fn), ("_graph", lambda fn: _timed(fn, device))):
         us_logits, us_topk = time_us(wrap(logits_fn)), time_us(wrap(topk_fn))
-        records += [_record(case, "indexer" + suffix, us_logits, batch * length * 132,
+        records += [rate_record(case, "indexer" + suffix, us_logits, batch * length * 132,
                             2 * 32 * 128 * length * batch, ceiling, env),
-                    _record(case, "fp8mla" + suffix, us_topk, moved, None, ceiling, env,
+                    rate_record(case, "fp8mla" + suffix, us_topk, moved, None, ceiling, env,
                             note=f"{us_topk / us_logits:.2f} x the logits time")]
     default = default_chunk(batch, length, target_for(logits.device).num_sms)
     for chunk in TOPK_CHUNKS:  # topk_indices(chunk=...): 0 one program per row, else several
@@ -209,7 +209,7 @@ def _topk_case(batch, length, k, env, ceiling, device) -> list[Record]:
             fn = lambda c=chunk: topk_indices(logits, k, chunk=c)  # noqa: E731
             assert torch.equal(fn(), ref), f"chunk {chunk}: top-k differs"
             us = time_us(_timed(fn, device))
-            records.append(_record(case, f"fp8mla_graph_chunk{chunk}", us, moved, None,
+            records.append(rate_record(case, f"fp8mla_graph_chunk{chunk}", us, moved, None,
                                    ceiling, env, note=f"{us / us_logits:.2f} x the logits time"))
     return records
 
