@@ -14,6 +14,7 @@ from fp8mla.prefill import (
     dense_prefill,
     dense_prefill_ragged,
     query_groups,
+    ragged_group_size,
     ragged_groups,
     row_chunks,
     visible_slots,
@@ -219,6 +220,14 @@ def test_ragged_groups_cut_each_request_from_its_end():
     assert owner.shape == lens.shape == (0,) and rows.shape == (0, 4)
     with pytest.raises(ValueError, match=r"cu_seqlens_q: expected shape \[4\], got \[3\]"):
         ragged_groups(cu[:3], torch.tensor([9, 4, 1], dtype=torch.int32), 7, 4)
+
+
+def test_ragged_group_size_is_the_mean_request_up_to_a_group():
+    assert [ragged_group_size(t, 4) for t in (1, 4, 5, 8, 9, 16, 100)] == [1, 1, 2, 2, 3, 4, 4]
+    with pytest.raises(ValueError, match=r"batch: expected an int in \[1, inf\], got 0"):
+        ragged_group_size(3, 0)
+    with pytest.raises(ValueError, match=r"tokens: expected an int in \[1, inf\], got 0"):
+        ragged_group_size(0, 2)
 
 
 def test_ragged_groups_stay_inside_q_for_any_offsets():

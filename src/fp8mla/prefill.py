@@ -94,6 +94,8 @@ def ragged_group_size(tokens: int, batch: int) -> int:
     """Tokens a group of `dense_prefill_ragged` holds for ``tokens`` new tokens over ``batch``
     requests (both ≥ 1): min(`GROUP`, ceil(tokens / batch)), the mean a request — no host
     read sees how they spread."""
+    check_int("tokens", tokens, lo=1)
+    check_int("batch", batch, lo=1)
     return min(GROUP, -(-tokens // batch))
 
 
